@@ -1,0 +1,1 @@
+//! Integration tests of blockpool live in `tests/all/`; this library is empty.

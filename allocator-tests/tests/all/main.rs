@@ -1,0 +1,1 @@
+//! One test binary with a module per area.

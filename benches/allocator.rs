@@ -1,0 +1,2 @@
+//! Criterion benchmarks of the caching allocator (being written).
+fn main() {}

@@ -1,0 +1,161 @@
+//! Where raw memory, streams and events come from.
+//!
+//! A [`Backend`] is a device driver seen from the allocator: it hands out and takes back whole
+//! segments, reports free and total memory, and records events on streams so the allocator can
+//! tell when work that used a block has finished. [`SimBackend`] simulates devices for tests,
+//! replays and docs; the CUDA backend (a later layer) wraps the driver.
+
+mod sim;
+
+pub use sim::{SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault};
+
+use std::fmt;
+
+/// Index of a device, as CUDA numbers them (`0..device_count`).
+pub type DeviceIndex = usize;
+
+/// A stream on which device work is queued, as a plain value the allocator can order and hash.
+///
+/// On CUDA this is the `CUstream` handle value; on [`SimBackend`] any number names a stream.
+/// [`StreamId::DEFAULT`] is the legacy default stream (handle 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u64);
+
+impl StreamId {
+    /// The default stream (handle value 0).
+    pub const DEFAULT: StreamId = StreamId(0);
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream {:#x}", self.0)
+    }
+}
+
+/// Free and total memory of a device, in bytes, as `cuMemGetInfo` reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Bytes the device can still hand out, to anyone.
+    pub free_bytes: usize,
+    /// Bytes the device has in all.
+    pub total_bytes: usize,
+}
+
+/// A failure reported by a [`Backend`].
+///
+/// Out-of-memory is kept apart from every other failure: the allocator answers it by releasing
+/// cached memory and retrying, and passes everything else straight to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The device could not provide `requested_bytes` more bytes. Retryable: freeing memory
+    /// (for example with `empty_cache`) may let the same request succeed.
+    #[error("device {device} is out of memory allocating {requested_bytes} bytes")]
+    OutOfMemory {
+        /// Device that refused.
+        device: DeviceIndex,
+        /// Size of the refused segment, in bytes.
+        requested_bytes: usize,
+    },
+    /// The device index does not name a device of this backend.
+    #[error("device {device} does not exist (this backend has {device_count} device(s))")]
+    InvalidDevice {
+        /// The index asked for.
+        device: DeviceIndex,
+        /// Number of devices the backend has.
+        device_count: usize,
+    },
+    /// A segment free named memory this backend did not hand out (an allocator bug).
+    #[error("device {device} has no segment at {ptr:#x} of {size_bytes} bytes")]
+    UnknownSegment {
+        /// Device of the free.
+        device: DeviceIndex,
+        /// Address passed to the free.
+        ptr: u64,
+        /// Size passed to the free, in bytes.
+        size_bytes: usize,
+    },
+    /// Waiting on an event would never return (a simulated hung stream).
+    #[error("an event on {stream} of device {device} will never complete")]
+    EventNeverCompletes {
+        /// Device of the event.
+        device: DeviceIndex,
+        /// Stream the event was recorded on.
+        stream: StreamId,
+    },
+    /// A failure the simulated device was told to inject.
+    #[error("injected device failure on device {device}: {what}")]
+    InjectedFault {
+        /// Device of the failing call.
+        device: DeviceIndex,
+        /// Which call failed.
+        what: &'static str,
+    },
+    /// Any other driver error, with the driver's own code and name.
+    #[error("driver error {code} ({name}) on device {device}: {message}")]
+    Driver {
+        /// Device of the failing call.
+        device: DeviceIndex,
+        /// The driver's numeric error code.
+        code: i32,
+        /// The driver's name for the code, such as `CUDA_ERROR_LAUNCH_FAILED`.
+        name: String,
+        /// What the driver or the wrapper said.
+        message: String,
+    },
+}
+
+impl BackendError {
+    /// Whether freeing memory may let the failed request succeed.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, BackendError::OutOfMemory { .. })
+    }
+}
+
+/// A device as the caching allocator sees it.
+///
+/// Implementations must be cheap to call concurrently from several threads: the allocator calls
+/// a backend while holding the lock of one device only.
+pub trait Backend: Send + Sync + 'static {
+    /// An event recorded on a stream; completes once the work queued before it has run.
+    type Event: Send + 'static;
+
+    /// Short name for messages and traces, such as `"sim"` or `"cuda"`.
+    fn name(&self) -> &'static str;
+
+    /// Number of devices.
+    fn device_count(&self) -> usize;
+
+    /// Free and total memory of `device`.
+    fn mem_get_info(&self, device: DeviceIndex) -> Result<MemInfo, BackendError>;
+
+    /// Allocates a segment of `size_bytes` bytes on `device` and returns its address.
+    ///
+    /// Fails with [`BackendError::OutOfMemory`] when the device has no room, which the
+    /// allocator treats as retryable.
+    fn alloc_segment(&self, device: DeviceIndex, size_bytes: usize) -> Result<u64, BackendError>;
+
+    /// Returns a segment obtained from [`Backend::alloc_segment`] with the same size.
+    fn free_segment(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError>;
+
+    /// Records an event on `stream` of `device`, after all work queued there so far.
+    fn record_event(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+    ) -> Result<Self::Event, BackendError>;
+
+    /// Whether the work before `event` has completed; never blocks.
+    fn query_event(&self, event: &Self::Event) -> Result<bool, BackendError>;
+
+    /// Blocks until the work before `event` has completed.
+    fn synchronize_event(&self, event: &Self::Event) -> Result<(), BackendError>;
+
+    /// Gives an event back once the allocator no longer needs it (backends may recycle it).
+    fn release_event(&self, event: Self::Event);
+}

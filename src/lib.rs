@@ -1,0 +1,74 @@
+//! # blockpool
+//!
+//! A GPU memory caching allocator with the semantics of PyTorch's CUDA caching allocator,
+//! and the statistics to see where memory went.
+//!
+//! Asking a GPU driver for memory (`cuMemAlloc`) takes tens of microseconds to milliseconds and
+//! synchronizes the device; freeing it (`cuMemFree`) synchronizes too. PyTorch avoids both by
+//! keeping freed memory in pools and handing it out again. blockpool does the same for Rust:
+//!
+//! * **Rounding and pools.** Requests are rounded to 512 bytes (or to power-of-two divisions,
+//!   `roundup_power2_divisions`). Requests up to 1 MiB come from 2 MiB segments in the *small
+//!   pool*; larger ones from the *large pool* (20 MiB segments below 10 MiB, else their own
+//!   size rounded to 2 MiB).
+//! * **Best fit per stream, split and merge.** A request takes the smallest cached block of
+//!   its stream that fits, lowest address first; a block larger than needed is split and the
+//!   remainder cached; freed blocks merge with free neighbours in their segment.
+//! * **Streams.** Memory freed on one stream is never handed to another while cached. A block
+//!   also used on other streams ([`Allocation::record_stream`]) is reused only after events
+//!   recorded on those streams at free time have completed.
+//! * **Out of memory.** When the device refuses, cached memory is released step by step and
+//!   the request retried; a final failure is an [`Error::OutOfMemory`] whose message gives the
+//!   request, capacity, free, allocated and reserved-but-unallocated bytes.
+//! * **Statistics.** [`CachingAllocator::memory_stats`] has the 122 keys of
+//!   `torch.cuda.memory_stats()`; [`CachingAllocator::memory_summary`] prints its table.
+//!
+//! ## Quick start
+//!
+//! ```
+//! use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+//!
+//! let alloc = CachingAllocator::new(SimBackend::new(1, 80 << 30), AllocatorConfig::default());
+//! let a = alloc.allocate(0, 4096, StreamId::DEFAULT)?; // owning handle
+//! assert_eq!((a.size(), a.requested_size()), (4096, 4096));
+//! drop(a); // back to the cache, not to the device
+//! let stats = alloc.memory_stats(0)?;
+//! assert_eq!(stats["reserved_bytes.all.current"], 2 << 20); // one 2 MiB small segment
+//! assert_eq!(stats["allocated_bytes.all.current"], 0);
+//! alloc.empty_cache()?;
+//! print!("{}", alloc.memory_summary(0)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Layers
+//!
+//! | module | what lives there |
+//! |---|---|
+//! | [`backend`] | the [`Backend`] trait (segments, streams, events) and [`SimBackend`] |
+//! | [`pool`] | pure bookkeeping: sizing rules, blocks, free lists, one device's allocator |
+//! | [`CachingAllocator`] | one pool per device behind a mutex, owning handles, raw pointers |
+//! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
+//! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
+//!
+//! ## Features of the simulated device
+//!
+//! [`SimBackend`] simulates devices with deterministic fake addresses (or real host memory),
+//! streams whose events complete only when a test advances them, call counters and fault
+//! injection, so every rule above is tested exactly without a GPU.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod pool;
+pub mod stats;
+
+mod allocator;
+
+pub use allocator::{Allocation, CachingAllocator, FreeMemoryCallback};
+pub use backend::{
+    Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
+    SimFault, StreamId,
+};
+pub use config::{AllocatorConfig, ConfigError};
+pub use error::{format_size, Error, OutOfMemoryError, Result};
+pub use stats::{DeviceStats, MemoryStats};

@@ -1,0 +1,547 @@
+//! One device's caching allocator: best-fit reuse, split and merge, and every statistic.
+//!
+//! `malloc` follows PyTorch's order: complete finished deferred frees, round the request, look
+//! for the best cached block on the same stream, and only then go to the device, climbing the
+//! out-of-memory ladder in `release.rs` when it refuses. `free` returns a block to its pool,
+//! merging it with free neighbours, or defers it behind events when other streams used it
+//! (`events.rs`).
+
+use super::block::{Block, BlockArena, BlockId, BlockState};
+use super::free_list::{FreeKey, FreeList, PoolKind};
+use super::sizing;
+use crate::backend::{Backend, DeviceIndex, StreamId};
+use crate::config::AllocatorConfig;
+use crate::error::{Error, Result};
+use crate::stats::{DeviceStats, StatArray, StatType};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// A block handed out by [`DeviceAllocator::malloc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatedBlock {
+    /// The block, for `free` and `record_stream`.
+    pub id: BlockId,
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Block size in bytes (the rounded request, or more when the block was not split).
+    pub size: usize,
+    /// Bytes asked for.
+    pub requested: usize,
+    /// Stream the block was allocated on.
+    pub stream: StreamId,
+    /// Allocation number on this device, counting from 1.
+    pub alloc_id: u64,
+}
+
+/// A segment as seen from outside: its blocks in address order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    /// Device address of the segment.
+    pub addr: u64,
+    /// Segment size in bytes.
+    pub size: usize,
+    /// Stream the segment was allocated for.
+    pub stream: StreamId,
+    /// Which pool the segment belongs to.
+    pub pool: PoolKind,
+    /// The blocks tiling the segment, lowest address first.
+    pub blocks: Vec<BlockView>,
+}
+
+/// A block as seen from outside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockView {
+    /// Device address.
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: usize,
+    /// Bytes requested (0 when free).
+    pub requested: usize,
+    /// Life state.
+    pub state: BlockState,
+}
+
+/// Segment bookkeeping: enough to walk its blocks and to find it by address.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment {
+    pub size: usize,
+    pub head: BlockId,
+}
+
+/// The caching allocator of one device. Not thread-safe by itself; the
+/// [`CachingAllocator`](crate::CachingAllocator) keeps each behind a mutex.
+pub struct DeviceAllocator<E> {
+    pub(crate) device: DeviceIndex,
+    pub(crate) config: AllocatorConfig,
+    pub(crate) blocks: BlockArena,
+    pub(crate) small: FreeList,
+    pub(crate) large: FreeList,
+    /// Segments by address.
+    pub(crate) segments: BTreeMap<u64, Segment>,
+    /// Deferred frees per stream, oldest first: (event, block waiting on it).
+    pub(crate) events: HashMap<StreamId, VecDeque<(E, BlockId)>>,
+    pub(crate) stats: DeviceStats,
+    /// Sum of segment sizes, in bytes.
+    pub(crate) reserved: usize,
+    /// Memory fraction set by `set_memory_fraction`, if any.
+    pub(crate) fraction: Option<f64>,
+    /// Device capacity, once the backend told it.
+    pub(crate) total_bytes: Option<usize>,
+    next_alloc_id: u64,
+}
+
+pub(crate) fn stat_types(small: bool) -> [usize; 2] {
+    [
+        StatType::Aggregate as usize,
+        if small {
+            StatType::SmallPool
+        } else {
+            StatType::LargePool
+        } as usize,
+    ]
+}
+
+#[inline]
+pub(crate) fn increase(array: &mut StatArray, small: bool, amount: u64) {
+    for t in stat_types(small) {
+        array[t].increase(amount);
+    }
+}
+
+#[inline]
+pub(crate) fn decrease(array: &mut StatArray, small: bool, amount: u64) {
+    for t in stat_types(small) {
+        array[t].decrease(amount);
+    }
+}
+
+impl<E> DeviceAllocator<E> {
+    /// An empty allocator for `device` with `config`.
+    pub fn new(device: DeviceIndex, config: AllocatorConfig) -> Self {
+        let stats = DeviceStats {
+            // PyTorch exports size_t's maximum as an int64, which reads -1.
+            max_split_size: config.max_split_size() as i64,
+            ..DeviceStats::default()
+        };
+        DeviceAllocator {
+            device,
+            fraction: config.per_process_memory_fraction(),
+            config,
+            blocks: BlockArena::default(),
+            small: FreeList::default(),
+            large: FreeList::default(),
+            segments: BTreeMap::new(),
+            events: HashMap::new(),
+            stats,
+            reserved: 0,
+            total_bytes: None,
+            next_alloc_id: 0,
+        }
+    }
+
+    /// Statistics of this device.
+    pub fn stats(&self) -> &DeviceStats {
+        &self.stats
+    }
+
+    /// Mutable statistics, for the peak and accumulated resets.
+    pub fn stats_mut(&mut self) -> &mut DeviceStats {
+        &mut self.stats
+    }
+
+    /// The settings this allocator runs with.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// Bytes reserved from the device (sum of segment sizes).
+    pub fn reserved_bytes(&self) -> usize {
+        self.reserved
+    }
+
+    pub(crate) fn pool_ref(&self, small: bool) -> &FreeList {
+        if small {
+            &self.small
+        } else {
+            &self.large
+        }
+    }
+
+    pub(crate) fn pool(&mut self, small: bool) -> &mut FreeList {
+        if small {
+            &mut self.small
+        } else {
+            &mut self.large
+        }
+    }
+
+    pub(crate) fn block(&self, id: BlockId) -> Result<&Block> {
+        self.blocks.get(id).ok_or(Error::InvariantViolated {
+            what: "block id names no block",
+        })
+    }
+
+    pub(crate) fn block_mut(&mut self, id: BlockId) -> Result<&mut Block> {
+        self.blocks.get_mut(id).ok_or(Error::InvariantViolated {
+            what: "block id names no block",
+        })
+    }
+
+    pub(crate) fn free_key(id: BlockId, block: &Block) -> FreeKey {
+        FreeKey {
+            stream: block.stream,
+            size: block.size,
+            addr: block.addr,
+            id,
+        }
+    }
+
+    /// Caches a free block in its pool, stamping its garbage-collection age.
+    pub(crate) fn cache(&mut self, id: BlockId) -> Result<()> {
+        let block = self.block(id)?;
+        let (key, small) = (Self::free_key(id, block), block.small);
+        let pool = self.pool(small);
+        let lookups = pool.lookups;
+        pool.insert(key);
+        self.block_mut(id)?.gc_count_base = lookups;
+        Ok(())
+    }
+
+    /// Removes a cached block from its pool.
+    pub(crate) fn uncache(&mut self, id: BlockId) -> Result<()> {
+        let block = self.block(id)?;
+        let (key, small) = (Self::free_key(id, block), block.small);
+        if self.pool(small).remove(&key) {
+            Ok(())
+        } else {
+            Err(Error::InvariantViolated {
+                what: "free block missing from its free list",
+            })
+        }
+    }
+
+    /// Allocates `size` bytes on `stream`: a cached block when one fits, else a new segment.
+    ///
+    /// `size` must be non-zero (zero-byte requests never reach a device allocator).
+    pub fn malloc<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<AllocatedBlock> {
+        self.process_events(backend)?;
+        let rounded = sizing::round_size(size, &self.config).ok_or(Error::SizeTooLarge {
+            requested_bytes: size,
+        })?;
+        let segment_size = sizing::segment_size(rounded).ok_or(Error::SizeTooLarge {
+            requested_bytes: size,
+        })?;
+        let small = sizing::is_small(rounded);
+        let id = match self.take_cached(stream, rounded, small) {
+            Some(id) => id,
+            None => self.allocate_segment_for(backend, size, rounded, segment_size, stream)?,
+        };
+        self.alloc_found_block(id, rounded, size)
+    }
+
+    /// Only the cache: completes finished deferred frees and takes the best cached block, or
+    /// returns `None` without touching the device. The allocator calls this before running
+    /// free-memory callbacks.
+    pub fn malloc_cached<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<Option<AllocatedBlock>> {
+        self.process_events(backend)?;
+        let rounded = sizing::round_size(size, &self.config).ok_or(Error::SizeTooLarge {
+            requested_bytes: size,
+        })?;
+        sizing::segment_size(rounded).ok_or(Error::SizeTooLarge {
+            requested_bytes: size,
+        })?;
+        match self.take_cached(stream, rounded, sizing::is_small(rounded)) {
+            Some(id) => self.alloc_found_block(id, rounded, size).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Best fit from the pool, honouring the oversize rules; removes it from the free list.
+    fn take_cached(&mut self, stream: StreamId, rounded: usize, small: bool) -> Option<BlockId> {
+        let max_split = self.config.max_split_size();
+        let rounding_margin = self.config.max_non_split_rounding_size();
+        let gc_on = self.gc_enabled();
+        let pool = self.pool(small);
+        if gc_on {
+            pool.lookups += 1;
+        }
+        let key = pool.best_fit(stream, rounded)?;
+        // Never hand an oversize block to a request that could be served by splitting.
+        if rounded < max_split && key.size >= max_split {
+            return None;
+        }
+        // Oversize requests take an oversize block only when little of it is wasted.
+        if rounded >= max_split && key.size >= rounded.saturating_add(rounding_margin) {
+            return None;
+        }
+        pool.remove(&key);
+        Some(key.id)
+    }
+
+    pub(crate) fn gc_enabled(&self) -> bool {
+        self.fraction.is_some() && self.config.garbage_collection_threshold() > 0.0
+    }
+
+    /// Marks a block taken from the cache or a new segment as allocated, splitting off the
+    /// remainder when the split rule says so, and counts it.
+    fn alloc_found_block(
+        &mut self,
+        id: BlockId,
+        rounded: usize,
+        requested: usize,
+    ) -> Result<AllocatedBlock> {
+        let max_split = self.config.max_split_size();
+        let block = self.block(id)?;
+        let small = block.small;
+        let already_split = block.is_split();
+        let split = sizing::should_split(block.size, rounded, small, &self.config);
+        if split {
+            let remainder = Block {
+                addr: block.addr + rounded as u64,
+                size: block.size - rounded,
+                requested: 0,
+                stream: block.stream,
+                small,
+                state: BlockState::Free,
+                prev: Some(id),
+                next: block.next,
+                stream_uses: Vec::new(),
+                event_count: 0,
+                gc_count_base: 0,
+            };
+            let remainder_size = remainder.size as u64;
+            let next = remainder.next;
+            let rest = self.blocks.insert(remainder);
+            if let Some(next) = next {
+                self.block_mut(next)?.prev = Some(rest);
+            }
+            let block = self.block_mut(id)?;
+            block.next = Some(rest);
+            block.size = rounded;
+            self.cache(rest)?;
+            if already_split {
+                // An inactive split block shrinks by the part handed out.
+                decrease(&mut self.stats.inactive_split_bytes, small, rounded as u64);
+            } else {
+                increase(&mut self.stats.inactive_split_bytes, small, remainder_size);
+                increase(&mut self.stats.inactive_split, small, 1);
+            }
+        } else if already_split {
+            let size = self.block(id)?.size as u64;
+            decrease(&mut self.stats.inactive_split_bytes, small, size);
+            decrease(&mut self.stats.inactive_split, small, 1);
+        }
+
+        self.next_alloc_id += 1;
+        let alloc_id = self.next_alloc_id;
+        let block = self.block_mut(id)?;
+        block.state = BlockState::Allocated;
+        block.requested = requested;
+        let (addr, size, stream) = (block.addr, block.size, block.stream);
+        let stats = &mut self.stats;
+        increase(&mut stats.allocation, small, 1);
+        increase(&mut stats.allocated_bytes, small, size as u64);
+        increase(&mut stats.active, small, 1);
+        increase(&mut stats.active_bytes, small, size as u64);
+        increase(&mut stats.requested_bytes, small, requested as u64);
+        if size >= max_split {
+            stats.oversize_allocations.increase(1);
+        }
+        Ok(AllocatedBlock {
+            id,
+            addr,
+            size,
+            requested,
+            stream,
+            alloc_id,
+        })
+    }
+
+    /// Frees an allocated block: at once when only its own stream used it, else after events
+    /// recorded now on every other stream that used it have completed.
+    ///
+    /// A failure to record an event leaves the block deferred behind the events that were
+    /// recorded (or never reused, if none was): memory is kept rather than risked.
+    pub fn free<B: Backend<Event = E>>(&mut self, backend: &B, id: BlockId) -> Result<()> {
+        let max_split = self.config.max_split_size();
+        let block = self.blocks.get_mut(id).ok_or(Error::InvariantViolated {
+            what: "block id names no block",
+        })?;
+        if block.state != BlockState::Allocated {
+            return Err(Error::InvariantViolated {
+                what: "free of a block that is not allocated",
+            });
+        }
+        let (small, size) = (block.small, block.size as u64);
+        let stats = &mut self.stats;
+        decrease(&mut stats.allocation, small, 1);
+        decrease(&mut stats.allocated_bytes, small, size);
+        if size >= max_split as u64 {
+            stats.oversize_allocations.decrease(1);
+        }
+        if block.stream_uses.is_empty() {
+            block.state = BlockState::Free;
+            self.free_block(id)
+        } else {
+            block.state = BlockState::PendingFree;
+            self.insert_events(backend, id)
+        }
+    }
+
+    /// Returns a freed block with no outstanding events to its pool, merging free neighbours.
+    pub(crate) fn free_block(&mut self, id: BlockId) -> Result<()> {
+        let block = self.block_mut(id)?;
+        debug_assert!(block.event_count == 0 && block.stream_uses.is_empty());
+        block.state = BlockState::Free;
+        let (small, original_size, requested) = (block.small, block.size, block.requested);
+        block.requested = 0;
+        let (prev, next) = (block.prev, block.next);
+
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        let mut merged = id;
+        if let Some(prev) = prev.filter(|p| self.is_free(*p)) {
+            // The lower block absorbs this one and keeps its id.
+            let prev_size = self.block(prev)?.size;
+            self.uncache(prev)?;
+            self.absorb_next(prev, id)?;
+            net_blocks -= 1;
+            net_bytes -= prev_size as i64;
+            merged = prev;
+        }
+        if let Some(next) = next.filter(|n| self.is_free(*n)) {
+            let next_size = self.block(next)?.size;
+            self.uncache(next)?;
+            self.absorb_next(merged, next)?;
+            net_blocks -= 1;
+            net_bytes -= next_size as i64;
+        }
+        self.cache(merged)?;
+        let block = self.block(merged)?;
+        if block.is_split() {
+            net_blocks += 1;
+            net_bytes += block.size as i64;
+        }
+
+        let stats = &mut self.stats;
+        apply_net(&mut stats.inactive_split, small, net_blocks);
+        apply_net(&mut stats.inactive_split_bytes, small, net_bytes);
+        decrease(&mut stats.active, small, 1);
+        decrease(&mut stats.active_bytes, small, original_size as u64);
+        decrease(&mut stats.requested_bytes, small, requested as u64);
+        Ok(())
+    }
+
+    fn is_free(&self, id: BlockId) -> bool {
+        self.blocks
+            .get(id)
+            .is_some_and(|b| b.state == BlockState::Free)
+    }
+
+    /// Merges `upper`, the block right after `lower`, into `lower`.
+    fn absorb_next(&mut self, lower: BlockId, upper: BlockId) -> Result<()> {
+        let upper_block = self.blocks.remove(upper).ok_or(Error::InvariantViolated {
+            what: "merge of a missing block",
+        })?;
+        if let Some(next) = upper_block.next {
+            self.block_mut(next)?.prev = Some(lower);
+        }
+        let lower_block = self.block_mut(lower)?;
+        debug_assert_eq!(lower_block.addr + lower_block.size as u64, upper_block.addr);
+        lower_block.size += upper_block.size;
+        lower_block.next = upper_block.next;
+        Ok(())
+    }
+
+    /// Marks `id` as used on `stream` too, so its memory is not reused before the work queued
+    /// there by then has finished. Uses on the block's own stream need nothing.
+    pub fn record_stream(&mut self, id: BlockId, stream: StreamId) -> Result<()> {
+        let block = self.block_mut(id)?;
+        if block.state != BlockState::Allocated {
+            return Err(Error::InvariantViolated {
+                what: "record_stream on a block that is not allocated",
+            });
+        }
+        if stream != block.stream && !block.stream_uses.contains(&stream) {
+            block.stream_uses.push(stream);
+        }
+        Ok(())
+    }
+
+    /// The device address, size and state of the allocated block `id`.
+    pub fn allocated_block(&self, id: BlockId) -> Option<(u64, usize)> {
+        self.blocks
+            .get(id)
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| (b.addr, b.size))
+    }
+
+    /// The block starting at `addr`, if any segment of this device has one.
+    pub fn block_at(&self, addr: u64) -> Option<(BlockId, BlockState)> {
+        let (_, segment) = self.segments.range(..=addr).next_back()?;
+        let mut cursor = Some(segment.head);
+        while let Some(id) = cursor {
+            let block = self.blocks.get(id)?;
+            if block.addr == addr {
+                return Some((id, block.state));
+            }
+            if block.addr > addr {
+                return None;
+            }
+            cursor = block.next;
+        }
+        None
+    }
+
+    /// Every segment with its blocks, lowest address first.
+    pub fn segments(&self) -> Vec<SegmentView> {
+        self.segments
+            .iter()
+            .map(|(&addr, segment)| {
+                let mut blocks = Vec::new();
+                let mut cursor = Some(segment.head);
+                let mut stream = StreamId::DEFAULT;
+                let mut pool = PoolKind::Large;
+                while let Some(block) = cursor.and_then(|id| self.blocks.get(id)) {
+                    stream = block.stream;
+                    pool = if block.small {
+                        PoolKind::Small
+                    } else {
+                        PoolKind::Large
+                    };
+                    blocks.push(BlockView {
+                        addr: block.addr,
+                        size: block.size,
+                        requested: block.requested,
+                        state: block.state,
+                    });
+                    cursor = block.next;
+                }
+                SegmentView {
+                    addr,
+                    size: segment.size,
+                    stream,
+                    pool,
+                    blocks,
+                }
+            })
+            .collect()
+    }
+}
+
+fn apply_net(array: &mut StatArray, small: bool, net: i64) {
+    if net > 0 {
+        increase(array, small, net as u64);
+    } else if net < 0 {
+        decrease(array, small, net.unsigned_abs());
+    }
+}

@@ -1,0 +1,17 @@
+#![forbid(unsafe_code)]
+//! Pure bookkeeping of the caching allocator: sizes, blocks, free lists and one device's
+//! allocator. No I/O, no locks, no `unsafe`; the device is reached only through the
+//! [`Backend`](crate::backend::Backend) passed into each call.
+
+mod block;
+mod device;
+mod events;
+mod free_list;
+mod invariants;
+mod release;
+pub mod sizing;
+
+pub use block::{BlockId, BlockState};
+pub use device::{AllocatedBlock, BlockView, DeviceAllocator, SegmentView};
+pub use free_list::PoolKind;
+pub use invariants::InvariantViolation;

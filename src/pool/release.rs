@@ -1,0 +1,279 @@
+//! Getting segments from the device and giving them back: the out-of-memory ladder,
+//! `empty_cache`, garbage collection and the memory fraction.
+//!
+//! When no cached block fits, `malloc` climbs PyTorch's ladder: garbage-collect old cached
+//! blocks (only with a memory fraction and `garbage_collection_threshold`), ask the device,
+//! release cached oversize blocks that could cover the request and ask again, then wait for
+//! every pending event, release every wholly free segment and ask a last time (a *retry*).
+//! Only then does the request fail, with an error that explains the numbers.
+
+use super::block::{Block, BlockId, BlockState};
+use super::device::{decrease, increase, DeviceAllocator, Segment};
+use crate::backend::{Backend, BackendError, StreamId};
+use crate::error::{Error, OutOfMemoryError, Result};
+
+impl<E> DeviceAllocator<E> {
+    /// Device capacity in bytes, asked of the backend once.
+    pub(crate) fn total_bytes<B: Backend<Event = E>>(&mut self, backend: &B) -> Result<usize> {
+        if let Some(total) = self.total_bytes {
+            return Ok(total);
+        }
+        let total = backend.mem_get_info(self.device)?.total_bytes;
+        self.total_bytes = Some(total);
+        Ok(total)
+    }
+
+    /// The memory-fraction limit in bytes, if a fraction is set.
+    pub(crate) fn limit_bytes<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+    ) -> Result<Option<usize>> {
+        match self.fraction {
+            None => Ok(None),
+            Some(fraction) => {
+                let total = self.total_bytes(backend)?;
+                Ok(Some((fraction * total as f64) as usize))
+            }
+        }
+    }
+
+    /// Caps the bytes this allocator may reserve at `fraction` of the device's capacity
+    /// (validated by the caller to lie in `[0, 1]`).
+    pub fn set_memory_fraction<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        fraction: f64,
+    ) -> Result<()> {
+        self.total_bytes(backend)?;
+        self.fraction = Some(fraction);
+        Ok(())
+    }
+
+    /// Synchronizes pending events, then returns every wholly free segment to the device.
+    /// Segments that still hold a live block stay.
+    pub fn empty_cache<B: Backend<Event = E>>(&mut self, backend: &B) -> Result<()> {
+        self.release_cached_blocks(backend)
+    }
+
+    /// Gets a new segment for a request no cached block could serve, climbing the ladder.
+    pub(crate) fn allocate_segment_for<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        requested: usize,
+        rounded: usize,
+        segment_size: usize,
+        stream: StreamId,
+    ) -> Result<BlockId> {
+        let small = super::sizing::is_small(rounded);
+        let limit = self.limit_bytes(backend)?;
+        let total = self.total_bytes(backend)?;
+        let ceiling = limit.unwrap_or(total);
+        if segment_size > ceiling {
+            return Err(Error::ExceedsCapacity {
+                device: self.device,
+                requested_bytes: segment_size,
+                limit_bytes: ceiling,
+                limited: limit.is_some(),
+            });
+        }
+        if self.gc_enabled() {
+            self.garbage_collect(backend)?;
+        }
+        if let Some(id) = self.alloc_block(backend, segment_size, stream, small, false)? {
+            return Ok(id);
+        }
+        if self.release_available_cached_blocks(backend, rounded, stream, small)? {
+            if let Some(id) = self.alloc_block(backend, segment_size, stream, small, false)? {
+                return Ok(id);
+            }
+        }
+        self.release_cached_blocks(backend)?;
+        if let Some(id) = self.alloc_block(backend, segment_size, stream, small, true)? {
+            return Ok(id);
+        }
+
+        self.stats.num_ooms += 1;
+        let info = backend.mem_get_info(self.device)?;
+        Err(Error::OutOfMemory(Box::new(OutOfMemoryError {
+            device: self.device,
+            stream,
+            requested_bytes: requested,
+            rounded_bytes: rounded,
+            allocation_bytes: segment_size,
+            device_total_bytes: info.total_bytes,
+            device_free_bytes: info.free_bytes,
+            limit_bytes: limit,
+            allocated_bytes: self.stats.allocated_bytes[0].current as usize,
+            reserved_bytes: self.reserved,
+        })))
+    }
+
+    /// Asks the device for a segment. `Ok(None)` when it (or the memory limit) refuses for
+    /// lack of memory; other device failures are errors.
+    fn alloc_block<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        size: usize,
+        stream: StreamId,
+        small: bool,
+        is_retry: bool,
+    ) -> Result<Option<BlockId>> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+        }
+        if let Some(limit) = self.limit_bytes(backend)? {
+            if self.reserved.saturating_add(size) > limit {
+                return Ok(None);
+            }
+        }
+        let addr = match backend.alloc_segment(self.device, size) {
+            Ok(addr) => addr,
+            Err(BackendError::OutOfMemory { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let id = self.blocks.insert(Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            small,
+            state: BlockState::Free,
+            prev: None,
+            next: None,
+            stream_uses: Vec::new(),
+            event_count: 0,
+            gc_count_base: 0,
+        });
+        self.segments.insert(addr, Segment { size, head: id });
+        self.reserved += size;
+        increase(&mut self.stats.segment, small, 1);
+        increase(&mut self.stats.reserved_bytes, small, size as u64);
+        if size >= self.config.max_split_size() {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.stats.num_device_alloc += 1;
+        Ok(Some(id))
+    }
+
+    /// Returns the cached, unsplit block `id` (a whole segment) to the device.
+    fn release_block<B: Backend<Event = E>>(&mut self, backend: &B, id: BlockId) -> Result<()> {
+        let block = self.block(id)?;
+        if block.is_split() || block.state != BlockState::Free {
+            return Err(Error::InvariantViolated {
+                what: "release of a block that is not a whole free segment",
+            });
+        }
+        let (addr, size, small) = (block.addr, block.size, block.small);
+        backend.free_segment(self.device, addr, size)?;
+        self.uncache(id)?;
+        self.blocks.remove(id);
+        self.segments.remove(&addr);
+        self.reserved -= size;
+        self.stats.num_device_free += 1;
+        decrease(&mut self.stats.segment, small, 1);
+        decrease(&mut self.stats.reserved_bytes, small, size as u64);
+        if size >= self.config.max_split_size() {
+            self.stats.oversize_segments.decrease(1);
+        }
+        Ok(())
+    }
+
+    /// Releases cached oversize blocks of `stream` that together can cover the request: the
+    /// smallest single one that is large enough, or else the largest ones, biggest first.
+    /// Does nothing without a `max_split_size`.
+    fn release_available_cached_blocks<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        rounded: usize,
+        stream: StreamId,
+        small: bool,
+    ) -> Result<bool> {
+        let max_split = self.config.max_split_size();
+        if max_split == usize::MAX {
+            return Ok(false);
+        }
+        let target = rounded.max(max_split);
+        if let Some(key) = self.pool_ref(small).best_fit(stream, target) {
+            self.release_block(backend, key.id)?;
+            return Ok(true);
+        }
+        let mut released = 0usize;
+        while released < target {
+            let Some(key) = self.pool_ref(small).largest_below(stream, target) else {
+                break;
+            };
+            if key.size < max_split {
+                break;
+            }
+            released += key.size;
+            self.release_block(backend, key.id)?;
+        }
+        Ok(released >= target)
+    }
+
+    /// Waits for all pending events, then releases every cached block that is a whole segment,
+    /// in both pools.
+    pub(crate) fn release_cached_blocks<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+    ) -> Result<()> {
+        let synced = self.synchronize_and_free_events(backend);
+        for small in [false, true] {
+            let whole: Vec<BlockId> = self
+                .pool_ref(small)
+                .iter()
+                .map(|k| k.id)
+                .filter(|&id| self.blocks.get(id).is_some_and(|b| !b.is_split()))
+                .collect();
+            for id in whole {
+                self.release_block(backend, id)?;
+            }
+        }
+        synced
+    }
+
+    /// Frees unsplit cached large blocks, oldest (least recently looked past) first, until the
+    /// reserved bytes fall below `garbage_collection_threshold` of the memory limit. Does not
+    /// synchronize, so it is cheaper than releasing everything.
+    fn garbage_collect<B: Backend<Event = E>>(&mut self, backend: &B) -> Result<()> {
+        let Some(limit) = self.limit_bytes(backend)? else {
+            return Ok(());
+        };
+        let threshold = (self.config.garbage_collection_threshold() * limit as f64) as usize;
+        if self.reserved <= threshold {
+            return Ok(());
+        }
+        let target = self.reserved - threshold;
+        let now = self.large.lookups;
+        let age = |b: &Block| now - b.gc_count_base;
+        let mut total_age: u64 = 0;
+        let mut freeable: u64 = 0;
+        for key in self.large.iter() {
+            if let Some(b) = self.blocks.get(key.id).filter(|b| !b.is_split()) {
+                total_age += age(b);
+                freeable += 1;
+            }
+        }
+        let mut reclaimed = 0usize;
+        let mut freed_one = true;
+        while reclaimed < target && freed_one && freeable > 0 {
+            let threshold_age = total_age as f64 / freeable as f64;
+            freed_one = false;
+            let old: Vec<(BlockId, u64, usize)> = self
+                .large
+                .iter()
+                .filter_map(|k| self.blocks.get(k.id).map(|b| (k.id, b)))
+                .filter(|(_, b)| !b.is_split() && age(b) as f64 >= threshold_age)
+                .map(|(id, b)| (id, age(b), b.size))
+                .collect();
+            for (id, block_age, size) in old {
+                self.release_block(backend, id)?;
+                freed_one = true;
+                reclaimed += size;
+                total_age -= block_age;
+                freeable -= 1;
+            }
+        }
+        Ok(())
+    }
+}
