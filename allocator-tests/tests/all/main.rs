@@ -1,1 +1,2 @@
 //! One test binary with a module per area.
+mod scenarios;
