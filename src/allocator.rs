@@ -67,7 +67,19 @@ struct Shared<B: Backend> {
 
 impl<B: Backend> CachingAllocator<B> {
     /// An allocator over every device of `backend`. Nothing is allocated until asked for.
+    ///
+    /// `expandable_segments` and `release_lock_on_cudamalloc` are accepted but not yet acted
+    /// on: segments are fixed-size and the device lock is held while a segment is allocated
+    /// (said once through `tracing` at warn level).
     pub fn new(backend: B, config: AllocatorConfig) -> Self {
+        if config.expandable_segments() {
+            tracing::warn!(
+                "expandable_segments is accepted but not implemented yet; using fixed segments"
+            );
+        }
+        if config.release_lock_on_cudamalloc() {
+            tracing::warn!("release_lock_on_cudamalloc is accepted but has no effect yet");
+        }
         let devices = (0..backend.device_count())
             .map(|d| Mutex::new(DeviceAllocator::new(d, config.clone())))
             .collect();

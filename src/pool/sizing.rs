@@ -87,7 +87,9 @@ pub fn should_split(
     config: &AllocatorConfig,
 ) -> bool {
     let remaining = block_size - rounded_size;
-    if small_pool || config.expandable_segments() {
+    // PyTorch also splits this finely inside expandable segments; blockpool does not map
+    // expandable segments yet, so every segment follows the fixed-segment rule.
+    if small_pool {
         remaining >= MIN_BLOCK_SIZE
     } else {
         rounded_size < config.max_split_size() && remaining > SMALL_SIZE
