@@ -179,7 +179,10 @@ impl<B: Backend> CachingAllocator<B> {
         let entry = self.shared.raw.get(&ptr).map(|e| *e.value());
         match entry {
             Some((owner, id)) if owner == device => self.device(device)?.record_stream(id, stream),
-            _ => Err(self.shared.explain_bad_pointer(device, ptr)),
+            _ => Err(match self.shared.explain_bad_pointer(device, ptr) {
+                Error::DoubleFree { device, ptr } => Error::UseAfterFree { device, ptr },
+                other => other,
+            }),
         }
     }
 

@@ -64,6 +64,15 @@ pub enum Error {
         /// The pointer given.
         ptr: u64,
     },
+    /// The pointer was allocated here and has been freed, so it cannot be used any more (for
+    /// example recorded on a stream).
+    #[error("use after free: pointer {ptr:#x} on device {device} was already freed")]
+    UseAfterFree {
+        /// Device of the pointer.
+        device: DeviceIndex,
+        /// The pointer given.
+        ptr: u64,
+    },
     /// The pointer belongs to another device than the one named in the call.
     #[error("pointer {ptr:#x} belongs to device {actual}, not to device {given}")]
     WrongDevice {

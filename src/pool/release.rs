@@ -87,9 +87,17 @@ impl<E> DeviceAllocator<E> {
                 return Ok(id);
             }
         }
-        self.release_cached_blocks(backend)?;
+        // A stream that cannot be waited for keeps its blocks, but the segments that could be
+        // released were, so the retry still happens; the failure is only reported with it.
+        let synced = self.release_cached_blocks(backend);
         if let Some(id) = self.alloc_block(backend, segment_size, stream, small, true)? {
             return Ok(id);
+        }
+        if let Err(e) = synced {
+            tracing::warn!(
+                device = self.device,
+                "out of memory while a stream could not be waited for: {e}"
+            );
         }
 
         self.stats.num_ooms += 1;
