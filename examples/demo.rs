@@ -43,16 +43,20 @@ fn main() -> Result<(), Box<dyn Error>> {
             let scratch = alloc.allocate(0, tokens * 4, main)?;
             drop(scratch);
         }
-        // A gradient bucket reduced on a side stream: freed on main, used on side.
+        // A gradient bucket all-reduced on a side stream: freed from the main stream while the
+        // side stream may still read it, so its memory is reused only after the side stream's
+        // event completes (checked at the next allocation).
         let bucket = alloc.allocate(0, 25 << 20, main)?;
         bucket.record_stream(side)?;
+        drop(bucket);
         while let Some(activation) = activations.pop() {
             let grad = alloc.allocate(0, activation.size(), main)?;
             drop(activation);
             drop(grad);
+            if activations.len() == LAYERS {
+                sim.complete_stream(0, side)?; // the all-reduce finished
+            }
         }
-        drop(bucket);
-        sim.complete_stream(0, side)?;
         let stats = alloc.memory_stats(0)?;
         println!(
             "step {step}: seq_len {seq_len:>4}  peak allocated {:>9}  peak reserved {:>9}  device allocs {}",
