@@ -6,10 +6,25 @@
 //! segment's first block never changes while the segment lives.
 
 use crate::backend::StreamId;
+use std::num::NonZeroU32;
 
-/// Index of a block in its device's slab. Valid while the block lives.
+/// Index of a block in its device's slab (plus one, so `Option<BlockId>` takes four bytes).
+/// Valid while the block lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BlockId(pub(crate) u32);
+pub struct BlockId(pub(crate) NonZeroU32);
+
+impl BlockId {
+    #[inline]
+    fn index(self) -> usize {
+        self.0.get() as usize - 1
+    }
+
+    #[inline]
+    pub(crate) fn from_index(index: usize) -> BlockId {
+        // Slab slots are counted in u32 and start at 1; `insert` refuses to grow past that.
+        BlockId(NonZeroU32::MIN.saturating_add(index as u32))
+    }
+}
 
 /// Where a block is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,8 +49,9 @@ pub(crate) struct Block {
     pub state: BlockState,
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
-    /// Streams other than `stream` that used the block (`record_stream`).
-    pub stream_uses: Vec<StreamId>,
+    /// Streams other than `stream` that used the block (`record_stream`); boxed because it is
+    /// almost always absent and blocks should stay small.
+    pub stream_uses: Option<Box<Vec<StreamId>>>,
     /// Outstanding events while `PendingFree`.
     pub event_count: u32,
     /// The pool's free-list lookup count when the block was cached (garbage collection age).
@@ -57,32 +73,40 @@ pub(crate) struct BlockArena {
 }
 
 impl BlockArena {
-    pub fn insert(&mut self, block: Block) -> BlockId {
+    /// Stores `block`; `None` only when 2^32 - 1 blocks already live on one device.
+    #[inline]
+    pub fn insert(&mut self, block: Block) -> Option<BlockId> {
+        let index = match self.vacant.pop() {
+            Some(index) => {
+                self.slots[index as usize] = Some(block);
+                index as usize
+            }
+            None if self.slots.len() < u32::MAX as usize => {
+                self.slots.push(Some(block));
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
         self.live += 1;
-        if let Some(index) = self.vacant.pop() {
-            self.slots[index as usize] = Some(block);
-            BlockId(index)
-        } else {
-            self.slots.push(Some(block));
-            BlockId((self.slots.len() - 1) as u32)
-        }
+        Some(BlockId::from_index(index))
     }
 
+    #[inline]
     pub fn remove(&mut self, id: BlockId) -> Option<Block> {
-        let block = self.slots.get_mut(id.0 as usize)?.take()?;
-        self.vacant.push(id.0);
+        let block = self.slots.get_mut(id.index())?.take()?;
+        self.vacant.push(id.index() as u32);
         self.live -= 1;
         Some(block)
     }
 
     #[inline]
     pub fn get(&self, id: BlockId) -> Option<&Block> {
-        self.slots.get(id.0 as usize)?.as_ref()
+        self.slots.get(id.index())?.as_ref()
     }
 
     #[inline]
     pub fn get_mut(&mut self, id: BlockId) -> Option<&mut Block> {
-        self.slots.get_mut(id.0 as usize)?.as_mut()
+        self.slots.get_mut(id.index())?.as_mut()
     }
 
     pub fn len(&self) -> usize {
@@ -104,26 +128,34 @@ mod tests {
             state: BlockState::Free,
             prev: None,
             next: None,
-            stream_uses: Vec::new(),
+            stream_uses: None,
             event_count: 0,
             gc_count_base: 0,
         }
     }
 
     #[test]
+    fn blocks_stay_small() {
+        assert!(
+            std::mem::size_of::<Option<Block>>() <= 64,
+            "a slab slot should fit a cache line"
+        );
+    }
+
+    #[test]
     fn removed_slots_are_reused() {
         let mut arena = BlockArena::default();
-        let a = arena.insert(block(0));
-        let b = arena.insert(block(512));
+        let a = arena.insert(block(0)).unwrap();
+        let b = arena.insert(block(512)).unwrap();
         assert_eq!(arena.remove(a).map(|b| b.addr), Some(0));
         assert!(
             arena.get(a).is_none(),
             "a removed block must not be reachable"
         );
-        let c = arena.insert(block(1024));
+        let c = arena.insert(block(1024)).unwrap();
         assert_eq!(c, a, "the vacant slot is reused");
         assert_eq!(arena.len(), 2);
         assert_eq!(arena.get(b).map(|b| b.addr), Some(512));
-        assert!(arena.remove(BlockId(99)).is_none());
+        assert!(arena.remove(BlockId::from_index(99)).is_none());
     }
 }

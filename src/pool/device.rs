@@ -15,6 +15,16 @@ use crate::error::{Error, Result};
 use crate::stats::{DeviceStats, StatArray, StatType};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+/// A block id that names no block: a bookkeeping bug.
+pub(crate) const NO_BLOCK: Error = Error::InvariantViolated {
+    what: "block id names no block",
+};
+
+/// Returned when a device would need more than 2^32 - 1 blocks at once.
+pub(crate) const TOO_MANY_BLOCKS: Error = Error::InvariantViolated {
+    what: "more than 2^32 - 1 blocks on one device",
+};
+
 /// A block handed out by [`DeviceAllocator::malloc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllocatedBlock {
@@ -195,17 +205,6 @@ impl<E> DeviceAllocator<E> {
         }
     }
 
-    /// Caches a free block in its pool, stamping its garbage-collection age.
-    pub(crate) fn cache(&mut self, id: BlockId) -> Result<()> {
-        let block = self.block(id)?;
-        let (key, small) = (Self::free_key(id, block), block.small);
-        let pool = self.pool(small);
-        let lookups = pool.lookups;
-        pool.insert(key);
-        self.block_mut(id)?.gc_count_base = lookups;
-        Ok(())
-    }
-
     /// Removes a cached block from its pool.
     pub(crate) fn uncache(&mut self, id: BlockId) -> Result<()> {
         let block = self.block(id)?;
@@ -300,53 +299,73 @@ impl<E> DeviceAllocator<E> {
         requested: usize,
     ) -> Result<AllocatedBlock> {
         let max_split = self.config.max_split_size();
-        let block = self.block(id)?;
-        let small = block.small;
+        let block = self.blocks.get(id).ok_or(NO_BLOCK)?;
+        let (small, addr, stream, old_size, old_next) = (
+            block.small,
+            block.addr,
+            block.stream,
+            block.size,
+            block.next,
+        );
         let already_split = block.is_split();
-        let split = sizing::should_split(block.size, rounded, small, &self.config);
-        if split {
-            let remainder = Block {
-                addr: block.addr + rounded as u64,
-                size: block.size - rounded,
-                requested: 0,
-                stream: block.stream,
-                small,
-                state: BlockState::Free,
-                prev: Some(id),
-                next: block.next,
-                stream_uses: Vec::new(),
-                event_count: 0,
-                gc_count_base: 0,
+        let size = if sizing::should_split(old_size, rounded, small, &self.config) {
+            let rest_size = old_size - rounded;
+            let rest_key = FreeKey {
+                stream,
+                size: rest_size,
+                addr: addr + rounded as u64,
+                id,
             };
-            let remainder_size = remainder.size as u64;
-            let next = remainder.next;
-            let rest = self.blocks.insert(remainder);
-            if let Some(next) = next {
-                self.block_mut(next)?.prev = Some(rest);
+            let rest = self
+                .blocks
+                .insert(Block {
+                    addr: rest_key.addr,
+                    size: rest_size,
+                    requested: 0,
+                    stream,
+                    small,
+                    state: BlockState::Free,
+                    prev: Some(id),
+                    next: old_next,
+                    stream_uses: None,
+                    event_count: 0,
+                    gc_count_base: self.pool_ref(small).lookups,
+                })
+                .ok_or(TOO_MANY_BLOCKS)?;
+            if let Some(next) = old_next {
+                self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(rest);
             }
-            let block = self.block_mut(id)?;
-            block.next = Some(rest);
-            block.size = rounded;
-            self.cache(rest)?;
+            self.pool(small).insert(FreeKey {
+                id: rest,
+                ..rest_key
+            });
             if already_split {
                 // An inactive split block shrinks by the part handed out.
                 decrease(&mut self.stats.inactive_split_bytes, small, rounded as u64);
             } else {
-                increase(&mut self.stats.inactive_split_bytes, small, remainder_size);
+                increase(
+                    &mut self.stats.inactive_split_bytes,
+                    small,
+                    rest_size as u64,
+                );
                 increase(&mut self.stats.inactive_split, small, 1);
             }
-        } else if already_split {
-            let size = self.block(id)?.size as u64;
-            decrease(&mut self.stats.inactive_split_bytes, small, size);
-            decrease(&mut self.stats.inactive_split, small, 1);
-        }
-
-        self.next_alloc_id += 1;
-        let alloc_id = self.next_alloc_id;
-        let block = self.block_mut(id)?;
+            let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
+            block.next = Some(rest);
+            block.size = rounded;
+            rounded
+        } else {
+            if already_split {
+                decrease(&mut self.stats.inactive_split_bytes, small, old_size as u64);
+                decrease(&mut self.stats.inactive_split, small, 1);
+            }
+            old_size
+        };
+        let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
         block.state = BlockState::Allocated;
         block.requested = requested;
-        let (addr, size, stream) = (block.addr, block.size, block.stream);
+
+        self.next_alloc_id += 1;
         let stats = &mut self.stats;
         increase(&mut stats.allocation, small, 1);
         increase(&mut stats.allocated_bytes, small, size as u64);
@@ -362,7 +381,7 @@ impl<E> DeviceAllocator<E> {
             size,
             requested,
             stream,
-            alloc_id,
+            alloc_id: self.next_alloc_id,
         })
     }
 
@@ -388,7 +407,7 @@ impl<E> DeviceAllocator<E> {
         if size >= max_split as u64 {
             stats.oversize_allocations.decrease(1);
         }
-        if block.stream_uses.is_empty() {
+        if block.stream_uses.is_none() {
             block.state = BlockState::Free;
             self.free_block(id)
         } else {
@@ -399,38 +418,58 @@ impl<E> DeviceAllocator<E> {
 
     /// Returns a freed block with no outstanding events to its pool, merging free neighbours.
     pub(crate) fn free_block(&mut self, id: BlockId) -> Result<()> {
-        let block = self.block_mut(id)?;
-        debug_assert!(block.event_count == 0 && block.stream_uses.is_empty());
+        let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
+        debug_assert!(block.event_count == 0 && block.stream_uses.is_none());
         block.state = BlockState::Free;
-        let (small, original_size, requested) = (block.small, block.size, block.requested);
+        let (small, stream, original_size, requested) =
+            (block.small, block.stream, block.size, block.requested);
         block.requested = 0;
         let (prev, next) = (block.prev, block.next);
+        let (mut addr, mut size) = (block.addr, block.size);
 
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let mut merged = id;
-        if let Some(prev) = prev.filter(|p| self.is_free(*p)) {
+        if let Some((prev, prev_block)) = self.free_neighbour(prev) {
             // The lower block absorbs this one and keeps its id.
-            let prev_size = self.block(prev)?.size;
-            self.uncache(prev)?;
+            let key = FreeKey {
+                stream,
+                size: prev_block.size,
+                addr: prev_block.addr,
+                id: prev,
+            };
+            self.remove_cached(small, &key)?;
             self.absorb_next(prev, id)?;
             net_blocks -= 1;
-            net_bytes -= prev_size as i64;
-            merged = prev;
+            net_bytes -= key.size as i64;
+            (merged, addr, size) = (prev, key.addr, key.size + size);
         }
-        if let Some(next) = next.filter(|n| self.is_free(*n)) {
-            let next_size = self.block(next)?.size;
-            self.uncache(next)?;
+        if let Some((next, next_block)) = self.free_neighbour(next) {
+            let key = FreeKey {
+                stream,
+                size: next_block.size,
+                addr: next_block.addr,
+                id: next,
+            };
+            self.remove_cached(small, &key)?;
             self.absorb_next(merged, next)?;
             net_blocks -= 1;
-            net_bytes -= next_size as i64;
+            net_bytes -= key.size as i64;
+            size += key.size;
         }
-        self.cache(merged)?;
-        let block = self.block(merged)?;
+        let lookups = self.pool_ref(small).lookups;
+        let block = self.blocks.get_mut(merged).ok_or(NO_BLOCK)?;
+        block.gc_count_base = lookups;
         if block.is_split() {
             net_blocks += 1;
-            net_bytes += block.size as i64;
+            net_bytes += size as i64;
         }
+        self.pool(small).insert(FreeKey {
+            stream,
+            size,
+            addr,
+            id: merged,
+        });
 
         let stats = &mut self.stats;
         apply_net(&mut stats.inactive_split, small, net_blocks);
@@ -441,21 +480,33 @@ impl<E> DeviceAllocator<E> {
         Ok(())
     }
 
-    fn is_free(&self, id: BlockId) -> bool {
+    /// The neighbour `id`, when there is one and it is cached.
+    #[inline]
+    fn free_neighbour(&self, id: Option<BlockId>) -> Option<(BlockId, &Block)> {
+        let id = id?;
         self.blocks
             .get(id)
-            .is_some_and(|b| b.state == BlockState::Free)
+            .filter(|b| b.state == BlockState::Free)
+            .map(|b| (id, b))
+    }
+
+    fn remove_cached(&mut self, small: bool, key: &FreeKey) -> Result<()> {
+        if self.pool(small).remove(key) {
+            Ok(())
+        } else {
+            Err(Error::InvariantViolated {
+                what: "free block missing from its free list",
+            })
+        }
     }
 
     /// Merges `upper`, the block right after `lower`, into `lower`.
     fn absorb_next(&mut self, lower: BlockId, upper: BlockId) -> Result<()> {
-        let upper_block = self.blocks.remove(upper).ok_or(Error::InvariantViolated {
-            what: "merge of a missing block",
-        })?;
+        let upper_block = self.blocks.remove(upper).ok_or(NO_BLOCK)?;
         if let Some(next) = upper_block.next {
-            self.block_mut(next)?.prev = Some(lower);
+            self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(lower);
         }
-        let lower_block = self.block_mut(lower)?;
+        let lower_block = self.blocks.get_mut(lower).ok_or(NO_BLOCK)?;
         debug_assert_eq!(lower_block.addr + lower_block.size as u64, upper_block.addr);
         lower_block.size += upper_block.size;
         lower_block.next = upper_block.next;
@@ -471,8 +522,11 @@ impl<E> DeviceAllocator<E> {
                 what: "record_stream on a block that is not allocated",
             });
         }
-        if stream != block.stream && !block.stream_uses.contains(&stream) {
-            block.stream_uses.push(stream);
+        if stream != block.stream {
+            let uses = block.stream_uses.get_or_insert_with(Default::default);
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
         }
         Ok(())
     }

@@ -17,8 +17,8 @@ impl<E> DeviceAllocator<E> {
         backend: &B,
         id: BlockId,
     ) -> Result<()> {
-        let streams = std::mem::take(&mut self.block_mut(id)?.stream_uses);
-        for stream in streams {
+        let streams = self.block_mut(id)?.stream_uses.take().unwrap_or_default();
+        for stream in *streams {
             let event = backend.record_event(self.device, stream)?;
             self.block_mut(id)?.event_count += 1;
             self.events

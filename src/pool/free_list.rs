@@ -1,10 +1,17 @@
-//! Free lists: cached blocks of one pool ordered by (stream, size, address), so that the first
-//! entry at or after `(stream, size, 0)` is the best fit on that stream.
+//! Free lists: cached blocks of one pool, per stream, ordered by (size, address), so that the
+//! first entry at or after `(size, 0)` on a stream is the best fit there.
+//!
+//! The order is exact, but finding a place in it is made cheap with a two-level segregated
+//! index (as in TLSF): sizes, counted in 512-byte units, fall into classes (exact below 32 KiB,
+//! then 64 classes per power of two), each class holds its blocks sorted by (size, address),
+//! and a bitmap over the classes finds the next non-empty one in a few instructions. Classes
+//! partition the sizes in order, so the best fit is the first entry at or after the request in
+//! its own class or, failing that, the first entry of the next non-empty class: exactly the
+//! first entry of PyTorch's `std::set` at or after `(stream, size, 0)`.
 
 use super::block::BlockId;
 use crate::backend::StreamId;
-use std::collections::BTreeSet;
-use std::ops::Bound;
+use std::collections::BTreeMap;
 
 /// The two pools of PyTorch's allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,7 +22,7 @@ pub enum PoolKind {
     Large,
 }
 
-/// Ordering key of a cached block.
+/// A cached block as the free list knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct FreeKey {
     pub stream: StreamId,
@@ -24,78 +31,328 @@ pub(crate) struct FreeKey {
     pub id: BlockId,
 }
 
+#[inline]
+fn pack(size: usize, addr: u64) -> u128 {
+    ((size as u128) << 64) | addr as u128
+}
+
+#[inline]
+fn unpack(stream: StreamId, key: u128, id: BlockId) -> FreeKey {
+    FreeKey {
+        stream,
+        size: (key >> 64) as usize,
+        addr: key as u64,
+        id,
+    }
+}
+
+/// Subdivisions of each power of two, as a shift (64).
+const SUBDIVISION_BITS: u32 = 6;
+/// Classes in all: sizes up to 2^64 bytes, i.e. 2^55 units, need fewer than 64 * 64.
+const CLASSES: usize = 64 * 64;
+
+/// The class of a size: its 512-byte unit count when below 64 units, else 64 classes per
+/// power of two. Monotonic: a larger size never falls in a smaller class.
+#[inline]
+fn class_of(size: usize) -> usize {
+    let units = (size >> 9) as u64;
+    if units < (1 << SUBDIVISION_BITS) {
+        return units as usize;
+    }
+    let log = 63 - units.leading_zeros();
+    let sub = (units >> (log - SUBDIVISION_BITS)) & ((1 << SUBDIVISION_BITS) - 1);
+    (((log - SUBDIVISION_BITS + 1) << SUBDIVISION_BITS) as u64 + sub) as usize
+}
+
+/// Blocks of one class, sorted by packed (size, address). Short classes are a sorted vector;
+/// a class that grows long (many equal-size holes) becomes a B-tree.
+#[derive(Debug)]
+enum Class {
+    Short(Vec<(u128, BlockId)>),
+    Long(BTreeMap<u128, BlockId>),
+}
+
+const SHORT_CLASS_MAX: usize = 64;
+
+impl Default for Class {
+    fn default() -> Self {
+        Class::Short(Vec::new())
+    }
+}
+
+impl Class {
+    fn insert(&mut self, key: u128, id: BlockId) -> bool {
+        match self {
+            Class::Short(v) => match v.binary_search_by_key(&key, |e| e.0) {
+                Ok(_) => false,
+                Err(at) => {
+                    v.insert(at, (key, id));
+                    if v.len() > SHORT_CLASS_MAX {
+                        *self = Class::Long(v.drain(..).collect());
+                    }
+                    true
+                }
+            },
+            Class::Long(m) => m.insert(key, id).is_none(),
+        }
+    }
+
+    fn remove(&mut self, key: u128) -> bool {
+        match self {
+            Class::Short(v) => match v.binary_search_by_key(&key, |e| e.0) {
+                Ok(at) => {
+                    v.remove(at);
+                    true
+                }
+                Err(_) => false,
+            },
+            Class::Long(m) => {
+                let removed = m.remove(&key).is_some();
+                if m.is_empty() {
+                    *self = Class::default();
+                }
+                removed
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Class::Short(v) => v.is_empty(),
+            Class::Long(m) => m.is_empty(),
+        }
+    }
+
+    fn get(&self, key: u128) -> Option<BlockId> {
+        match self {
+            Class::Short(v) => v.binary_search_by_key(&key, |e| e.0).ok().map(|at| v[at].1),
+            Class::Long(m) => m.get(&key).copied(),
+        }
+    }
+
+    /// First entry at or after `key`.
+    #[inline]
+    fn ceiling(&self, key: u128) -> Option<(u128, BlockId)> {
+        match self {
+            Class::Short(v) => v.get(v.partition_point(|e| e.0 < key)).copied(),
+            Class::Long(m) => m.range(key..).next().map(|(&k, &id)| (k, id)),
+        }
+    }
+
+    /// Last entry before `key`.
+    fn floor_below(&self, key: u128) -> Option<(u128, BlockId)> {
+        match self {
+            Class::Short(v) => {
+                let at = v.partition_point(|e| e.0 < key);
+                at.checked_sub(1).map(|i| v[i])
+            }
+            Class::Long(m) => m.range(..key).next_back().map(|(&k, &id)| (k, id)),
+        }
+    }
+
+    fn entries(&self) -> Box<dyn Iterator<Item = (u128, BlockId)> + '_> {
+        match self {
+            Class::Short(v) => Box::new(v.iter().copied()),
+            Class::Long(m) => Box::new(m.iter().map(|(&k, &id)| (k, id))),
+        }
+    }
+}
+
+/// The cached blocks of one stream in one pool.
+#[derive(Debug)]
+struct StreamList {
+    stream: StreamId,
+    /// Indexed by class; grown on demand.
+    classes: Vec<Class>,
+    /// Bit c set when class c is non-empty.
+    words: [u64; CLASSES / 64],
+    /// Bit w set when `words[w]` is non-zero.
+    summary: u64,
+}
+
+impl StreamList {
+    fn new(stream: StreamId) -> Self {
+        StreamList {
+            stream,
+            classes: Vec::new(),
+            words: [0; CLASSES / 64],
+            summary: 0,
+        }
+    }
+
+    fn mark(&mut self, class: usize, non_empty: bool) {
+        let (word, bit) = (class / 64, class % 64);
+        if non_empty {
+            self.words[word] |= 1 << bit;
+            self.summary |= 1 << word;
+        } else {
+            self.words[word] &= !(1 << bit);
+            if self.words[word] == 0 {
+                self.summary &= !(1 << word);
+            }
+        }
+    }
+
+    /// The lowest non-empty class after `class`.
+    #[inline]
+    fn next_class(&self, class: usize) -> Option<usize> {
+        let (word, bit) = (class / 64, class % 64);
+        let above = if bit == 63 {
+            0
+        } else {
+            self.words[word] & (!0u64 << (bit + 1))
+        };
+        if above != 0 {
+            return Some(word * 64 + above.trailing_zeros() as usize);
+        }
+        let words_above = if word == 63 {
+            0
+        } else {
+            self.summary & (!0u64 << (word + 1))
+        };
+        if words_above == 0 {
+            return None;
+        }
+        let w = words_above.trailing_zeros() as usize;
+        Some(w * 64 + self.words[w].trailing_zeros() as usize)
+    }
+
+    /// The highest non-empty class before `class`.
+    fn previous_class(&self, class: usize) -> Option<usize> {
+        let (word, bit) = (class / 64, class % 64);
+        let below = self.words[word] & ((1u64 << bit) - 1);
+        if below != 0 {
+            return Some(word * 64 + 63 - below.leading_zeros() as usize);
+        }
+        let words_below = self.summary & ((1u64 << word) - 1);
+        if words_below == 0 {
+            return None;
+        }
+        let w = 63 - words_below.leading_zeros() as usize;
+        Some(w * 64 + 63 - self.words[w].leading_zeros() as usize)
+    }
+
+    fn class(&self, class: usize) -> Option<&Class> {
+        self.classes.get(class)
+    }
+}
+
 /// The cached blocks of one pool.
 #[derive(Debug, Default)]
 pub(crate) struct FreeList {
-    blocks: BTreeSet<FreeKey>,
+    /// Per stream, sorted by stream; lists emptied by removals stay for reuse.
+    streams: Vec<StreamList>,
+    len: usize,
     /// Number of best-fit lookups so far; the clock of garbage collection ages.
     pub lookups: u64,
 }
 
 impl FreeList {
+    #[inline]
+    fn stream(&self, stream: StreamId) -> Option<&StreamList> {
+        self.streams.iter().find(|s| s.stream == stream)
+    }
+
+    #[inline]
+    fn stream_mut(&mut self, stream: StreamId) -> &mut StreamList {
+        let index = match self.streams.iter().position(|s| s.stream == stream) {
+            Some(index) => index,
+            None => {
+                let at = self.streams.partition_point(|s| s.stream < stream);
+                self.streams.insert(at, StreamList::new(stream));
+                at
+            }
+        };
+        &mut self.streams[index]
+    }
+
     pub fn insert(&mut self, key: FreeKey) {
-        let inserted = self.blocks.insert(key);
+        let class = class_of(key.size);
+        let list = self.stream_mut(key.stream);
+        if list.classes.len() <= class {
+            list.classes.resize_with(class + 1, Class::default);
+        }
+        let inserted = list.classes[class].insert(pack(key.size, key.addr), key.id);
         debug_assert!(inserted, "block cached twice");
+        list.mark(class, true);
+        self.len += usize::from(inserted);
     }
 
     pub fn remove(&mut self, key: &FreeKey) -> bool {
-        self.blocks.remove(key)
+        let class = class_of(key.size);
+        let Some(list) = self.streams.iter_mut().find(|s| s.stream == key.stream) else {
+            return false;
+        };
+        let Some(entries) = list.classes.get_mut(class) else {
+            return false;
+        };
+        let removed = entries.remove(pack(key.size, key.addr));
+        if entries.is_empty() {
+            list.mark(class, false);
+        }
+        self.len -= usize::from(removed);
+        removed
     }
 
     /// The smallest cached block on `stream` of at least `size` bytes (lowest address first).
     #[inline]
     pub fn best_fit(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
-        let start = FreeKey {
-            stream,
-            size,
-            addr: 0,
-            id: BlockId(0),
-        };
-        self.blocks
-            .range((Bound::Included(start), Bound::Unbounded))
-            .next()
-            .filter(|k| k.stream == stream)
-            .copied()
+        let list = self.stream(stream)?;
+        let class = class_of(size);
+        if let Some((key, id)) = list.class(class).and_then(|c| c.ceiling(pack(size, 0))) {
+            return Some(unpack(stream, key, id));
+        }
+        let next = list.next_class(class)?;
+        let (key, id) = list.class(next)?.ceiling(0)?;
+        Some(unpack(stream, key, id))
     }
 
     /// The largest cached block on `stream` smaller than `size` bytes.
     pub fn largest_below(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
-        let end = FreeKey {
-            stream,
-            size,
-            addr: 0,
-            id: BlockId(0),
-        };
-        self.blocks
-            .range((Bound::Unbounded, Bound::Excluded(end)))
-            .next_back()
-            .filter(|k| k.stream == stream)
-            .copied()
+        let list = self.stream(stream)?;
+        let class = class_of(size);
+        if let Some((key, id)) = list.class(class).and_then(|c| c.floor_below(pack(size, 0))) {
+            return Some(unpack(stream, key, id));
+        }
+        let previous = list.previous_class(class)?;
+        let (key, id) = list.class(previous)?.floor_below(u128::MAX)?;
+        Some(unpack(stream, key, id))
     }
 
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &FreeKey> {
-        self.blocks.iter()
+    /// Every cached block in (stream, size, address) order.
+    pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
+        self.streams.iter().flat_map(|list| {
+            list.classes
+                .iter()
+                .flat_map(|class| class.entries())
+                .map(move |(key, id)| unpack(list.stream, key, id))
+        })
     }
 
     pub fn len(&self) -> usize {
-        self.blocks.len()
+        self.len
     }
 
     pub fn contains(&self, key: &FreeKey) -> bool {
-        self.blocks.contains(key)
+        self.stream(key.stream)
+            .and_then(|list| list.class(class_of(key.size)))
+            .and_then(|class| class.get(pack(key.size, key.addr)))
+            .is_some_and(|id| id == key.id)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
 
     fn key(stream: u64, size: usize, addr: u64) -> FreeKey {
         FreeKey {
             stream: StreamId(stream),
             size,
             addr,
-            id: BlockId(addr as u32),
+            id: BlockId::from_index(addr as usize),
         }
     }
 
@@ -115,6 +372,7 @@ mod tests {
         );
         assert_eq!(list.best_fit(StreamId(1), 512), Some(key(1, 1024, 400)));
         assert_eq!(list.best_fit(StreamId(2), 512), None);
+        assert_eq!(list.len(), 4);
     }
 
     #[test]
@@ -131,5 +389,113 @@ mod tests {
             list.largest_below(StreamId(0), 4097),
             Some(key(0, 4096, 300))
         );
+    }
+
+    #[test]
+    fn iteration_follows_stream_size_address_order_and_removal_counts() {
+        let mut list = FreeList::default();
+        list.insert(key(2, 512, 10));
+        list.insert(key(0, 40 << 20, 30));
+        list.insert(key(0, 1024, 20));
+        let order: Vec<FreeKey> = list.iter().collect();
+        assert_eq!(
+            order,
+            [key(0, 1024, 20), key(0, 40 << 20, 30), key(2, 512, 10)]
+        );
+        assert!(list.remove(&key(0, 1024, 20)));
+        assert!(
+            !list.remove(&key(0, 1024, 20)),
+            "a second removal finds nothing"
+        );
+        assert!(
+            !list.remove(&key(5, 1024, 20)),
+            "an unknown stream finds nothing"
+        );
+        assert_eq!(list.len(), 2);
+        assert!(list.contains(&key(2, 512, 10)));
+        assert!(!list.contains(&key(0, 1024, 20)));
+    }
+
+    #[test]
+    fn classes_are_monotonic_in_size() {
+        let mut previous = 0;
+        for units in 1..100_000usize {
+            let class = class_of(units * 512);
+            assert!(class >= previous, "class of {} units went down", units);
+            previous = class;
+        }
+        assert!(class_of(usize::MAX & !511) < CLASSES);
+        assert_eq!(class_of(512), 1);
+        assert_eq!(class_of(63 * 512), 63);
+        assert_eq!(class_of(64 * 512), 64);
+        assert_eq!(class_of(65 * 512), 65);
+        assert_eq!(class_of(128 * 512), 128);
+        assert_eq!(
+            class_of(130 * 512),
+            129,
+            "two units per class above 128 units"
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u64, usize, u64),
+        Remove(usize),
+        BestFit(u64, usize),
+        LargestBelow(u64, usize),
+    }
+
+    fn size() -> impl Strategy<Value = usize> {
+        prop_oneof![1usize..200, 1usize..5000, 60_000usize..70_000, Just(40_960)]
+            .prop_map(|units| units * 512)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..3, size(), 0u64..1_000).prop_map(|(s, z, a)| Op::Insert(s, z, a * 4096)),
+            2 => any::<usize>().prop_map(Op::Remove),
+            3 => (0u64..3, size()).prop_map(|(s, z)| Op::BestFit(s, z)),
+            1 => (0u64..3, size()).prop_map(|(s, z)| Op::LargestBelow(s, z)),
+        ]
+    }
+
+    proptest! {
+        /// The segregated index answers exactly as an ordered set of (stream, size, address)
+        /// does, including classes that grow long enough to become B-trees.
+        #[test]
+        fn answers_like_an_ordered_set(ops in proptest::collection::vec(op(), 1..400)) {
+            let mut list = FreeList::default();
+            let mut reference: BTreeSet<FreeKey> = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Insert(s, z, a) => {
+                        if reference.iter().any(|k| k.stream.0 == s && k.addr == a) {
+                            continue;
+                        }
+                        let k = FreeKey { stream: StreamId(s), size: z, addr: a, id: BlockId::from_index(reference.len()) };
+                        reference.insert(k);
+                        list.insert(k);
+                    }
+                    Op::Remove(i) => {
+                        if reference.is_empty() { continue; }
+                        let k = *reference.iter().nth(i % reference.len()).unwrap();
+                        reference.remove(&k);
+                        prop_assert!(list.remove(&k));
+                    }
+                    Op::BestFit(s, z) => {
+                        let want = reference.iter().find(|k| k.stream.0 == s && k.size >= z).copied();
+                        prop_assert_eq!(list.best_fit(StreamId(s), z), want);
+                    }
+                    Op::LargestBelow(s, z) => {
+                        let want = reference.iter().rev().find(|k| k.stream.0 == s && k.size < z).copied();
+                        prop_assert_eq!(list.largest_below(StreamId(s), z), want);
+                    }
+                }
+                prop_assert_eq!(list.len(), reference.len());
+            }
+            let all: Vec<FreeKey> = list.iter().collect();
+            let want: Vec<FreeKey> = reference.iter().copied().collect();
+            prop_assert_eq!(all, want);
+        }
     }
 }

@@ -148,10 +148,15 @@ impl<E> DeviceAllocator<E> {
             state: BlockState::Free,
             prev: None,
             next: None,
-            stream_uses: Vec::new(),
+            stream_uses: None,
             event_count: 0,
             gc_count_base: 0,
         });
+        let Some(id) = id else {
+            // Give the segment back rather than lose track of it.
+            backend.free_segment(self.device, addr, size)?;
+            return Err(super::device::TOO_MANY_BLOCKS);
+        };
         self.segments.insert(addr, Segment { size, head: id });
         self.reserved += size;
         increase(&mut self.stats.segment, small, 1);
