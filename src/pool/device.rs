@@ -235,11 +235,13 @@ impl<E> DeviceAllocator<E> {
             requested_bytes: size,
         })?;
         let small = sizing::is_small(rounded);
-        let id = match self.take_cached(stream, rounded, small) {
-            Some(id) => id,
-            None => self.allocate_segment_for(backend, size, rounded, segment_size, stream)?,
-        };
-        self.alloc_found_block(id, rounded, size)
+        match self.find_cached(stream, rounded, small) {
+            Some(key) => self.alloc_found_block(key.id, Some(key), rounded, size),
+            None => {
+                let id = self.allocate_segment_for(backend, size, rounded, segment_size, stream)?;
+                self.alloc_found_block(id, None, rounded, size)
+            }
+        }
     }
 
     /// Only the cache: completes finished deferred frees and takes the best cached block, or
@@ -258,14 +260,18 @@ impl<E> DeviceAllocator<E> {
         sizing::segment_size(rounded).ok_or(Error::SizeTooLarge {
             requested_bytes: size,
         })?;
-        match self.take_cached(stream, rounded, sizing::is_small(rounded)) {
-            Some(id) => self.alloc_found_block(id, rounded, size).map(Some),
+        match self.find_cached(stream, rounded, sizing::is_small(rounded)) {
+            Some(key) => self
+                .alloc_found_block(key.id, Some(key), rounded, size)
+                .map(Some),
             None => Ok(None),
         }
     }
 
-    /// Best fit from the pool, honouring the oversize rules; removes it from the free list.
-    fn take_cached(&mut self, stream: StreamId, rounded: usize, small: bool) -> Option<BlockId> {
+    /// Best fit from the pool, honouring the oversize rules. It stays in the free list until
+    /// `alloc_found_block` re-keys or removes it.
+    #[inline]
+    fn find_cached(&mut self, stream: StreamId, rounded: usize, small: bool) -> Option<FreeKey> {
         let max_split = self.config.max_split_size();
         let rounding_margin = self.config.max_non_split_rounding_size();
         let gc_on = self.gc_enabled();
@@ -282,19 +288,19 @@ impl<E> DeviceAllocator<E> {
         if rounded >= max_split && key.size >= rounded.saturating_add(rounding_margin) {
             return None;
         }
-        pool.remove(&key);
-        Some(key.id)
+        Some(key)
     }
 
     pub(crate) fn gc_enabled(&self) -> bool {
         self.fraction.is_some() && self.config.garbage_collection_threshold() > 0.0
     }
 
-    /// Marks a block taken from the cache or a new segment as allocated, splitting off the
-    /// remainder when the split rule says so, and counts it.
+    /// Marks a block found in the cache (`cached` is its free-list entry) or a new segment as
+    /// allocated, splitting off the remainder when the split rule says so, and counts it.
     fn alloc_found_block(
         &mut self,
         id: BlockId,
+        cached: Option<FreeKey>,
         rounded: usize,
         requested: usize,
     ) -> Result<AllocatedBlock> {
@@ -335,10 +341,15 @@ impl<E> DeviceAllocator<E> {
             if let Some(next) = old_next {
                 self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(rest);
             }
-            self.pool(small).insert(FreeKey {
+            let rest_key = FreeKey {
                 id: rest,
                 ..rest_key
-            });
+            };
+            match cached {
+                // The cached block becomes its remainder: re-key it in place.
+                Some(key) => self.replace_cached(small, &key, rest_key)?,
+                None => self.pool(small).insert(rest_key),
+            }
             if already_split {
                 // An inactive split block shrinks by the part handed out.
                 decrease(&mut self.stats.inactive_split_bytes, small, rounded as u64);
@@ -355,6 +366,9 @@ impl<E> DeviceAllocator<E> {
             block.size = rounded;
             rounded
         } else {
+            if let Some(key) = cached {
+                self.remove_cached(small, &key)?;
+            }
             if already_split {
                 decrease(&mut self.stats.inactive_split_bytes, small, old_size as u64);
                 decrease(&mut self.stats.inactive_split, small, 1);
@@ -430,6 +444,8 @@ impl<E> DeviceAllocator<E> {
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let mut merged = id;
+        let mut absorbed_prev = None;
+        let mut absorbed_next = None;
         if let Some((prev, prev_block)) = self.free_neighbour(prev) {
             // The lower block absorbs this one and keeps its id.
             let key = FreeKey {
@@ -438,11 +454,11 @@ impl<E> DeviceAllocator<E> {
                 addr: prev_block.addr,
                 id: prev,
             };
-            self.remove_cached(small, &key)?;
             self.absorb_next(prev, id)?;
             net_blocks -= 1;
             net_bytes -= key.size as i64;
             (merged, addr, size) = (prev, key.addr, key.size + size);
+            absorbed_prev = Some(key);
         }
         if let Some((next, next_block)) = self.free_neighbour(next) {
             let key = FreeKey {
@@ -451,11 +467,11 @@ impl<E> DeviceAllocator<E> {
                 addr: next_block.addr,
                 id: next,
             };
-            self.remove_cached(small, &key)?;
             self.absorb_next(merged, next)?;
             net_blocks -= 1;
             net_bytes -= key.size as i64;
             size += key.size;
+            absorbed_next = Some(key);
         }
         let lookups = self.pool_ref(small).lookups;
         let block = self.blocks.get_mut(merged).ok_or(NO_BLOCK)?;
@@ -464,12 +480,23 @@ impl<E> DeviceAllocator<E> {
             net_blocks += 1;
             net_bytes += size as i64;
         }
-        self.pool(small).insert(FreeKey {
+        // The merged block takes over a neighbour's free-list entry when it has one.
+        let merged_key = FreeKey {
             stream,
             size,
             addr,
             id: merged,
-        });
+        };
+        match (absorbed_prev, absorbed_next) {
+            (None, None) => self.pool(small).insert(merged_key),
+            (Some(prev), None) => self.replace_cached(small, &prev, merged_key)?,
+            (prev, Some(next)) => {
+                self.replace_cached(small, &next, merged_key)?;
+                if let Some(prev) = prev {
+                    self.remove_cached(small, &prev)?;
+                }
+            }
+        }
 
         let stats = &mut self.stats;
         apply_net(&mut stats.inactive_split, small, net_blocks);
@@ -492,6 +519,16 @@ impl<E> DeviceAllocator<E> {
 
     fn remove_cached(&mut self, small: bool, key: &FreeKey) -> Result<()> {
         if self.pool(small).remove(key) {
+            Ok(())
+        } else {
+            Err(Error::InvariantViolated {
+                what: "free block missing from its free list",
+            })
+        }
+    }
+
+    fn replace_cached(&mut self, small: bool, old: &FreeKey, new: FreeKey) -> Result<()> {
+        if self.pool(small).replace(old, new) {
             Ok(())
         } else {
             Err(Error::InvariantViolated {

@@ -51,11 +51,13 @@ const SUBDIVISION_BITS: u32 = 6;
 /// Classes in all: sizes up to 2^64 bytes, i.e. 2^55 units, need fewer than 64 * 64.
 const CLASSES: usize = 64 * 64;
 
-/// The class of a size: its 512-byte unit count when below 64 units, else 64 classes per
-/// power of two. Monotonic: a larger size never falls in a smaller class.
+/// The class of a size: one class per 512-byte unit up to 64 units, then 64 classes per power
+/// of two. Monotonic: a larger size never falls in a smaller class. Counted from `units - 1`
+/// so that a power of two shares its class with the sizes just below it: a 2 MiB segment and
+/// what is left of it after a small split stay in one class, and re-keying is cheap.
 #[inline]
 fn class_of(size: usize) -> usize {
-    let units = (size >> 9) as u64;
+    let units = ((size >> 9) as u64).saturating_sub(1);
     if units < (1 << SUBDIVISION_BITS) {
         return units as usize;
     }
@@ -113,6 +115,28 @@ impl Class {
                 }
                 removed
             }
+        }
+    }
+
+    /// Replaces `old` by `new` (of the same class) in place, keeping the order.
+    fn replace(&mut self, old: u128, new: u128, id: BlockId) -> bool {
+        match self {
+            Class::Short(v) => {
+                let Ok(mut at) = v.binary_search_by_key(&old, |e| e.0) else {
+                    return false;
+                };
+                v[at] = (new, id);
+                while at > 0 && v[at - 1].0 > new {
+                    v.swap(at - 1, at);
+                    at -= 1;
+                }
+                while at + 1 < v.len() && v[at + 1].0 < new {
+                    v.swap(at, at + 1);
+                    at += 1;
+                }
+                true
+            }
+            Class::Long(m) => m.remove(&old).is_some() && m.insert(new, id).is_none(),
         }
     }
 
@@ -294,6 +318,27 @@ impl FreeList {
         removed
     }
 
+    /// Replaces the cached block `old` by `new` (same stream), as when a cached block is split
+    /// or merged: in place when both fall in one class. False when `old` is not cached.
+    pub fn replace(&mut self, old: &FreeKey, new: FreeKey) -> bool {
+        debug_assert_eq!(old.stream, new.stream);
+        let class = class_of(old.size);
+        if class != class_of(new.size) {
+            let removed = self.remove(old);
+            if removed {
+                self.insert(new);
+            }
+            return removed;
+        }
+        let Some(list) = self.streams.iter_mut().find(|s| s.stream == old.stream) else {
+            return false;
+        };
+        let Some(entries) = list.classes.get_mut(class) else {
+            return false;
+        };
+        entries.replace(pack(old.size, old.addr), pack(new.size, new.addr), new.id)
+    }
+
     /// The smallest cached block on `stream` of at least `size` bytes (lowest address first).
     #[inline]
     pub fn best_fit(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
@@ -425,15 +470,19 @@ mod tests {
             previous = class;
         }
         assert!(class_of(usize::MAX & !511) < CLASSES);
-        assert_eq!(class_of(512), 1);
-        assert_eq!(class_of(63 * 512), 63);
-        assert_eq!(class_of(64 * 512), 64);
-        assert_eq!(class_of(65 * 512), 65);
-        assert_eq!(class_of(128 * 512), 128);
+        assert_eq!(class_of(512), 0);
+        assert_eq!(class_of(64 * 512), 63);
+        assert_eq!(class_of(65 * 512), 64);
+        assert_eq!(class_of(129 * 512), 128);
         assert_eq!(
-            class_of(130 * 512),
+            class_of(131 * 512),
             129,
             "two units per class above 128 units"
+        );
+        assert_eq!(
+            class_of(2 << 20),
+            class_of((2 << 20) - 4096),
+            "a power of two tops its class"
         );
     }
 
@@ -443,6 +492,7 @@ mod tests {
         Remove(usize),
         BestFit(u64, usize),
         LargestBelow(u64, usize),
+        Replace(usize, usize, u64),
     }
 
     fn size() -> impl Strategy<Value = usize> {
@@ -456,6 +506,7 @@ mod tests {
             2 => any::<usize>().prop_map(Op::Remove),
             3 => (0u64..3, size()).prop_map(|(s, z)| Op::BestFit(s, z)),
             1 => (0u64..3, size()).prop_map(|(s, z)| Op::LargestBelow(s, z)),
+            2 => (any::<usize>(), size(), 0u64..1_000).prop_map(|(i, z, a)| Op::Replace(i, z, a * 4096)),
         ]
     }
 
@@ -485,6 +536,17 @@ mod tests {
                     Op::BestFit(s, z) => {
                         let want = reference.iter().find(|k| k.stream.0 == s && k.size >= z).copied();
                         prop_assert_eq!(list.best_fit(StreamId(s), z), want);
+                    }
+                    Op::Replace(i, z, a) => {
+                        if reference.is_empty() { continue; }
+                        let old = *reference.iter().nth(i % reference.len()).unwrap();
+                        if reference.iter().any(|k| k.stream == old.stream && k.addr == a && k.addr != old.addr) {
+                            continue;
+                        }
+                        let new = FreeKey { size: z, addr: a, ..old };
+                        reference.remove(&old);
+                        reference.insert(new);
+                        prop_assert!(list.replace(&old, new));
                     }
                     Op::LargestBelow(s, z) => {
                         let want = reference.iter().rev().find(|k| k.stream.0 == s && k.size < z).copied();
