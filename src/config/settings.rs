@@ -77,6 +77,7 @@ impl AllocatorConfig {
     /// small-pool requests above 4 KiB. PyTorch's current formula sends size 0 (only 0) to
     /// class 15 through an unsigned wrap; it never asks for sizes below 512 bytes, so that cannot
     /// be observed there. Here 0 is class 0.
+    #[inline]
     pub fn roundup_power2_divisions(&self, size: usize) -> usize {
         self.roundup_power2_divisions[size_class(size)]
     }
@@ -125,6 +126,7 @@ impl AllocatorConfig {
 }
 
 /// Size class of `size` bytes for `roundup_power2_divisions` (see the accessor's docs).
+#[inline]
 fn size_class(size: usize) -> usize {
     let log2 = size.checked_ilog2().unwrap_or(0);
     (log2.saturating_sub(FIRST_CLASS_LOG2) as usize).min(ROUNDUP_POWER2_INTERVALS - 1)

@@ -30,10 +30,15 @@ impl<E> DeviceAllocator<E> {
     }
 
     /// Completes deferred frees whose events have finished, per stream, in order.
+    #[inline]
     pub fn process_events<B: Backend<Event = E>>(&mut self, backend: &B) -> Result<()> {
         if self.events.is_empty() {
             return Ok(());
         }
+        self.process_pending_events(backend)
+    }
+
+    fn process_pending_events<B: Backend<Event = E>>(&mut self, backend: &B) -> Result<()> {
         let mut done_streams = Vec::new();
         let mut result = Ok(());
         let streams: Vec<_> = self.events.keys().copied().collect();

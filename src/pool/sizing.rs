@@ -22,6 +22,7 @@ pub const ROUND_LARGE: usize = 2 << 20;
 /// Below 512 bytes: 512. Otherwise a multiple of 512, unless `roundup_power2_divisions`
 /// gives `d > 1` divisions for this size class and the size exceeds `512 * d`: then the next
 /// of `d` equal steps between the surrounding powers of two (powers of two stay as they are).
+#[inline]
 pub fn round_size(size: usize, config: &AllocatorConfig) -> Option<usize> {
     if size < MIN_BLOCK_SIZE {
         return Some(MIN_BLOCK_SIZE);
@@ -50,6 +51,7 @@ fn roundup_power2_next_division(size: usize, divisions: usize) -> Option<usize> 
     round_up(size, step)
 }
 
+#[inline]
 fn round_up(size: usize, multiple: usize) -> Option<usize> {
     debug_assert!(multiple.is_power_of_two());
     size.checked_add(multiple - 1).map(|s| s & !(multiple - 1))
@@ -64,6 +66,7 @@ pub fn is_small(rounded_size: usize) -> bool {
 /// Size of the segment to request from the device for a rounded size that no cached block
 /// could serve, or `None` on overflow: 2 MiB for the small pool, 20 MiB below 10 MiB, else the
 /// size rounded up to 2 MiB.
+#[inline]
 pub fn segment_size(rounded_size: usize) -> Option<usize> {
     if rounded_size <= SMALL_SIZE {
         Some(SMALL_BUFFER)
