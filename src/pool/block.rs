@@ -51,6 +51,10 @@ pub(crate) struct Block {
     pub next: Option<BlockId>,
     /// Streams other than `stream` that used the block (`record_stream`); boxed because it is
     /// almost always absent and blocks should stay small.
+    #[allow(
+        clippy::box_collection,
+        reason = "one pointer instead of three keeps a slot in a cache line"
+    )]
     pub stream_uses: Option<Box<Vec<StreamId>>>,
     /// Outstanding events while `PendingFree`.
     pub event_count: u32,
