@@ -228,20 +228,22 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
     ) -> Result<AllocatedBlock> {
         self.process_events(backend)?;
-        let rounded = sizing::round_size(size, &self.config).ok_or(Error::SizeTooLarge {
-            requested_bytes: size,
-        })?;
-        let segment_size = sizing::segment_size(rounded).ok_or(Error::SizeTooLarge {
-            requested_bytes: size,
-        })?;
+        let Some(rounded) = sizing::round_size(size, &self.config) else {
+            return Err(Error::SizeTooLarge {
+                requested_bytes: size,
+            });
+        };
         let small = sizing::is_small(rounded);
-        match self.find_cached(stream, rounded, small) {
-            Some(key) => self.alloc_found_block(key.id, Some(key), rounded, size),
-            None => {
-                let id = self.allocate_segment_for(backend, size, rounded, segment_size, stream)?;
-                self.alloc_found_block(id, None, rounded, size)
-            }
+        if let Some(key) = self.find_cached(stream, rounded, small) {
+            return self.alloc_found_block(key.id, Some(key), rounded, size);
         }
+        let Some(segment_size) = sizing::segment_size(rounded) else {
+            return Err(Error::SizeTooLarge {
+                requested_bytes: size,
+            });
+        };
+        let id = self.allocate_segment_for(backend, size, rounded, segment_size, stream)?;
+        self.alloc_found_block(id, None, rounded, size)
     }
 
     /// Only the cache: completes finished deferred frees and takes the best cached block, or

@@ -119,8 +119,17 @@ impl Class {
     }
 
     /// Replaces `old` by `new` (of the same class) in place, keeping the order.
+    #[inline]
     fn replace(&mut self, old: u128, new: u128, id: BlockId) -> bool {
         match self {
+            // The common case: a class holding just the block being re-keyed.
+            Class::Short(v) if v.len() == 1 => {
+                let hit = v[0].0 == old;
+                if hit {
+                    v[0] = (new, id);
+                }
+                hit
+            }
             Class::Short(v) => {
                 let Ok(mut at) = v.binary_search_by_key(&old, |e| e.0) else {
                     return false;
@@ -160,6 +169,15 @@ impl Class {
         match self {
             Class::Short(v) => v.get(v.partition_point(|e| e.0 < key)).copied(),
             Class::Long(m) => m.range(key..).next().map(|(&k, &id)| (k, id)),
+        }
+    }
+
+    /// The smallest entry.
+    #[inline]
+    fn first(&self) -> Option<(u128, BlockId)> {
+        match self {
+            Class::Short(v) => v.first().copied(),
+            Class::Long(m) => m.first_key_value().map(|(&k, &id)| (k, id)),
         }
     }
 
@@ -215,6 +233,12 @@ impl StreamList {
                 self.summary &= !(1 << word);
             }
         }
+    }
+
+    /// Whether class `class` holds any block.
+    #[inline]
+    fn has(&self, class: usize) -> bool {
+        self.words[class / 64] & (1 << (class % 64)) != 0
     }
 
     /// The lowest non-empty class after `class`.
@@ -344,11 +368,13 @@ impl FreeList {
     pub fn best_fit(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
         let list = self.stream(stream)?;
         let class = class_of(size);
-        if let Some((key, id)) = list.class(class).and_then(|c| c.ceiling(pack(size, 0))) {
-            return Some(unpack(stream, key, id));
+        if list.has(class) {
+            if let Some((key, id)) = list.class(class).and_then(|c| c.ceiling(pack(size, 0))) {
+                return Some(unpack(stream, key, id));
+            }
         }
         let next = list.next_class(class)?;
-        let (key, id) = list.class(next)?.ceiling(0)?;
+        let (key, id) = list.class(next)?.first()?;
         Some(unpack(stream, key, id))
     }
 
