@@ -19,7 +19,31 @@ use std::sync::Arc;
 /// A callback run when a request misses the cache, before the allocator asks the device for
 /// more memory: it should drop whatever memory its owner can spare and return whether it freed
 /// anything. It runs without any allocator lock held, so it may free allocations.
+///
+/// A callback runs at most once per request: an allocation made from inside a callback does not
+/// run the callbacks again.
 pub type FreeMemoryCallback = Box<dyn Fn() -> bool + Send + Sync>;
+
+thread_local! {
+    /// Set while this thread runs free-memory callbacks, so that they are not re-entered.
+    static IN_CALLBACKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread as running callbacks until dropped, even if a callback panics.
+struct CallbacksRunning;
+
+impl CallbacksRunning {
+    fn enter() -> Self {
+        IN_CALLBACKS.set(true);
+        CallbacksRunning
+    }
+}
+
+impl Drop for CallbacksRunning {
+    fn drop(&mut self) {
+        IN_CALLBACKS.set(false);
+    }
+}
 
 /// A block-pool caching allocator with PyTorch's semantics, over every device of `B`.
 ///
@@ -61,7 +85,7 @@ struct Shared<B: Backend> {
     devices: Box<[Mutex<DeviceAllocator<B::Event>>]>,
     /// Live raw allocations: address -> (device, block).
     raw: DashMap<u64, (DeviceIndex, BlockId)>,
-    callbacks: RwLock<Vec<FreeMemoryCallback>>,
+    callbacks: RwLock<Vec<Arc<FreeMemoryCallback>>>,
     has_callbacks: AtomicBool,
 }
 
@@ -188,7 +212,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Registers a callback run when a request misses the cache (see [`FreeMemoryCallback`]).
     pub fn add_free_memory_callback(&self, callback: FreeMemoryCallback) {
-        self.shared.callbacks.write().push(callback);
+        self.shared.callbacks.write().push(Arc::new(callback));
         self.shared.has_callbacks.store(true, Ordering::Release);
     }
 
@@ -265,7 +289,10 @@ impl<B: Backend> CachingAllocator<B> {
     ) -> Result<(), crate::pool::InvariantViolation> {
         match self.shared.lock(device) {
             Ok(dev) => dev.check_invariants(),
-            Err(_) => Ok(()),
+            Err(e) => Err(crate::pool::InvariantViolation {
+                device,
+                message: e.to_string(),
+            }),
         }
     }
 }
@@ -298,20 +325,29 @@ impl<B: Backend> Shared<B> {
         if !self.has_callbacks.load(Ordering::Acquire) {
             return dev.malloc(&self.backend, size, stream);
         }
+        if IN_CALLBACKS.get() {
+            return dev.malloc(&self.backend, size, stream);
+        }
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
             return Ok(block);
         }
         drop(dev);
-        let mut freed = false;
-        for callback in self.callbacks.read().iter() {
-            freed |= callback();
-        }
+        // Run the callbacks with no lock held: neither a device's nor the list's, so a callback
+        // may free, allocate or register callbacks.
+        let callbacks: Vec<Arc<FreeMemoryCallback>> = self.callbacks.read().clone();
+        let freed = {
+            let _running = CallbacksRunning::enter();
+            callbacks
+                .iter()
+                .fold(false, |freed, callback| callback() | freed)
+        };
         tracing::debug!(
             device,
             freed,
             "free-memory callbacks ran after a cache miss"
         );
-        self.lock(device)?.malloc(&self.backend, size, stream)
+        self.lock(device)?
+            .malloc_after_callbacks(&self.backend, size, stream, freed)
     }
 
     fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {

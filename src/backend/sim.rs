@@ -162,6 +162,12 @@ pub enum SimFault {
         /// The stream that hangs.
         stream: StreamId,
     },
+    /// The `nth` event record from now (1 is the next one; 0 also means the next one) fails
+    /// with [`BackendError::InjectedFault`].
+    RecordEventError {
+        /// Which future record fails, counting from 1.
+        nth: u64,
+    },
 }
 
 impl SimBackend {
@@ -386,7 +392,14 @@ impl Backend for SimBackend {
         device: DeviceIndex,
         stream: StreamId,
     ) -> Result<SimEvent, BackendError> {
-        let ticket = self.device(device)?.lock().record(stream);
+        let mut dev = self.device(device)?.lock();
+        if dev.take_record_fault() {
+            return Err(BackendError::InjectedFault {
+                device,
+                what: "event record",
+            });
+        }
+        let ticket = dev.record(stream);
         Ok(SimEvent {
             device,
             stream,

@@ -116,6 +116,12 @@ impl BlockArena {
     pub fn len(&self) -> usize {
         self.live
     }
+
+    /// Whether `insert` can store one more block.
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        !self.vacant.is_empty() || self.slots.len() < u32::MAX as usize
+    }
 }
 
 #[cfg(test)]

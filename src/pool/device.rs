@@ -13,7 +13,7 @@ use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::stats::{DeviceStats, StatArray, StatType};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 /// A block id that names no block: a bookkeeping bug.
 pub(crate) const NO_BLOCK: Error = Error::InvariantViolated {
@@ -87,8 +87,12 @@ pub struct DeviceAllocator<E> {
     pub(crate) large: FreeList,
     /// Segments by address.
     pub(crate) segments: BTreeMap<u64, Segment>,
-    /// Deferred frees per stream, oldest first: (event, block waiting on it).
-    pub(crate) events: HashMap<StreamId, VecDeque<(E, BlockId)>>,
+    /// Deferred frees per stream, oldest first: (event, block waiting on it). Ordered by
+    /// stream so that completing them is deterministic.
+    pub(crate) events: BTreeMap<StreamId, VecDeque<(E, BlockId)>>,
+    /// Events that could not be recorded: each keeps its block pending forever, so memory a
+    /// stream may still use is never handed out again.
+    pub(crate) stranded_events: usize,
     pub(crate) stats: DeviceStats,
     /// Sum of segment sizes, in bytes.
     pub(crate) reserved: usize,
@@ -140,7 +144,8 @@ impl<E> DeviceAllocator<E> {
             small: FreeList::default(),
             large: FreeList::default(),
             segments: BTreeMap::new(),
-            events: HashMap::new(),
+            events: BTreeMap::new(),
+            stranded_events: 0,
             stats,
             reserved: 0,
             total_bytes: None,
@@ -228,14 +233,62 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
     ) -> Result<AllocatedBlock> {
         self.process_events(backend)?;
+        self.malloc_processed(backend, size, stream, true)
+    }
+
+    /// Only the cache: completes finished deferred frees and takes the best cached block, or
+    /// returns `None` without touching the device. The allocator calls this before running
+    /// free-memory callbacks, then [`DeviceAllocator::malloc_after_callbacks`].
+    pub fn malloc_cached<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<Option<AllocatedBlock>> {
+        self.process_events(backend)?;
+        let Some(rounded) = sizing::round_size(size, &self.config) else {
+            return Err(Error::SizeTooLarge {
+                requested_bytes: size,
+            });
+        };
+        match self.find_cached(stream, rounded, sizing::is_small(rounded)) {
+            Some(key) => self
+                .alloc_found_block(key.id, Some(key), rounded, size)
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The rest of `malloc` after [`DeviceAllocator::malloc_cached`] missed and the free-memory
+    /// callbacks ran: as PyTorch, the cache is searched again only if a callback freed
+    /// something, and deferred frees are not processed twice.
+    pub fn malloc_after_callbacks<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        size: usize,
+        stream: StreamId,
+        callbacks_freed: bool,
+    ) -> Result<AllocatedBlock> {
+        self.malloc_processed(backend, size, stream, callbacks_freed)
+    }
+
+    fn malloc_processed<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        size: usize,
+        stream: StreamId,
+        search_cache: bool,
+    ) -> Result<AllocatedBlock> {
         let Some(rounded) = sizing::round_size(size, &self.config) else {
             return Err(Error::SizeTooLarge {
                 requested_bytes: size,
             });
         };
         let small = sizing::is_small(rounded);
-        if let Some(key) = self.find_cached(stream, rounded, small) {
-            return self.alloc_found_block(key.id, Some(key), rounded, size);
+        if search_cache {
+            if let Some(key) = self.find_cached(stream, rounded, small) {
+                return self.alloc_found_block(key.id, Some(key), rounded, size);
+            }
         }
         let Some(segment_size) = sizing::segment_size(rounded) else {
             return Err(Error::SizeTooLarge {
@@ -244,30 +297,6 @@ impl<E> DeviceAllocator<E> {
         };
         let id = self.allocate_segment_for(backend, size, rounded, segment_size, stream)?;
         self.alloc_found_block(id, None, rounded, size)
-    }
-
-    /// Only the cache: completes finished deferred frees and takes the best cached block, or
-    /// returns `None` without touching the device. The allocator calls this before running
-    /// free-memory callbacks.
-    pub fn malloc_cached<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        size: usize,
-        stream: StreamId,
-    ) -> Result<Option<AllocatedBlock>> {
-        self.process_events(backend)?;
-        let rounded = sizing::round_size(size, &self.config).ok_or(Error::SizeTooLarge {
-            requested_bytes: size,
-        })?;
-        sizing::segment_size(rounded).ok_or(Error::SizeTooLarge {
-            requested_bytes: size,
-        })?;
-        match self.find_cached(stream, rounded, sizing::is_small(rounded)) {
-            Some(key) => self
-                .alloc_found_block(key.id, Some(key), rounded, size)
-                .map(Some),
-            None => Ok(None),
-        }
     }
 
     /// Best fit from the pool, honouring the oversize rules. It stays in the free list until
@@ -316,7 +345,10 @@ impl<E> DeviceAllocator<E> {
             block.next,
         );
         let already_split = block.is_split();
-        let size = if sizing::should_split(old_size, rounded, small, &self.config) {
+        // With no slot left for a remainder, the whole block is handed out instead.
+        let split =
+            sizing::should_split(old_size, rounded, small, &self.config) && self.blocks.has_room();
+        let size = if split {
             let rest_size = old_size - rounded;
             let rest_key = FreeKey {
                 stream,
@@ -324,22 +356,20 @@ impl<E> DeviceAllocator<E> {
                 addr: addr + rounded as u64,
                 id,
             };
-            let rest = self
-                .blocks
-                .insert(Block {
-                    addr: rest_key.addr,
-                    size: rest_size,
-                    requested: 0,
-                    stream,
-                    small,
-                    state: BlockState::Free,
-                    prev: Some(id),
-                    next: old_next,
-                    stream_uses: None,
-                    event_count: 0,
-                    gc_count_base: self.pool_ref(small).lookups,
-                })
-                .ok_or(TOO_MANY_BLOCKS)?;
+            let rest = self.blocks.insert(Block {
+                addr: rest_key.addr,
+                size: rest_size,
+                requested: 0,
+                stream,
+                small,
+                state: BlockState::Free,
+                prev: Some(id),
+                next: old_next,
+                stream_uses: None,
+                event_count: 0,
+                gc_count_base: self.pool_ref(small).lookups,
+            });
+            let rest = rest.ok_or(TOO_MANY_BLOCKS)?;
             if let Some(next) = old_next {
                 self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(rest);
             }
@@ -404,8 +434,8 @@ impl<E> DeviceAllocator<E> {
     /// Frees an allocated block: at once when only its own stream used it, else after events
     /// recorded now on every other stream that used it have completed.
     ///
-    /// A failure to record an event leaves the block deferred behind the events that were
-    /// recorded (or never reused, if none was): memory is kept rather than risked.
+    /// A failure to record an event keeps the block pending forever: memory a stream may still
+    /// use is kept rather than risked (see `insert_events`).
     pub fn free<B: Backend<Event = E>>(&mut self, backend: &B, id: BlockId) -> Result<()> {
         let max_split = self.config.max_split_size();
         let block = self.blocks.get_mut(id).ok_or(Error::InvariantViolated {

@@ -12,6 +12,10 @@ use crate::error::{Error, Result};
 
 impl<E> DeviceAllocator<E> {
     /// Records an event on every stream that used the freed block `id`.
+    ///
+    /// When recording fails, the block is kept pending forever (a stranded event stands in for
+    /// the one that could not be recorded): the stream might still be using the memory, so it
+    /// is never handed out again, and the error is returned.
     pub(crate) fn insert_events<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
@@ -19,12 +23,20 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<()> {
         let streams = self.block_mut(id)?.stream_uses.take().unwrap_or_default();
         for stream in *streams {
-            let event = backend.record_event(self.device, stream)?;
-            self.block_mut(id)?.event_count += 1;
-            self.events
-                .entry(stream)
-                .or_default()
-                .push_back((event, id));
+            match backend.record_event(self.device, stream) {
+                Ok(event) => {
+                    self.block_mut(id)?.event_count += 1;
+                    self.events
+                        .entry(stream)
+                        .or_default()
+                        .push_back((event, id));
+                }
+                Err(e) => {
+                    self.block_mut(id)?.event_count += 1;
+                    self.stranded_events += 1;
+                    return Err(e.into());
+                }
+            }
         }
         Ok(())
     }
@@ -82,9 +94,10 @@ impl<E> DeviceAllocator<E> {
         for (stream, queue) in queues {
             let mut queue = queue.into_iter();
             while let Some((event, id)) = queue.next() {
-                if let Err(e) = backend.synchronize_event(&event) {
+                let synced = backend.synchronize_event(&event).map_err(Error::from);
+                if let Err(e) = synced {
                     if result.is_ok() {
-                        result = Err(e.into());
+                        result = Err(e);
                     }
                     // Keep this event and the ones behind it for later.
                     let rest = self.events.entry(stream).or_default();
@@ -93,7 +106,11 @@ impl<E> DeviceAllocator<E> {
                     break;
                 }
                 backend.release_event(event);
-                self.event_completed(id)?;
+                if let Err(e) = self.event_completed(id) {
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
             }
         }
         result

@@ -204,6 +204,8 @@ impl Class {
 #[derive(Debug)]
 struct StreamList {
     stream: StreamId,
+    /// Blocks cached for this stream.
+    len: usize,
     /// Indexed by class; grown on demand.
     classes: Vec<Class>,
     /// Bit c set when class c is non-empty.
@@ -216,6 +218,7 @@ impl StreamList {
     fn new(stream: StreamId) -> Self {
         StreamList {
             stream,
+            len: 0,
             classes: Vec::new(),
             words: [0; CLASSES / 64],
             summary: 0,
@@ -285,6 +288,9 @@ impl StreamList {
     }
 }
 
+/// How many per-stream lists are kept before empty ones are dropped.
+const MAX_IDLE_STREAM_LISTS: usize = 64;
+
 /// The cached blocks of one pool.
 #[derive(Debug, Default)]
 pub(crate) struct FreeList {
@@ -306,6 +312,11 @@ impl FreeList {
         let index = match self.streams.iter().position(|s| s.stream == stream) {
             Some(index) => index,
             None => {
+                // Lists of streams with nothing cached stay for reuse, up to a bound, so that
+                // programs that create many short-lived streams do not keep them all.
+                if self.streams.len() >= MAX_IDLE_STREAM_LISTS {
+                    self.streams.retain(|list| list.len > 0);
+                }
                 let at = self.streams.partition_point(|s| s.stream < stream);
                 self.streams.insert(at, StreamList::new(stream));
                 at
@@ -323,6 +334,7 @@ impl FreeList {
         let inserted = list.classes[class].insert(pack(key.size, key.addr), key.id);
         debug_assert!(inserted, "block cached twice");
         list.mark(class, true);
+        list.len += usize::from(inserted);
         self.len += usize::from(inserted);
     }
 
@@ -338,6 +350,7 @@ impl FreeList {
         if entries.is_empty() {
             list.mark(class, false);
         }
+        list.len -= usize::from(removed);
         self.len -= usize::from(removed);
         removed
     }
@@ -485,6 +498,22 @@ mod tests {
         assert_eq!(list.len(), 2);
         assert!(list.contains(&key(2, 512, 10)));
         assert!(!list.contains(&key(0, 1024, 20)));
+    }
+
+    #[test]
+    fn lists_of_idle_streams_are_dropped_past_a_bound() {
+        let mut list = FreeList::default();
+        for stream in 0..200u64 {
+            list.insert(key(stream, 512, stream));
+            assert!(list.remove(&key(stream, 512, stream)));
+        }
+        assert!(
+            list.streams.len() <= MAX_IDLE_STREAM_LISTS + 1,
+            "{} lists kept",
+            list.streams.len()
+        );
+        list.insert(key(7, 1024, 1));
+        assert_eq!(list.best_fit(StreamId(7), 512), Some(key(7, 1024, 1)));
     }
 
     #[test]

@@ -131,6 +131,12 @@ impl<E> DeviceAllocator<E> {
                                 expected.oversize_allocations += 1;
                             }
                         } else {
+                            if block.event_count == 0 {
+                                return fail(format!(
+                                    "block at {:#x} is pending free with no event to wait for",
+                                    block.addr
+                                ));
+                            }
                             pending_event_count += block.event_count as usize;
                         }
                         add(&mut expected.active, small, 1);
@@ -188,10 +194,10 @@ impl<E> DeviceAllocator<E> {
                 ));
             }
         }
-        let queued = self.pending_events();
+        let queued = self.pending_events() + self.stranded_events;
         if queued != pending_event_count {
             return fail(format!(
-                "{queued} events queued but pending blocks wait on {pending_event_count}"
+                "{queued} events queued or stranded but pending blocks wait on {pending_event_count}"
             ));
         }
         if reserved != self.reserved {

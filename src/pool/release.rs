@@ -37,13 +37,16 @@ impl<E> DeviceAllocator<E> {
         }
     }
 
-    /// Caps the bytes this allocator may reserve at `fraction` of the device's capacity
-    /// (validated by the caller to lie in `[0, 1]`).
+    /// Caps the bytes this allocator may reserve at `fraction` of the device's capacity;
+    /// a fraction outside `[0, 1]` is refused and changes nothing.
     pub fn set_memory_fraction<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
         fraction: f64,
     ) -> Result<()> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(Error::InvalidMemoryFraction { fraction });
+        }
         self.total_bytes(backend)?;
         self.fraction = Some(fraction);
         Ok(())
@@ -66,9 +69,10 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<BlockId> {
         let small = super::sizing::is_small(rounded);
         let limit = self.limit_bytes(backend)?;
-        let total = self.total_bytes(backend)?;
-        let ceiling = limit.unwrap_or(total);
-        if segment_size > ceiling {
+        // Without a limit the capacity is only needed to refuse never-fitting requests early;
+        // a backend that cannot tell it just skips that check.
+        let ceiling = limit.or_else(|| self.total_bytes(backend).ok());
+        if let Some(ceiling) = ceiling.filter(|&c| segment_size > c) {
             return Err(Error::ExceedsCapacity {
                 device: self.device,
                 requested_bytes: segment_size,
@@ -96,12 +100,11 @@ impl<E> DeviceAllocator<E> {
         if let Err(e) = synced {
             tracing::warn!(
                 device = self.device,
-                "out of memory while a stream could not be waited for: {e}"
+                "out of memory after releasing the cache failed in part: {e}"
             );
         }
-
-        self.stats.num_ooms += 1;
         let info = backend.mem_get_info(self.device)?;
+        self.stats.num_ooms += 1;
         Err(Error::OutOfMemory(Box::new(OutOfMemoryError {
             device: self.device,
             stream,

@@ -745,3 +745,115 @@ fn memory_summary_reports_the_device_table() {
         Err(Error::InvalidDevice { .. })
     ));
 }
+
+#[test]
+fn deferred_frees_complete_in_stream_order_so_stats_are_reproducible() {
+    let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
+    let a = alloc.allocate(0, 512, S0).unwrap();
+    let b = alloc.allocate(0, 512, S0).unwrap();
+    let c = alloc.allocate(0, 512, S0).unwrap();
+    let _d = alloc.allocate(0, 512, S0).unwrap();
+    a.record_stream(S1).unwrap();
+    c.record_stream(S1).unwrap();
+    b.record_stream(S2).unwrap();
+    drop((a, c, b));
+    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(0, S2).unwrap();
+    let e = alloc.allocate(0, 512, S0).unwrap();
+    // Stream 1 first: a and c become two more inactive blocks (3 with the tail), then b
+    // merges them into one (2). Stream 2 first would never have reached 3.
+    assert_eq!(stat(&alloc, "inactive_split.all.peak"), 3);
+    assert_eq!(
+        e.ptr(),
+        BASE,
+        "best fit is the merged 1536-byte block at the segment start"
+    );
+    valid(&alloc, &sim);
+}
+
+#[test]
+fn a_failed_event_record_keeps_the_block_out_of_reach_for_good() {
+    let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
+    let a = alloc.allocate(0, 4096, S0).unwrap();
+    a.record_stream(S1).unwrap();
+    sim.inject(0, SimFault::RecordEventError { nth: 1 })
+        .unwrap();
+    let err = a.free().unwrap_err();
+    assert!(
+        matches!(err, Error::Backend(BackendError::InjectedFault { .. })),
+        "{err:?}"
+    );
+    assert_eq!(
+        stat(&alloc, "allocation.all.current"),
+        0,
+        "freed for the caller"
+    );
+    assert_eq!(stat(&alloc, "active.all.current"), 1, "but never reusable");
+    valid(&alloc, &sim);
+    sim.complete_all();
+    alloc.empty_cache().unwrap();
+    let b = alloc.allocate(0, 4096, S0).unwrap();
+    assert_ne!(b.ptr(), BASE, "the stranded block is not handed out again");
+    assert_eq!(
+        stat(&alloc, "segment.all.current"),
+        1,
+        "its segment stays reserved"
+    );
+    valid(&alloc, &sim);
+}
+
+#[test]
+fn callbacks_may_register_callbacks_and_allocate_without_deadlock() {
+    let (sim, alloc) = setup(64 * MIB, AllocatorConfig::default());
+    let calls = Arc::new(Mutex::new(0));
+    {
+        let (inner, calls) = (alloc.clone(), Arc::clone(&calls));
+        alloc.add_free_memory_callback(Box::new(move || {
+            *calls.lock().unwrap() += 1;
+            inner.add_free_memory_callback(Box::new(|| false));
+            // An allocation from inside a callback does not run the callbacks again.
+            drop(inner.allocate(0, 30 * MIB, S1).unwrap());
+            false
+        }));
+    }
+    let a = alloc.allocate(0, 30 * MIB, S0).unwrap();
+    assert_eq!(*calls.lock().unwrap(), 1);
+    drop(a);
+    valid(&alloc, &sim);
+}
+
+#[test]
+fn after_callbacks_that_freed_nothing_the_cache_is_not_searched_again() {
+    let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
+    let a = alloc.allocate(0, 30 * MIB, S0).unwrap();
+    a.record_stream(S1).unwrap();
+    drop(a);
+    {
+        let sim = sim.clone();
+        alloc.add_free_memory_callback(Box::new(move || {
+            // The side stream finishes while the callbacks run; as in PyTorch, its deferred
+            // free is only noticed at the next allocation.
+            sim.complete_stream(0, S1).unwrap();
+            false
+        }));
+    }
+    let b = alloc.allocate(0, 30 * MIB, S0).unwrap();
+    assert_ne!(b.ptr(), BASE, "a new segment, as PyTorch would allocate");
+    assert_eq!(stat(&alloc, "num_device_alloc"), 2);
+    let c = alloc.allocate(0, 30 * MIB, S0).unwrap();
+    assert_eq!(
+        c.ptr(),
+        BASE,
+        "the deferred block is reused at the next allocation"
+    );
+    drop((b, c));
+    valid(&alloc, &sim);
+}
+
+#[test]
+fn invariants_of_a_missing_device_are_an_error() {
+    let (_sim, alloc) = setup(1 << 30, AllocatorConfig::default());
+    let err = alloc.check_invariants(4).unwrap_err();
+    assert_eq!(err.device, 4);
+    assert!(err.message.contains("does not exist"), "{err}");
+}

@@ -32,6 +32,8 @@ pub(super) struct Device {
     streams: HashMap<StreamId, Stream>,
     /// Countdowns of injected allocation failures: (allocations left, fail as out-of-memory).
     alloc_faults: Vec<(u64, bool)>,
+    /// Countdowns of injected event-record failures: events left to record before one fails.
+    record_faults: Vec<u64>,
     pub(super) calls: SimCalls,
 }
 
@@ -82,6 +84,7 @@ impl Device {
             segments: BTreeMap::new(),
             streams: HashMap::new(),
             alloc_faults: Vec::new(),
+            record_faults: Vec::new(),
             calls: SimCalls::default(),
         }
     }
@@ -114,7 +117,19 @@ impl Device {
             SimFault::AllocError { nth } => self.alloc_faults.push((nth.max(1), false)),
             SimFault::OutOfMemoryAbove { limit_bytes } => self.oom_above = Some(limit_bytes),
             SimFault::HangStream { stream } => self.streams.entry(stream).or_default().hung = true,
+            SimFault::RecordEventError { nth } => self.record_faults.push(nth.max(1)),
         }
+    }
+
+    /// Counts one event record against the injected record faults; true when it must fail.
+    pub(super) fn take_record_fault(&mut self) -> bool {
+        let mut fail = false;
+        self.record_faults.retain_mut(|left| {
+            *left -= 1;
+            fail |= *left == 0;
+            *left > 0
+        });
+        fail
     }
 
     pub(super) fn set_oom_above(&mut self, limit_bytes: Option<usize>) {
@@ -123,6 +138,7 @@ impl Device {
 
     pub(super) fn clear_faults(&mut self) {
         self.alloc_faults.clear();
+        self.record_faults.clear();
         self.oom_above = None;
         for stream in self.streams.values_mut() {
             stream.hung = false;
