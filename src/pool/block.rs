@@ -63,6 +63,31 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// A cached block with its neighbours `(prev, next)`, stamped with the free list's lookup
+    /// count `gc_count_base`.
+    pub fn free(
+        addr: u64,
+        size: usize,
+        stream: StreamId,
+        small: bool,
+        (prev, next): (Option<BlockId>, Option<BlockId>),
+        gc_count_base: u64,
+    ) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            small,
+            state: BlockState::Free,
+            prev,
+            next,
+            stream_uses: None,
+            event_count: 0,
+            gc_count_base,
+        }
+    }
+
     pub fn is_split(&self) -> bool {
         self.prev.is_some() || self.next.is_some()
     }
@@ -129,19 +154,7 @@ mod tests {
     use super::*;
 
     fn block(addr: u64) -> Block {
-        Block {
-            addr,
-            size: 512,
-            requested: 0,
-            stream: StreamId::DEFAULT,
-            small: true,
-            state: BlockState::Free,
-            prev: None,
-            next: None,
-            stream_uses: None,
-            event_count: 0,
-            gc_count_base: 0,
-        }
+        Block::free(addr, 512, StreamId::DEFAULT, true, (None, None), 0)
     }
 
     #[test]

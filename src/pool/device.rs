@@ -356,19 +356,14 @@ impl<E> DeviceAllocator<E> {
                 addr: addr + rounded as u64,
                 id,
             };
-            let rest = self.blocks.insert(Block {
-                addr: rest_key.addr,
-                size: rest_size,
-                requested: 0,
+            let rest = self.blocks.insert(Block::free(
+                rest_key.addr,
+                rest_size,
                 stream,
                 small,
-                state: BlockState::Free,
-                prev: Some(id),
-                next: old_next,
-                stream_uses: None,
-                event_count: 0,
-                gc_count_base: self.pool_ref(small).lookups,
-            });
+                (Some(id), old_next),
+                self.pool_ref(small).lookups,
+            ));
             let rest = rest.ok_or(TOO_MANY_BLOCKS)?;
             if let Some(next) = old_next {
                 self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(rest);
@@ -478,28 +473,16 @@ impl<E> DeviceAllocator<E> {
         let mut merged = id;
         let mut absorbed_prev = None;
         let mut absorbed_next = None;
-        if let Some((prev, prev_block)) = self.free_neighbour(prev) {
+        if let Some(key) = self.free_neighbour(prev) {
             // The lower block absorbs this one and keeps its id.
-            let key = FreeKey {
-                stream,
-                size: prev_block.size,
-                addr: prev_block.addr,
-                id: prev,
-            };
-            self.absorb_next(prev, id)?;
+            self.absorb_next(key.id, id)?;
             net_blocks -= 1;
             net_bytes -= key.size as i64;
-            (merged, addr, size) = (prev, key.addr, key.size + size);
+            (merged, addr, size) = (key.id, key.addr, key.size + size);
             absorbed_prev = Some(key);
         }
-        if let Some((next, next_block)) = self.free_neighbour(next) {
-            let key = FreeKey {
-                stream,
-                size: next_block.size,
-                addr: next_block.addr,
-                id: next,
-            };
-            self.absorb_next(merged, next)?;
+        if let Some(key) = self.free_neighbour(next) {
+            self.absorb_next(merged, key.id)?;
             net_blocks -= 1;
             net_bytes -= key.size as i64;
             size += key.size;
@@ -539,14 +522,14 @@ impl<E> DeviceAllocator<E> {
         Ok(())
     }
 
-    /// The neighbour `id`, when there is one and it is cached.
+    /// The free-list entry of the neighbour `id`, when there is one and it is cached.
     #[inline]
-    fn free_neighbour(&self, id: Option<BlockId>) -> Option<(BlockId, &Block)> {
+    fn free_neighbour(&self, id: Option<BlockId>) -> Option<FreeKey> {
         let id = id?;
         self.blocks
             .get(id)
             .filter(|b| b.state == BlockState::Free)
-            .map(|b| (id, b))
+            .map(|b| Self::free_key(id, b))
     }
 
     fn remove_cached(&mut self, small: bool, key: &FreeKey) -> Result<()> {

@@ -5,7 +5,6 @@
 
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
-use super::free_list::FreeList;
 use crate::stats::{DeviceStats, Stat, StatArray};
 use std::fmt;
 
@@ -185,11 +184,11 @@ impl<E> DeviceAllocator<E> {
             ));
         }
         for (small, list) in [(false, &self.large), (true, &self.small)] {
-            if list_len(list) != free_blocks[usize::from(small)] {
+            if list.len() != free_blocks[usize::from(small)] {
                 return fail(format!(
                     "{} pool free list holds {} entries for {} free blocks",
                     if small { "small" } else { "large" },
-                    list_len(list),
+                    list.len(),
                     free_blocks[usize::from(small)]
                 ));
             }
@@ -208,10 +207,6 @@ impl<E> DeviceAllocator<E> {
         }
         compare_stats(&self.stats, &expected).or_else(fail)
     }
-}
-
-fn list_len(list: &FreeList) -> usize {
-    list.len()
 }
 
 fn compare_stats(stats: &DeviceStats, expected: &Expected) -> Result<(), String> {

@@ -142,19 +142,9 @@ impl<E> DeviceAllocator<E> {
             Err(BackendError::OutOfMemory { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let id = self.blocks.insert(Block {
-            addr,
-            size,
-            requested: 0,
-            stream,
-            small,
-            state: BlockState::Free,
-            prev: None,
-            next: None,
-            stream_uses: None,
-            event_count: 0,
-            gc_count_base: 0,
-        });
+        let id = self
+            .blocks
+            .insert(Block::free(addr, size, stream, small, (None, None), 0));
         let Some(id) = id else {
             // Give the segment back rather than lose track of it.
             backend.free_segment(self.device, addr, size)?;
