@@ -49,6 +49,7 @@
 //! | [`CachingAllocator`] | one pool per device behind a mutex, owning handles, raw pointers |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
+//! | [`trace`] | trace files: the restricted pickle reader/writer for PyTorch snapshots, RMM's CSV log |
 //!
 //! ## Features of the simulated device
 //!
@@ -61,6 +62,7 @@ pub mod config;
 pub mod error;
 pub mod pool;
 pub mod stats;
+pub mod trace;
 
 mod allocator;
 

@@ -1,0 +1,553 @@
+//! The restricted pickle reader on the seven real PyTorch memory snapshots in
+//! `../shared/fixtures/pytorch-snapshots/`: every file reads, and what it reads matches facts
+//! computed independently with CPython's `pickle` (an `Unpickler` whose `find_class` raises):
+//! top-level shape, segment and trace counts, a fingerprint of every distinct container, and
+//! the sharing of frames. A missing fixture fails these tests; none is skipped.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use blockpool::trace::pickle::{read, ReadLimits, Value};
+
+/// The folder of the fixtures, beside the workspace root.
+fn fixtures_dir() -> PathBuf {
+    [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "..",
+        "shared",
+        "fixtures",
+        "pytorch-snapshots",
+    ]
+    .iter()
+    .collect()
+}
+
+/// Reads and parses one fixture; fails with the path if it is missing or does not parse.
+fn load(name: &str) -> Value {
+    let path = fixtures_dir().join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|error| {
+        panic!(
+            "cannot read the PyTorch snapshot fixture {}: {error}; the fixtures live in \
+             ../shared/fixtures/pytorch-snapshots/ beside the workspace root",
+            path.display()
+        )
+    });
+    read(&bytes, &ReadLimits::default())
+        .unwrap_or_else(|error| panic!("{name} should read as plain data: {error}"))
+}
+
+/// The value of `key` in `dict`.
+#[track_caller]
+fn get<'a>(dict: &'a Value, key: &str) -> &'a Value {
+    let Value::Dict(pairs) = dict else {
+        panic!("looking up {key:?} in a non-dict: {dict:?}")
+    };
+    pairs
+        .iter()
+        .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+        .map(|(_, value)| value)
+        .unwrap_or_else(|| panic!("no key {key:?}"))
+}
+
+#[track_caller]
+fn items(value: &Value) -> &[Value] {
+    match value {
+        Value::List(items) | Value::Tuple(items) => items,
+        other => panic!("expected a list or tuple, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn keys(dict: &Value) -> Vec<&str> {
+    let Value::Dict(pairs) = dict else {
+        panic!("not a dict: {dict:?}")
+    };
+    pairs
+        .iter()
+        .map(|(key, _)| match key {
+            Value::Str(s) => &**s,
+            other => panic!("non-str key {other:?}"),
+        })
+        .collect()
+}
+
+/// Trace entries per device.
+fn trace_lengths(snapshot: &Value) -> Vec<usize> {
+    items(get(snapshot, "device_traces"))
+        .iter()
+        .map(|trace| items(trace).len())
+        .collect()
+}
+
+/// How many events of each `action` the trace of device 0 has.
+fn actions(snapshot: &Value) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for event in items(&items(get(snapshot, "device_traces"))[0]) {
+        let Value::Str(action) = get(event, "action") else {
+            panic!("action is not a str")
+        };
+        *counts.entry(action.to_string()).or_default() += 1;
+    }
+    counts
+}
+
+/// The identity of a container: its `Arc`'s address.
+fn identity(value: &Value) -> Option<usize> {
+    match value {
+        Value::List(items) | Value::Tuple(items) | Value::Set(items) => {
+            Some(Arc::as_ptr(items) as usize)
+        }
+        Value::Dict(pairs) => Some(Arc::as_ptr(pairs) as usize),
+        _ => None,
+    }
+}
+
+/// The direct children of a container (a dict's keys and values alternate).
+fn children(value: &Value) -> Vec<&Value> {
+    match value {
+        Value::List(items) | Value::Tuple(items) | Value::Set(items) => items.iter().collect(),
+        Value::Dict(pairs) => pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Totals over every distinct container (by identity) and its direct scalar children, as
+/// the Python script computes them over distinct `id()`s.
+#[derive(Debug, Default, PartialEq)]
+struct Fingerprint {
+    dicts: usize,
+    lists: usize,
+    tuples: usize,
+    sets: usize,
+    /// Direct children of distinct containers, a dict's keys and values both counted.
+    edges: usize,
+    ints: usize,
+    /// Sum of those ints modulo 2^64.
+    int_sum: u64,
+    strs: usize,
+    str_bytes: usize,
+    trues: usize,
+    falses: usize,
+    nones: usize,
+    floats: usize,
+}
+
+fn fingerprint(root: &Value) -> Fingerprint {
+    let mut f = Fingerprint::default();
+    let mut seen = HashSet::new();
+    let mut stack = vec![root];
+    while let Some(value) = stack.pop() {
+        if !identity(value).is_some_and(|id| seen.insert(id)) {
+            continue;
+        }
+        match value {
+            Value::Dict(_) => f.dicts += 1,
+            Value::List(_) => f.lists += 1,
+            Value::Tuple(_) => f.tuples += 1,
+            _ => f.sets += 1,
+        }
+        for child in children(value) {
+            f.edges += 1;
+            match child {
+                Value::Bool(true) => f.trues += 1,
+                Value::Bool(false) => f.falses += 1,
+                Value::None => f.nones += 1,
+                Value::Int(i) => {
+                    f.ints += 1;
+                    f.int_sum = f.int_sum.wrapping_add(*i as u64);
+                }
+                Value::Float(_) => f.floats += 1,
+                Value::Str(s) => {
+                    f.strs += 1;
+                    f.str_bytes += s.len();
+                }
+                Value::BigInt(_) | Value::Bytes(_) => panic!("unexpected {child:?}"),
+                _ => stack.push(child),
+            }
+        }
+    }
+    f
+}
+
+/// Whether `value` is a stack frame: a dict of exactly `filename`, `line`, `name`.
+fn is_frame(value: &Value) -> bool {
+    matches!(value, Value::Dict(_)) && {
+        let mut keys = keys(value);
+        keys.sort_unstable();
+        keys == ["filename", "line", "name"]
+    }
+}
+
+/// References to frames from distinct containers, and distinct frames.
+fn frame_sharing(root: &Value) -> (usize, usize) {
+    let (mut references, mut frames, mut seen) = (0, HashSet::new(), HashSet::new());
+    let mut stack = vec![root];
+    while let Some(value) = stack.pop() {
+        if !identity(value).is_some_and(|id| seen.insert(id)) {
+            continue;
+        }
+        for child in children(value) {
+            if is_frame(child) {
+                references += 1;
+                frames.extend(identity(child));
+            }
+            stack.push(child);
+        }
+    }
+    (references, frames.len())
+}
+
+/// Frames a deep copy of `value` would hold, counted once per shared container.
+fn expanded_frames(value: &Value, memo: &mut HashMap<usize, u64>) -> u64 {
+    let Some(id) = identity(value) else { return 0 };
+    if let Some(&count) = memo.get(&id) {
+        return count;
+    }
+    let own = u64::from(is_frame(value));
+    let count = own
+        + children(value)
+            .into_iter()
+            .map(|c| expanded_frames(c, memo))
+            .sum::<u64>();
+    memo.insert(id, count);
+    count
+}
+
+const ALL_FIXTURES: [&str; 7] = [
+    "Maphsge4_select_n_snapshot_1.2M.pickle",
+    "Muduard_LayoutEditing_memory_snapshot.pkl",
+    "SunnySood80_dump_snapshot_517.pickle",
+    "Yiyi_LLM-inference_oom_snapshot.pickle",
+    "albi2_thesis_dump_snapshot_1064.pickle",
+    "bcrafton_assignment2-systems_memory_snapshot.pickle",
+    "kkaitlyn111_cs336_memory_ctx128_forward.pickle",
+];
+
+const NEW_SCHEMA_KEYS: [&str; 4] = [
+    "segments",
+    "device_traces",
+    "allocator_settings",
+    "external_annotations",
+];
+
+#[test]
+fn the_fixture_folder_holds_the_seven_snapshots() {
+    let dir = fixtures_dir();
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|error| {
+        panic!(
+            "the PyTorch snapshot fixtures are missing: cannot list {}: {error}",
+            dir.display()
+        )
+    });
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name != "README.md")
+        .collect();
+    names.sort();
+    assert_eq!(names, ALL_FIXTURES, "fixtures in {}", dir.display());
+}
+
+#[test]
+fn every_fixture_reads_as_plain_data() {
+    for name in ALL_FIXTURES {
+        load(name);
+    }
+}
+
+#[test]
+fn maphsge4_has_four_device_traces_and_shares_its_frames() {
+    let snapshot = load("Maphsge4_select_n_snapshot_1.2M.pickle");
+    assert_eq!(keys(&snapshot), ["segments", "device_traces"]);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 82);
+    assert_eq!(trace_lengths(&snapshot), [4_496, 0, 0, 0]);
+    assert_eq!(
+        actions(&snapshot),
+        BTreeMap::from([
+            ("alloc".into(), 1_497),
+            ("free_completed".into(), 1_493),
+            ("free_requested".into(), 1_493),
+            ("segment_alloc".into(), 13),
+        ])
+    );
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 5_404,
+            lists: 3_079,
+            tuples: 82,
+            sets: 0,
+            edges: 434_135,
+            ints: 15_881,
+            int_sum: 702_226_042_982_041_608,
+            strs: 32_584,
+            str_bytes: 271_737,
+            trues: 0,
+            falses: 82,
+            nones: 0,
+            floats: 0,
+        }
+    );
+    // Python: trace[0]['frames'][0] is trace[1]['frames'][0].
+    let trace = items(&items(get(&snapshot, "device_traces"))[0]);
+    let (Value::Dict(first), Value::Dict(second)) = (
+        &items(get(&trace[0], "frames"))[0],
+        &items(get(&trace[1], "frames"))[0],
+    ) else {
+        panic!("frames are not dicts")
+    };
+    assert!(
+        Arc::ptr_eq(first, second),
+        "the memoized frame must be one Arc, not a copy"
+    );
+    assert_eq!(
+        frame_sharing(&snapshot),
+        (375_432, 410),
+        "(frame references from distinct containers, distinct frames)"
+    );
+    assert_eq!(
+        expanded_frames(&snapshot, &mut HashMap::new()),
+        550_525,
+        "frames a deep copy would hold"
+    );
+}
+
+#[test]
+fn muduard_is_a_bare_list_of_segments() {
+    let value = load("Muduard_LayoutEditing_memory_snapshot.pkl");
+    assert!(matches!(value, Value::List(_)), "the oldest form is a list");
+    let segments = items(&value);
+    assert_eq!(segments.len(), 255);
+    assert!(
+        segments.iter().all(|s| get(s, "device") == &Value::Int(1)),
+        "every segment is on device 1"
+    );
+    let blocks: usize = segments.iter().map(|s| items(get(s, "blocks")).len()).sum();
+    assert_eq!(blocks, 2_140);
+    let total: i64 = segments
+        .iter()
+        .map(|s| match get(s, "total_size") {
+            Value::Int(size) => *size,
+            other => panic!("total_size {other:?}"),
+        })
+        .sum();
+    assert_eq!(total, 3_649_044_480);
+    assert_eq!(
+        fingerprint(&value),
+        Fingerprint {
+            dicts: 2_429,
+            lists: 1_063,
+            tuples: 255,
+            sets: 0,
+            edges: 45_870,
+            ints: 8_749,
+            int_sum: 335_277_032_704_131_690,
+            strs: 16_325,
+            str_bytes: 145_310,
+            trues: 0,
+            falses: 255,
+            nones: 0,
+            floats: 0,
+        }
+    );
+}
+
+#[test]
+fn sunnysood80_is_an_empty_snapshot_with_settings() {
+    let snapshot = load("SunnySood80_dump_snapshot_517.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 0);
+    assert_eq!(trace_lengths(&snapshot), [0, 0, 0, 0]);
+    let settings = get(&snapshot, "allocator_settings");
+    assert_eq!(
+        get(settings, "PYTORCH_CUDA_ALLOC_CONF"),
+        &Value::Str("expandable_segments:True,max_split_size_mb:64".into())
+    );
+    assert_eq!(get(settings, "max_split_size"), &Value::Int(67_108_864));
+    assert_eq!(
+        get(settings, "garbage_collection_threshold"),
+        &Value::Float(0.0)
+    );
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 3,
+            lists: 7,
+            edges: 60,
+            ints: 18,
+            int_sum: 67_108_865,
+            strs: 29,
+            str_bytes: 339,
+            trues: 1,
+            falses: 2,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn yiyi_has_legacy_history_blocks_and_one_snapshot_event() {
+    let snapshot = load("Yiyi_LLM-inference_oom_snapshot.pickle");
+    assert_eq!(keys(&snapshot), ["segments", "device_traces"]);
+    let segments = items(get(&snapshot, "segments"));
+    assert_eq!(segments.len(), 176);
+    let blocks: Vec<&Value> = segments
+        .iter()
+        .flat_map(|s| items(get(s, "blocks")))
+        .collect();
+    assert_eq!(blocks.len(), 463);
+    assert_eq!(
+        keys(blocks[0]),
+        ["size", "requested_size", "state", "history"]
+    );
+    assert_eq!(trace_lengths(&snapshot), [1]);
+    let event = &items(&items(get(&snapshot, "device_traces"))[0])[0];
+    assert_eq!(get(event, "action"), &Value::Str("snapshot".into()));
+    assert_eq!(get(event, "size"), &Value::Int(11_840_159_744));
+    assert_eq!(
+        frame_sharing(&snapshot),
+        (4_600, 4_600),
+        "this file shares no frames"
+    );
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 5_701,
+            lists: 1_099,
+            edges: 42_939,
+            ints: 7_681,
+            int_sum: 89_069_294_477_127_284,
+            strs: 28_459,
+            str_bytes: 388_298,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn albi2_has_expandable_segments() {
+    let snapshot = load("albi2_thesis_dump_snapshot_1064.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    let segments = items(get(&snapshot, "segments"));
+    assert_eq!(segments.len(), 2);
+    assert!(segments
+        .iter()
+        .all(|s| get(s, "is_expandable") == &Value::Bool(true)));
+    assert!(segments.iter().all(|s| get(s, "device") == &Value::Int(0)));
+    let blocks: usize = segments.iter().map(|s| items(get(s, "blocks")).len()).sum();
+    assert_eq!(blocks, 7);
+    assert_eq!(trace_lengths(&snapshot), [0]);
+    // A 16-entry dict: past the reader's linear key scan.
+    let divisions = get(
+        get(&snapshot, "allocator_settings"),
+        "roundup_power2_divisions",
+    );
+    assert_eq!(keys(divisions).len(), 16);
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 12,
+            lists: 7,
+            tuples: 2,
+            edges: 188,
+            ints: 57,
+            int_sum: 296_349_992_161,
+            strs: 97,
+            str_bytes: 922,
+            trues: 3,
+            falses: 2,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn bcrafton_has_the_newest_schema() {
+    let snapshot = load("bcrafton_assignment2-systems_memory_snapshot.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 96);
+    assert_eq!(trace_lengths(&snapshot), [6_486]);
+    assert_eq!(
+        actions(&snapshot),
+        BTreeMap::from([
+            ("alloc".into(), 2_162),
+            ("free_completed".into(), 2_162),
+            ("free_requested".into(), 2_162),
+        ])
+    );
+    let event = &items(&items(get(&snapshot, "device_traces"))[0])[0];
+    let mut event_keys = keys(event);
+    event_keys.sort_unstable();
+    assert_eq!(
+        event_keys,
+        [
+            "action",
+            "addr",
+            "compile_context",
+            "frames",
+            "size",
+            "stream",
+            "time_us",
+            "user_metadata"
+        ]
+    );
+    assert_eq!(items(get(&snapshot, "external_annotations")).len(), 2);
+    assert_eq!(frame_sharing(&snapshot), (203_461, 677));
+    assert_eq!(expanded_frames(&snapshot, &mut HashMap::new()), 289_778);
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 7_814,
+            lists: 4_425,
+            tuples: 96,
+            edges: 326_504,
+            ints: 29_157,
+            int_sum: 12_410_535_399_608_663_067,
+            strs: 79_321,
+            str_bytes: 626_452,
+            falses: 100,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn kkaitlyn111_has_segment_alloc_events_with_time() {
+    let snapshot = load("kkaitlyn111_cs336_memory_ctx128_forward.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 516);
+    assert_eq!(trace_lengths(&snapshot), [4_657]);
+    assert_eq!(
+        actions(&snapshot),
+        BTreeMap::from([
+            ("alloc".into(), 2_058),
+            ("free_completed".into(), 1_155),
+            ("free_requested".into(), 1_155),
+            ("segment_alloc".into(), 289),
+        ])
+    );
+    let event = &items(&items(get(&snapshot, "device_traces"))[0])[0];
+    assert!(matches!(get(event, "time_us"), Value::Int(_)));
+    assert_eq!(frame_sharing(&snapshot), (235_962, 409));
+    assert_eq!(expanded_frames(&snapshot, &mut HashMap::new()), 412_692);
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 6_861,
+            lists: 3_734,
+            tuples: 516,
+            edges: 326_982,
+            ints: 27_527,
+            int_sum: 9_049_971_045_125_570_602,
+            strs: 49_037,
+            str_bytes: 405_625,
+            falses: 519,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
