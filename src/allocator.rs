@@ -10,11 +10,15 @@ use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, SegmentView};
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
+use crate::trace::{
+    AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent,
+};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
 
 /// A callback run when a request misses the cache, before the allocator asks the device for
 /// more memory: it should drop whatever memory its owner can spare and return whether it freed
@@ -87,7 +91,32 @@ struct Shared<B: Backend> {
     raw: DashMap<u64, (DeviceIndex, BlockId)>,
     callbacks: RwLock<Vec<Arc<FreeMemoryCallback>>>,
     has_callbacks: AtomicBool,
+    /// History recording: 0 when off, else 1 + the [`ContextLevel`] (one load on the hot path).
+    recording: AtomicU8,
+    /// Whether contexts include call stacks ([`Backtraces::Rust`](crate::trace::Backtraces)).
+    stacks: AtomicBool,
+    /// When recording started, in nanoseconds since [`clock_base`].
+    recording_since_ns: AtomicU64,
+    /// Serializes `record_memory_history` calls.
+    history_settings: Mutex<()>,
 }
+
+/// The process's time origin for event times.
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    clock_base().elapsed().as_nanos() as u64
+}
+
+const LEVELS: [ContextLevel; 4] = [
+    ContextLevel::None,
+    ContextLevel::State,
+    ContextLevel::Alloc,
+    ContextLevel::All,
+];
 
 impl<B: Backend> CachingAllocator<B> {
     /// An allocator over every device of `backend`. Nothing is allocated until asked for.
@@ -115,6 +144,10 @@ impl<B: Backend> CachingAllocator<B> {
                 raw: DashMap::new(),
                 callbacks: RwLock::new(Vec::new()),
                 has_callbacks: AtomicBool::new(false),
+                recording: AtomicU8::new(0),
+                stacks: AtomicBool::new(false),
+                recording_since_ns: AtomicU64::new(0),
+                history_settings: Mutex::new(()),
             }),
         }
     }
@@ -221,7 +254,10 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn empty_cache(&self) -> Result<()> {
         let mut first_error = Ok(());
         for device in 0..self.device_count() {
-            let result = self.device(device)?.empty_cache(&self.shared.backend);
+            let stamp = self.shared.stamp(ContextLevel::All);
+            let mut dev = self.device(device)?;
+            dev.set_event_stamp(stamp);
+            let result = dev.empty_cache(&self.shared.backend);
             if first_error.is_ok() {
                 first_error = result;
             }
@@ -282,6 +318,82 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(self.device(device)?.segments())
     }
 
+    /// Starts, reconfigures or stops recording the history of every device, as PyTorch's
+    /// `torch.cuda.memory._record_memory_history`.
+    ///
+    /// Each device keeps its newest `settings.max_entries` events in a ring buffer; event times
+    /// count microseconds from the call that turned recording on (reconfiguring keeps the
+    /// origin and the newest events); an event's time is taken when its call starts, before
+    /// it waits for the device lock, and is raised to the previous event's when a waiting
+    /// thread brings an earlier one, so each history is in time order. `enabled: false` stops recording and clears every
+    /// device's history. Which events carry a context is `settings.context` (see
+    /// [`ContextLevel`]); contexts are the thread's [`annotate`](crate::annotate) tags, plus the
+    /// call stack with [`Backtraces::Rust`](crate::trace::Backtraces::Rust).
+    ///
+    /// `max_entries == 0` with `enabled` is refused with
+    /// [`Error::InvalidHistorySettings`] and changes nothing (PyTorch clamps it to 1).
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
+    /// use blockpool::trace::Action;
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// alloc.record_memory_history(HistorySettings::default())?;
+    /// drop(alloc.allocate(0, 4096, StreamId::DEFAULT)?);
+    /// let actions: Vec<Action> = alloc.history(0)?.iter().map(|e| e.action).collect();
+    /// assert_eq!(
+    ///     actions,
+    ///     [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
+    /// );
+    /// alloc.record_memory_history(HistorySettings::DISABLED)?;
+    /// assert!(alloc.history(0)?.is_empty(), "turning recording off clears the history");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record_memory_history(&self, settings: HistorySettings) -> Result<()> {
+        if settings.enabled && settings.max_entries == 0 {
+            return Err(Error::InvalidHistorySettings {
+                reason: "max_entries must be at least 1",
+            });
+        }
+        let shared = &self.shared;
+        let _serial = shared.history_settings.lock();
+        let weak: Weak<Shared<B>> = Arc::downgrade(shared);
+        let sink: Weak<dyn AnnotationSink> = weak;
+        if settings.enabled {
+            if shared.recording.load(Ordering::Acquire) == 0 {
+                shared.recording_since_ns.store(now_ns(), Ordering::Release);
+            }
+            let stacks = settings.stacks == crate::trace::Backtraces::Rust;
+            shared.stacks.store(stacks, Ordering::Release);
+            shared
+                .recording
+                .store(settings.context as u8 + 1, Ordering::Release);
+            for device in shared.devices.iter() {
+                device.lock().record_history(&settings);
+            }
+            crate::trace::register_sink(sink);
+        } else {
+            crate::trace::unregister_sink(&sink);
+            shared.recording.store(0, Ordering::Release);
+            for device in shared.devices.iter() {
+                device.lock().record_history(&settings);
+            }
+        }
+        Ok(())
+    }
+
+    /// The recorded events of `device`, oldest first (empty when history is off).
+    pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
+        Ok(self.device(device)?.history())
+    }
+
+    /// The context an event refers to: its annotation tags and call stack. `None` for
+    /// [`ContextId::NONE`] and ids never handed out. Contexts are interned process-wide, so an
+    /// id means the same in every allocator.
+    pub fn context(&self, id: ContextId) -> Option<Context> {
+        crate::trace::lookup_context(id)
+    }
+
     /// Checks every bookkeeping invariant of `device` (see `DeviceAllocator::check_invariants`).
     pub fn check_invariants(
         &self,
@@ -320,8 +432,36 @@ impl<B: Backend> Shared<B> {
         }
     }
 
+    /// The time and, when the recording level is at least `gather`, the context of a call, for
+    /// the events it records. Gathered before taking a device lock: capturing a call stack is
+    /// slow. With recording off this is one load and one branch.
+    #[inline]
+    fn stamp(&self, gather: ContextLevel) -> EventStamp {
+        match self.recording.load(Ordering::Relaxed) {
+            0 => EventStamp::default(),
+            state => self.gather_stamp(state, gather),
+        }
+    }
+
+    #[inline(never)]
+    fn gather_stamp(&self, state: u8, gather: ContextLevel) -> EventStamp {
+        let level = LEVELS[usize::from(state - 1).min(LEVELS.len() - 1)];
+        let context = if level >= gather {
+            crate::trace::current_context(self.stacks.load(Ordering::Relaxed))
+        } else {
+            ContextId::NONE
+        };
+        let since = self.recording_since_ns.load(Ordering::Relaxed);
+        EventStamp {
+            time_us: now_ns().saturating_sub(since) / 1000,
+            context,
+        }
+    }
+
     fn malloc(&self, device: DeviceIndex, size: usize, stream: StreamId) -> Result<AllocatedBlock> {
+        let stamp = self.stamp(ContextLevel::State);
         let mut dev = self.lock(device)?;
+        dev.set_event_stamp(stamp);
         if !self.has_callbacks.load(Ordering::Acquire) {
             return dev.malloc(&self.backend, size, stream);
         }
@@ -346,12 +486,16 @@ impl<B: Backend> Shared<B> {
             freed,
             "free-memory callbacks ran after a cache miss"
         );
-        self.lock(device)?
-            .malloc_after_callbacks(&self.backend, size, stream, freed)
+        let mut dev = self.lock(device)?;
+        dev.set_event_stamp(stamp);
+        dev.malloc_after_callbacks(&self.backend, size, stream, freed)
     }
 
     fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
-        self.lock(device)?.free(&self.backend, id)
+        let stamp = self.stamp(ContextLevel::All);
+        let mut dev = self.lock(device)?;
+        dev.set_event_stamp(stamp);
+        dev.free(&self.backend, id)
     }
 
     /// Why `ptr` is not a live raw allocation of `device`.
@@ -379,6 +523,23 @@ impl<B: Backend> Shared<B> {
             }
         }
         Error::UnknownPointer { device, ptr }
+    }
+}
+
+impl<B: Backend> AnnotationSink for Shared<B> {
+    fn record_annotation(&self) {
+        if self.recording.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let context = crate::trace::current_context(self.stacks.load(Ordering::Relaxed));
+        let since = self.recording_since_ns.load(Ordering::Relaxed);
+        let stamp = EventStamp {
+            time_us: now_ns().saturating_sub(since) / 1000,
+            context,
+        };
+        for device in self.devices.iter() {
+            device.lock().record_annotation(stamp);
+        }
     }
 }
 

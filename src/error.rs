@@ -89,6 +89,14 @@ pub enum Error {
         /// The fraction given.
         fraction: f64,
     },
+    /// History recording settings that cannot be honoured (see
+    /// [`CachingAllocator::record_memory_history`](crate::CachingAllocator::record_memory_history)).
+    /// Nothing was changed.
+    #[error("invalid history settings: {reason}")]
+    InvalidHistorySettings {
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// The allocator configuration is malformed.
     #[error(transparent)]
     Config(#[from] ConfigError),

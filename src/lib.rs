@@ -49,7 +49,7 @@
 //! | [`CachingAllocator`] | one pool per device behind a mutex, owning handles, raw pointers |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
-//! | [`trace`] | trace files: the restricted pickle reader/writer for PyTorch snapshots, RMM's CSV log |
+//! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), trace files: the restricted pickle reader/writer for PyTorch snapshots, RMM's CSV log |
 //!
 //! ## Features of the simulated device
 //!
@@ -74,3 +74,7 @@ pub use backend::{
 pub use config::{AllocatorConfig, ConfigError};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
 pub use stats::{DeviceStats, MemoryStats};
+pub use trace::{
+    annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,
+    TraceEvent,
+};

@@ -15,7 +15,7 @@ pub struct BlockId(pub(crate) NonZeroU32);
 
 impl BlockId {
     #[inline]
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0.get() as usize - 1
     }
 

@@ -8,11 +8,13 @@
 
 use super::block::{Block, BlockArena, BlockId, BlockState};
 use super::free_list::{FreeKey, FreeList, PoolKind};
+use super::history::History;
 use super::sizing;
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::stats::{DeviceStats, StatArray, StatType};
+use crate::trace::{Action, ContextId};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A block id that names no block: a bookkeeping bug.
@@ -68,6 +70,10 @@ pub struct BlockView {
     pub requested: usize,
     /// Life state.
     pub state: BlockState,
+    /// Context of the call that allocated the block, while it is allocated or pending and
+    /// history is recorded with [`ContextLevel::State`](crate::trace::ContextLevel::State) or
+    /// more; [`ContextId::NONE`] otherwise.
+    pub context: ContextId,
 }
 
 /// Segment bookkeeping: enough to walk its blocks and to find it by address.
@@ -75,6 +81,8 @@ pub struct BlockView {
 pub(crate) struct Segment {
     pub size: usize,
     pub head: BlockId,
+    /// Context of the call that allocated the segment, when history keeps contexts.
+    pub context: ContextId,
 }
 
 /// The caching allocator of one device. Not thread-safe by itself; the
@@ -101,6 +109,8 @@ pub struct DeviceAllocator<E> {
     /// Device capacity, once the backend told it.
     pub(crate) total_bytes: Option<usize>,
     next_alloc_id: u64,
+    /// Recorded events and contexts; `None` while history is off (boxed: it is rarely on).
+    pub(crate) history: Option<Box<History>>,
 }
 
 pub(crate) fn stat_types(small: bool) -> [usize; 2] {
@@ -150,6 +160,7 @@ impl<E> DeviceAllocator<E> {
             reserved: 0,
             total_bytes: None,
             next_alloc_id: 0,
+            history: None,
         }
     }
 
@@ -416,6 +427,8 @@ impl<E> DeviceAllocator<E> {
         if size >= max_split {
             stats.oversize_allocations.increase(1);
         }
+        let sizes = (addr, size as u64, requested as u64);
+        self.record_alloc(id, stream, sizes);
         Ok(AllocatedBlock {
             id,
             addr,
@@ -442,6 +455,13 @@ impl<E> DeviceAllocator<E> {
             });
         }
         let (small, size) = (block.small, block.size as u64);
+        if self.history.is_some() {
+            let sizes = (block.addr, size, block.requested as u64);
+            let stream = block.stream;
+            let context = self.block_context(id);
+            self.record(Action::FreeRequested, stream, sizes, context);
+        }
+        let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
         let stats = &mut self.stats;
         decrease(&mut stats.allocation, small, 1);
         decrease(&mut stats.allocated_bytes, small, size);
@@ -467,6 +487,7 @@ impl<E> DeviceAllocator<E> {
         block.requested = 0;
         let (prev, next) = (block.prev, block.next);
         let (mut addr, mut size) = (block.addr, block.size);
+        self.record_free_completed(id, stream, (addr, size as u64, requested as u64));
 
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
@@ -617,7 +638,9 @@ impl<E> DeviceAllocator<E> {
                 let mut cursor = Some(segment.head);
                 let mut stream = StreamId::DEFAULT;
                 let mut pool = PoolKind::Large;
-                while let Some(block) = cursor.and_then(|id| self.blocks.get(id)) {
+                while let Some((id, block)) =
+                    cursor.and_then(|id| self.blocks.get(id).map(|b| (id, b)))
+                {
                     stream = block.stream;
                     pool = if block.small {
                         PoolKind::Small
@@ -629,6 +652,10 @@ impl<E> DeviceAllocator<E> {
                         size: block.size,
                         requested: block.requested,
                         state: block.state,
+                        context: match block.state {
+                            BlockState::Free => ContextId::NONE,
+                            _ => self.block_context(id),
+                        },
                     });
                     cursor = block.next;
                 }

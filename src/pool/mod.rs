@@ -7,6 +7,7 @@ mod block;
 mod device;
 mod events;
 mod free_list;
+mod history;
 mod invariants;
 mod release;
 pub mod sizing;

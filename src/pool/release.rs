@@ -11,6 +11,7 @@ use super::block::{Block, BlockId, BlockState};
 use super::device::{decrease, increase, DeviceAllocator, Segment};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, OutOfMemoryError, Result};
+use crate::trace::{Action, ContextId};
 
 impl<E> DeviceAllocator<E> {
     /// Device capacity in bytes, asked of the backend once.
@@ -105,6 +106,9 @@ impl<E> DeviceAllocator<E> {
         }
         let info = backend.mem_get_info(self.device)?;
         self.stats.num_ooms += 1;
+        // As PyTorch: `addr` is the device's free bytes, `size` the rounded request.
+        let sizes = (info.free_bytes as u64, rounded as u64, 0);
+        self.record(Action::Oom, stream, sizes, ContextId::NONE);
         Err(Error::OutOfMemory(Box::new(OutOfMemoryError {
             device: self.device,
             stream,
@@ -150,7 +154,15 @@ impl<E> DeviceAllocator<E> {
             backend.free_segment(self.device, addr, size)?;
             return Err(super::device::TOO_MANY_BLOCKS);
         };
-        self.segments.insert(addr, Segment { size, head: id });
+        let context = self.segment_context();
+        self.segments.insert(
+            addr,
+            Segment {
+                size,
+                head: id,
+                context,
+            },
+        );
         self.reserved += size;
         increase(&mut self.stats.segment, small, 1);
         increase(&mut self.stats.reserved_bytes, small, size as u64);
@@ -158,6 +170,12 @@ impl<E> DeviceAllocator<E> {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
+        self.record(
+            Action::SegmentAlloc,
+            stream,
+            (addr, size as u64, 0),
+            ContextId::NONE,
+        );
         Ok(Some(id))
     }
 
@@ -169,11 +187,13 @@ impl<E> DeviceAllocator<E> {
                 what: "release of a block that is not a whole free segment",
             });
         }
-        let (addr, size, small) = (block.addr, block.size, block.small);
+        let (addr, size, small, stream) = (block.addr, block.size, block.small, block.stream);
         backend.free_segment(self.device, addr, size)?;
         self.uncache(id)?;
         self.blocks.remove(id);
-        self.segments.remove(&addr);
+        let segment = self.segments.remove(&addr);
+        let context = segment.map_or(ContextId::NONE, |s| s.context);
+        self.record(Action::SegmentFree, stream, (addr, size as u64, 0), context);
         self.reserved -= size;
         self.stats.num_device_free += 1;
         decrease(&mut self.stats.segment, small, 1);

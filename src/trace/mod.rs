@@ -1,10 +1,19 @@
 //! Traces: allocation history, snapshots and trace files, ours and PyTorch's.
 //!
-//! So far: the event model ([`TraceEvent`]), the restricted pickle reader and writer for
-//! PyTorch's snapshot files ([`pickle`]) and RMM's CSV allocation log ([`rmm`]).
+//! So far: the event model ([`TraceEvent`]), history recording settings and the per-device
+//! ring buffer ([`HistorySettings`]), contexts and annotations ([`annotate`], [`Context`]),
+//! the restricted pickle reader and writer for PyTorch's snapshot files ([`pickle`]) and RMM's
+//! CSV allocation log ([`rmm`]).
 
+mod context;
 mod event;
+mod history;
 pub mod pickle;
 pub mod rmm;
 
+pub use context::{annotate, AnnotationGuard, Context, Frame};
+pub(crate) use context::{current as current_context, lookup as lookup_context, AnnotationSink};
+pub(crate) use context::{register as register_sink, unregister as unregister_sink};
 pub use event::{Action, ContextId, TraceEvent};
+pub(crate) use history::TraceRing;
+pub use history::{Backtraces, ContextLevel, EventStamp, HistorySettings};

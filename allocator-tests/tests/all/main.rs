@@ -1,4 +1,5 @@
 //! One test binary with a module per area.
+mod history;
 mod model;
 mod pickle_fixtures;
 mod rmm_fixture;

@@ -1,0 +1,192 @@
+//! History recording inside one device's allocator: the ring buffer of events and the
+//! contexts of live blocks, kept under the device lock the allocator already holds.
+//!
+//! The caller gathers the time and context of each call before taking the lock and hands them
+//! over with [`DeviceAllocator::set_event_stamp`]; the events the call then records (at the
+//! places PyTorch calls `record_trace`) carry them. With recording off, each of those places
+//! costs one predictable branch on `history.is_none()`.
+
+use super::block::BlockId;
+use super::device::DeviceAllocator;
+use crate::backend::StreamId;
+use crate::trace::{
+    Action, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent, TraceRing,
+};
+
+/// What a recording device keeps.
+#[derive(Debug)]
+pub(crate) struct History {
+    ring: TraceRing,
+    level: ContextLevel,
+    /// Stamp of the call in progress.
+    now: EventStamp,
+    /// Time of the newest event, in microseconds since recording started.
+    last_time_us: u64,
+    /// Allocation context of each allocated or pending block, by slab index (`State` and up).
+    block_context: Vec<ContextId>,
+}
+
+impl History {
+    /// The context an event of `action` carries: the call's own when it gathered one, else
+    /// `fallback` (the context of the block's or segment's allocation), from `Alloc` up.
+    #[inline]
+    fn context(&self, action: Action, fallback: ContextId) -> ContextId {
+        if action == Action::Annotate {
+            self.now.context
+        } else if self.level < ContextLevel::Alloc {
+            ContextId::NONE
+        } else if self.now.context != ContextId::NONE {
+            self.now.context
+        } else {
+            fallback
+        }
+    }
+
+    /// The context a newly allocated block or segment keeps (`State` and up).
+    #[inline]
+    fn keep_context(&self) -> ContextId {
+        if self.level >= ContextLevel::State {
+            self.now.context
+        } else {
+            ContextId::NONE
+        }
+    }
+}
+
+impl<E> DeviceAllocator<E> {
+    /// Starts, reconfigures or stops recording. Starting keeps no earlier events; reconfiguring
+    /// keeps the newest `max_entries` of them; stopping drops the history and block contexts.
+    pub fn record_history(&mut self, settings: &HistorySettings) {
+        if !settings.enabled {
+            self.history = None;
+            return;
+        }
+        match self.history.as_deref_mut() {
+            Some(history) => {
+                history.ring.set_max_entries(settings.max_entries);
+                history.level = settings.context;
+            }
+            None => {
+                self.history = Some(Box::new(History {
+                    ring: TraceRing::new(settings.max_entries),
+                    level: settings.context,
+                    now: EventStamp::default(),
+                    last_time_us: 0,
+                    block_context: Vec::new(),
+                }))
+            }
+        }
+    }
+
+    /// Whether this device records events.
+    pub fn is_recording(&self) -> bool {
+        self.history.is_some()
+    }
+
+    /// The recorded events, oldest first (empty when not recording).
+    pub fn history(&self) -> Vec<TraceEvent> {
+        self.history
+            .as_deref()
+            .map_or_else(Vec::new, |h| h.ring.to_vec())
+    }
+
+    /// Sets the time and context of the call about to run: the events it records carry them.
+    #[inline]
+    pub fn set_event_stamp(&mut self, stamp: EventStamp) {
+        if let Some(history) = self.history.as_deref_mut() {
+            history.now = stamp;
+        }
+    }
+
+    /// Records an `annotate` event stamped `stamp` (its context is the new tag stack).
+    pub fn record_annotation(&mut self, stamp: EventStamp) {
+        self.set_event_stamp(stamp);
+        self.record(
+            Action::Annotate,
+            StreamId::DEFAULT,
+            (0, 0, 0),
+            ContextId::NONE,
+        );
+    }
+
+    /// The allocation context of the allocated or pending block `id` (none when not recorded).
+    pub(crate) fn block_context(&self, id: BlockId) -> ContextId {
+        self.history
+            .as_deref()
+            .and_then(|h| h.block_context.get(id.index()).copied())
+            .unwrap_or_default()
+    }
+
+    /// The context a new segment keeps, for its `segment_free` event.
+    #[inline]
+    pub(crate) fn segment_context(&self) -> ContextId {
+        self.history
+            .as_deref()
+            .map_or(ContextId::NONE, History::keep_context)
+    }
+
+    /// Records `action` with `(addr, size, requested)`; `fallback` is the context to use when
+    /// the call gathered none.
+    #[inline]
+    pub(crate) fn record(
+        &mut self,
+        action: Action,
+        stream: StreamId,
+        (addr, size, requested): (u64, u64, u64),
+        fallback: ContextId,
+    ) {
+        if let Some(history) = self.history.as_deref_mut() {
+            // Stamps are taken before the lock, so a thread that waited for it may bring an
+            // earlier time than the last event's; the history stays in time order.
+            history.last_time_us = history.last_time_us.max(history.now.time_us);
+            let event = TraceEvent {
+                action,
+                device: self.device as u32,
+                stream,
+                addr,
+                size,
+                requested,
+                time_us: history.last_time_us,
+                context: history.context(action, fallback),
+            };
+            history.ring.push(event);
+        }
+    }
+
+    /// Records the `alloc` of block `id` and remembers its context while it lives.
+    #[inline]
+    pub(crate) fn record_alloc(&mut self, id: BlockId, stream: StreamId, sizes: (u64, u64, u64)) {
+        if let Some(history) = self.history.as_deref_mut() {
+            let keep = history.keep_context();
+            let index = id.index();
+            if keep != ContextId::NONE || index < history.block_context.len() {
+                if index >= history.block_context.len() {
+                    history.block_context.resize(index + 1, ContextId::NONE);
+                }
+                history.block_context[index] = keep;
+            }
+            self.record(Action::Alloc, stream, sizes, ContextId::NONE);
+        }
+    }
+
+    /// Records `free_completed` for block `id` and forgets its context.
+    #[inline]
+    pub(crate) fn record_free_completed(
+        &mut self,
+        id: BlockId,
+        stream: StreamId,
+        sizes: (u64, u64, u64),
+    ) {
+        if self.history.is_some() {
+            let context = self.block_context(id);
+            self.record(Action::FreeCompleted, stream, sizes, context);
+            if let Some(slot) = self
+                .history
+                .as_deref_mut()
+                .and_then(|h| h.block_context.get_mut(id.index()))
+            {
+                *slot = ContextId::NONE;
+            }
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Contexts of allocator calls: the thread's annotation tags, optionally with call-stack
+//! frames, interned once per process and referenced from events by [`ContextId`].
+//!
+//! [`annotate`] pushes a tag on a thread-local stack and pops it when its guard drops. The
+//! thread caches the id of its current tag stack, so gathering the context of a call while
+//! the stack is unchanged takes no lock and allocates nothing; a changed stack is interned once
+//! in the process-wide table, which only grows (a program has few distinct tag stacks; with
+//! call stacks captured, one entry per distinct stack).
+
+use super::event::ContextId;
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock, Weak};
+
+/// One frame of a captured call stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The function, demangled (`crate::module::function`).
+    pub name: String,
+    /// Source file, or empty when the binary has no debug info for the frame.
+    pub filename: String,
+    /// Line in `filename`, or 0 when unknown.
+    pub line: u32,
+}
+
+/// What was going on when an event was recorded: the annotation tags, outermost first, and the
+/// call stack when [`Backtraces::Rust`](super::Backtraces::Rust) is on, innermost first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Context {
+    /// Tags of the active [`annotate`] guards on the calling thread, outermost first.
+    pub tags: Vec<Arc<str>>,
+    /// Call stack of the allocator call, innermost first, without the frames of the capture
+    /// itself; empty unless call stacks are captured.
+    pub frames: Vec<Frame>,
+}
+
+/// The process-wide table of contexts: id `n` is `contexts[n - 1]`.
+struct Interner {
+    contexts: Vec<Arc<Context>>,
+    ids: HashMap<Arc<Context>, ContextId>,
+}
+
+/// Id of the empty context (no tags, no frames), interned first.
+const EMPTY: ContextId = ContextId(1);
+
+fn interner() -> &'static Mutex<Interner> {
+    static INTERNER: OnceLock<Mutex<Interner>> = OnceLock::new();
+    INTERNER.get_or_init(|| {
+        let empty = Arc::new(Context::default());
+        Mutex::new(Interner {
+            contexts: vec![Arc::clone(&empty)],
+            ids: HashMap::from([(empty, EMPTY)]),
+        })
+    })
+}
+
+fn intern(context: Context) -> ContextId {
+    let mut table = interner().lock();
+    if let Some(&id) = table.ids.get(&context) {
+        return id;
+    }
+    // Ids are u32; past 2^32 - 1 distinct contexts new ones are recorded as "none".
+    let Ok(id) = u32::try_from(table.contexts.len() + 1) else {
+        return ContextId::NONE;
+    };
+    let context = Arc::new(context);
+    table.contexts.push(Arc::clone(&context));
+    table.ids.insert(context, ContextId(id));
+    ContextId(id)
+}
+
+/// The context interned as `id`, if any.
+pub fn lookup(id: ContextId) -> Option<Context> {
+    let index = (id.0 as usize).checked_sub(1)?;
+    interner().lock().contexts.get(index).map(|c| (**c).clone())
+}
+
+/// The calling thread's annotation tags and the id of that stack, once interned.
+#[derive(Default)]
+struct TagStack {
+    tags: Vec<Arc<str>>,
+    id: Option<ContextId>,
+}
+
+thread_local! {
+    static TAGS: RefCell<TagStack> = RefCell::new(TagStack::default());
+}
+
+/// The context of a call on this thread: its tag stack, with the call stack when `frames`.
+///
+/// Without frames this is a thread-local read while the tag stack is unchanged.
+pub(crate) fn current(frames: bool) -> ContextId {
+    if frames {
+        let tags = TAGS.with_borrow(|s| s.tags.clone());
+        return intern(Context {
+            tags,
+            frames: capture_frames(),
+        });
+    }
+    TAGS.with_borrow_mut(|stack| {
+        if let Some(id) = stack.id {
+            return id;
+        }
+        let id = if stack.tags.is_empty() {
+            EMPTY
+        } else {
+            intern(Context {
+                tags: stack.tags.clone(),
+                frames: Vec::new(),
+            })
+        };
+        stack.id = Some(id);
+        id
+    })
+}
+
+/// Pushes `tag` on this thread's annotation stack until the returned guard drops. Events
+/// recorded meanwhile carry the tag in their context, and every device of every allocator
+/// that is recording gets an `annotate` event whose context is the new stack.
+///
+/// ```
+/// use blockpool::{annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
+/// use blockpool::trace::Action;
+///
+/// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+/// alloc.record_memory_history(HistorySettings::default())?;
+/// let a = {
+///     let _layer = annotate("layer3");
+///     let _attn = annotate("attn");
+///     alloc.allocate(0, 4096, StreamId::DEFAULT)?
+/// };
+/// let history = alloc.history(0)?;
+/// let event = history.iter().find(|e| e.action == Action::Alloc).unwrap();
+/// let context = alloc.context(event.context).unwrap();
+/// assert_eq!(context.tags, ["layer3".into(), "attn".into()]);
+/// # drop(a);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn annotate(tag: &str) -> AnnotationGuard {
+    let depth = TAGS.with_borrow_mut(|stack| {
+        let depth = stack.tags.len();
+        stack.tags.push(Arc::from(tag));
+        stack.id = None;
+        depth
+    });
+    for sink in live_sinks() {
+        sink.record_annotation();
+    }
+    AnnotationGuard {
+        depth,
+        _not_send: PhantomData,
+    }
+}
+
+/// Keeps an [`annotate`] tag on this thread's stack; dropping it removes the tag (and any
+/// pushed after it that are still there, should guards drop out of order).
+#[must_use = "the tag is removed when the guard drops"]
+#[derive(Debug)]
+pub struct AnnotationGuard {
+    depth: usize,
+    /// The stack is thread-local: the guard must drop on the thread that made it.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for AnnotationGuard {
+    fn drop(&mut self) {
+        TAGS.with_borrow_mut(|stack| {
+            if stack.tags.len() > self.depth {
+                stack.tags.truncate(self.depth);
+                stack.id = None;
+            }
+        });
+    }
+}
+
+/// Something that records annotation events: an allocator while it records history.
+pub(crate) trait AnnotationSink: Send + Sync {
+    /// Records an `annotate` event on every device, with the calling thread's context.
+    fn record_annotation(&self);
+}
+
+fn sinks() -> &'static Mutex<Vec<Weak<dyn AnnotationSink>>> {
+    static SINKS: Mutex<Vec<Weak<dyn AnnotationSink>>> = Mutex::new(Vec::new());
+    &SINKS
+}
+
+/// The recording allocators still alive, pruning the others.
+fn live_sinks() -> Vec<Arc<dyn AnnotationSink>> {
+    let mut sinks = sinks().lock();
+    if sinks.is_empty() {
+        return Vec::new();
+    }
+    sinks.retain(|s| s.strong_count() > 0);
+    sinks.iter().filter_map(Weak::upgrade).collect()
+}
+
+/// Adds `sink` to those that get annotation events (once, however often it is registered).
+pub(crate) fn register(sink: Weak<dyn AnnotationSink>) {
+    let mut sinks = sinks().lock();
+    sinks.retain(|s| s.strong_count() > 0);
+    if !sinks.iter().any(|s| Weak::ptr_eq(s, &sink)) {
+        sinks.push(sink);
+    }
+}
+
+/// Stops sending annotation events to `sink`.
+pub(crate) fn unregister(sink: &Weak<dyn AnnotationSink>) {
+    sinks()
+        .lock()
+        .retain(|s| s.strong_count() > 0 && !Weak::ptr_eq(s, sink));
+}
+
+/// The current call stack, innermost first, without the frames of the backtrace machinery and
+/// of blockpool itself (they are the same for every event).
+fn capture_frames() -> Vec<Frame> {
+    let text = std::backtrace::Backtrace::force_capture().to_string();
+    parse_backtrace(&text)
+        .into_iter()
+        .skip_while(|f| is_internal(&f.name))
+        .collect()
+}
+
+fn is_internal(name: &str) -> bool {
+    name.starts_with("std::backtrace")
+        || name.starts_with("blockpool::")
+        || name.starts_with("<blockpool::")
+}
+
+/// Parses `std::backtrace::Backtrace`'s display form: a line `  N: name` per frame, followed by
+/// `at file:line:column` when the location is known.
+fn parse_backtrace(text: &str) -> Vec<Frame> {
+    let mut frames: Vec<Frame> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(location) = line.strip_prefix("at ") {
+            if let Some(frame) = frames.last_mut() {
+                let mut parts = location.rsplitn(3, ':');
+                let (column, line_no, file) = (parts.next(), parts.next(), parts.next());
+                match (file, line_no.and_then(|l| l.parse().ok()), column) {
+                    (Some(file), Some(line_no), Some(_)) => {
+                        frame.filename = file.to_string();
+                        frame.line = line_no;
+                    }
+                    _ => frame.filename = location.to_string(),
+                }
+            }
+        } else if let Some((index, name)) = line.split_once(": ") {
+            if index.chars().all(|c| c.is_ascii_digit()) && !index.is_empty() {
+                frames.push(Frame {
+                    name: name.to_string(),
+                    filename: String::new(),
+                    line: 0,
+                });
+            }
+        }
+    }
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backtrace_text_parses_into_frames() {
+        let text = "   0: std::backtrace::Backtrace::force_capture\n             at /rustc/abc/library/std/src/backtrace.rs:312:13\n   1: my_app::train_step\n             at ./src/main.rs:42:9\n   2: __libc_start_main\n";
+        let frames = parse_backtrace(text);
+        assert_eq!(frames.len(), 3, "one frame per numbered line: {frames:?}");
+        assert_eq!(
+            frames[1],
+            Frame {
+                name: "my_app::train_step".into(),
+                filename: "./src/main.rs".into(),
+                line: 42
+            }
+        );
+        assert_eq!((frames[2].filename.as_str(), frames[2].line), ("", 0));
+    }
+
+    #[test]
+    fn same_tag_stack_interns_to_the_same_id() {
+        let outer = annotate("context-test-outer");
+        let a = current(false);
+        let b = current(false);
+        assert_eq!(a, b, "an unchanged stack reuses its id");
+        let inner = annotate("context-test-inner");
+        let c = current(false);
+        assert_ne!(a, c, "a deeper stack is another context");
+        drop(inner);
+        assert_eq!(
+            current(false),
+            a,
+            "popping returns to the interned outer stack"
+        );
+        drop(outer);
+        assert_eq!(current(false), EMPTY, "no tags is the empty context");
+        let context = lookup(c).expect("an interned id resolves");
+        assert_eq!(
+            context.tags,
+            [
+                Arc::from("context-test-outer"),
+                Arc::from("context-test-inner")
+            ]
+        );
+        assert_eq!(lookup(ContextId::NONE), None);
+    }
+
+    #[test]
+    fn captured_frames_start_outside_blockpool() {
+        let context = lookup(current(true)).expect("interned");
+        assert!(
+            context
+                .frames
+                .first()
+                .is_some_and(|f| !is_internal(&f.name)),
+            "the capture machinery and blockpool's own frames are dropped: {:?}",
+            context.frames
+        );
+    }
+}
