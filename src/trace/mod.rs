@@ -2,13 +2,14 @@
 //!
 //! So far: the event model ([`TraceEvent`]), history recording settings and the per-device
 //! ring buffer ([`HistorySettings`]), contexts and annotations ([`annotate`], [`Context`]),
-//! the restricted pickle reader and writer for PyTorch's snapshot files ([`pickle`]) and RMM's
-//! CSV allocation log ([`rmm`]).
+//! the restricted pickle reader and writer for PyTorch's snapshot files ([`pickle`]), typed
+//! import of PyTorch's memory snapshots ([`pytorch`]) and RMM's CSV allocation log ([`rmm`]).
 
 mod context;
 mod event;
 mod history;
 pub mod pickle;
+pub mod pytorch;
 pub mod rmm;
 
 pub use context::{annotate, AnnotationGuard, Context, Frame};

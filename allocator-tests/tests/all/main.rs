@@ -2,6 +2,7 @@
 mod history;
 mod model;
 mod pickle_fixtures;
+mod pytorch_snapshots;
 mod rmm_fixture;
 mod scenarios;
 mod stress;
