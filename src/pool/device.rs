@@ -7,13 +7,14 @@
 //! (`events.rs`).
 
 use super::block::{Block, BlockArena, BlockId, BlockState};
-use super::free_list::{FreeKey, FreeList, PoolKind};
+use super::free_list::{FreeKey, FreeList};
 use super::history::History;
 use super::sizing;
+use super::stat_updates::{apply_net, decrease, increase};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::stats::{DeviceStats, StatArray, StatType};
+use crate::stats::DeviceStats;
 use crate::trace::{Action, ContextId};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -42,38 +43,6 @@ pub struct AllocatedBlock {
     pub stream: StreamId,
     /// Allocation number on this device, counting from 1.
     pub alloc_id: u64,
-}
-
-/// A segment as seen from outside: its blocks in address order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentView {
-    /// Device address of the segment.
-    pub addr: u64,
-    /// Segment size in bytes.
-    pub size: usize,
-    /// Stream the segment was allocated for.
-    pub stream: StreamId,
-    /// Which pool the segment belongs to.
-    pub pool: PoolKind,
-    /// The blocks tiling the segment, lowest address first.
-    pub blocks: Vec<BlockView>,
-}
-
-/// A block as seen from outside.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BlockView {
-    /// Device address.
-    pub addr: u64,
-    /// Size in bytes.
-    pub size: usize,
-    /// Bytes requested (0 when free).
-    pub requested: usize,
-    /// Life state.
-    pub state: BlockState,
-    /// Context of the call that allocated the block, while it is allocated or pending and
-    /// history is recorded with [`ContextLevel::State`](crate::trace::ContextLevel::State) or
-    /// more; [`ContextId::NONE`] otherwise.
-    pub context: ContextId,
 }
 
 /// Segment bookkeeping: enough to walk its blocks and to find it by address.
@@ -111,31 +80,6 @@ pub struct DeviceAllocator<E> {
     next_alloc_id: u64,
     /// Recorded events and contexts; `None` while history is off (boxed: it is rarely on).
     pub(crate) history: Option<Box<History>>,
-}
-
-pub(crate) fn stat_types(small: bool) -> [usize; 2] {
-    [
-        StatType::Aggregate as usize,
-        if small {
-            StatType::SmallPool
-        } else {
-            StatType::LargePool
-        } as usize,
-    ]
-}
-
-#[inline]
-pub(crate) fn increase(array: &mut StatArray, small: bool, amount: u64) {
-    for t in stat_types(small) {
-        array[t].increase(amount);
-    }
-}
-
-#[inline]
-pub(crate) fn decrease(array: &mut StatArray, small: bool, amount: u64) {
-    for t in stat_types(small) {
-        array[t].decrease(amount);
-    }
 }
 
 impl<E> DeviceAllocator<E> {
@@ -602,79 +546,5 @@ impl<E> DeviceAllocator<E> {
             }
         }
         Ok(())
-    }
-
-    /// The device address, size and state of the allocated block `id`.
-    pub fn allocated_block(&self, id: BlockId) -> Option<(u64, usize)> {
-        self.blocks
-            .get(id)
-            .filter(|b| b.state == BlockState::Allocated)
-            .map(|b| (b.addr, b.size))
-    }
-
-    /// The block starting at `addr`, if any segment of this device has one.
-    pub fn block_at(&self, addr: u64) -> Option<(BlockId, BlockState)> {
-        let (_, segment) = self.segments.range(..=addr).next_back()?;
-        let mut cursor = Some(segment.head);
-        while let Some(id) = cursor {
-            let block = self.blocks.get(id)?;
-            if block.addr == addr {
-                return Some((id, block.state));
-            }
-            if block.addr > addr {
-                return None;
-            }
-            cursor = block.next;
-        }
-        None
-    }
-
-    /// Every segment with its blocks, lowest address first.
-    pub fn segments(&self) -> Vec<SegmentView> {
-        self.segments
-            .iter()
-            .map(|(&addr, segment)| {
-                let mut blocks = Vec::new();
-                let mut cursor = Some(segment.head);
-                let mut stream = StreamId::DEFAULT;
-                let mut pool = PoolKind::Large;
-                while let Some((id, block)) =
-                    cursor.and_then(|id| self.blocks.get(id).map(|b| (id, b)))
-                {
-                    stream = block.stream;
-                    pool = if block.small {
-                        PoolKind::Small
-                    } else {
-                        PoolKind::Large
-                    };
-                    blocks.push(BlockView {
-                        addr: block.addr,
-                        size: block.size,
-                        requested: block.requested,
-                        state: block.state,
-                        context: match block.state {
-                            BlockState::Free => ContextId::NONE,
-                            _ => self.block_context(id),
-                        },
-                    });
-                    cursor = block.next;
-                }
-                SegmentView {
-                    addr,
-                    size: segment.size,
-                    stream,
-                    pool,
-                    blocks,
-                }
-            })
-            .collect()
-    }
-}
-
-fn apply_net(array: &mut StatArray, small: bool, net: i64) {
-    if net > 0 {
-        increase(array, small, net as u64);
-    } else if net < 0 {
-        decrease(array, small, net.unsigned_abs());
     }
 }

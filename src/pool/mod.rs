@@ -11,8 +11,11 @@ mod history;
 mod invariants;
 mod release;
 pub mod sizing;
+mod stat_updates;
+mod views;
 
 pub use block::{BlockId, BlockState};
-pub use device::{AllocatedBlock, BlockView, DeviceAllocator, SegmentView};
+pub use device::{AllocatedBlock, DeviceAllocator};
 pub use free_list::PoolKind;
 pub use invariants::InvariantViolation;
+pub use views::{BlockView, SegmentView};

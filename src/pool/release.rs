@@ -8,7 +8,8 @@
 //! Only then does the request fail, with an error that explains the numbers.
 
 use super::block::{Block, BlockId, BlockState};
-use super::device::{decrease, increase, DeviceAllocator, Segment};
+use super::device::{DeviceAllocator, Segment};
+use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, OutOfMemoryError, Result};
 use crate::trace::{Action, ContextId};

@@ -1,24 +1,20 @@
-//! `CachingAllocator`: the thread-safe allocator over every device of a backend.
-//!
-//! Each device has its own [`DeviceAllocator`] behind a `parking_lot` mutex, so threads on
-//! different devices never contend. Rust callers get an owning [`Allocation`] that frees its
-//! block on drop; the raw-pointer API (`malloc` / `free` by address, for the C ABI) keeps live
-//! pointers in a sharded `DashMap` instead.
+//! The [`CachingAllocator`] itself and the state its clones and handles share: one
+//! [`DeviceAllocator`] per device behind a mutex, the live raw pointers, and the free-memory
+//! callbacks run (with no lock held) when a request misses the cache. History recording lives
+//! in `history.rs`, the owning [`Allocation`] handle in `handle.rs`.
 
+use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, SegmentView};
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
-use crate::trace::{
-    AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent,
-};
+use crate::trace::ContextLevel;
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
+use std::sync::Arc;
 
 /// A callback run when a request misses the cache, before the allocator asks the device for
 /// more memory: it should drop whatever memory its owner can spare and return whether it freed
@@ -72,7 +68,7 @@ impl Drop for CallbacksRunning {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct CachingAllocator<B: Backend> {
-    shared: Arc<Shared<B>>,
+    pub(super) shared: Arc<Shared<B>>,
 }
 
 impl<B: Backend> Clone for CachingAllocator<B> {
@@ -83,40 +79,23 @@ impl<B: Backend> Clone for CachingAllocator<B> {
     }
 }
 
-struct Shared<B: Backend> {
-    backend: B,
-    config: AllocatorConfig,
-    devices: Box<[Mutex<DeviceAllocator<B::Event>>]>,
+pub(super) struct Shared<B: Backend> {
+    pub(super) backend: B,
+    pub(super) config: AllocatorConfig,
+    pub(super) devices: Box<[Mutex<DeviceAllocator<B::Event>>]>,
     /// Live raw allocations: address -> (device, block).
-    raw: DashMap<u64, (DeviceIndex, BlockId)>,
-    callbacks: RwLock<Vec<Arc<FreeMemoryCallback>>>,
-    has_callbacks: AtomicBool,
+    pub(super) raw: DashMap<u64, (DeviceIndex, BlockId)>,
+    pub(super) callbacks: RwLock<Vec<Arc<FreeMemoryCallback>>>,
+    pub(super) has_callbacks: AtomicBool,
     /// History recording: 0 when off, else 1 + the [`ContextLevel`] (one load on the hot path).
-    recording: AtomicU8,
+    pub(super) recording: AtomicU8,
     /// Whether contexts include call stacks ([`Backtraces::Rust`](crate::trace::Backtraces)).
-    stacks: AtomicBool,
+    pub(super) stacks: AtomicBool,
     /// When recording started, in nanoseconds since [`clock_base`].
-    recording_since_ns: AtomicU64,
+    pub(super) recording_since_ns: AtomicU64,
     /// Serializes `record_memory_history` calls.
-    history_settings: Mutex<()>,
+    pub(super) history_settings: Mutex<()>,
 }
-
-/// The process's time origin for event times.
-fn clock_base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-fn now_ns() -> u64 {
-    clock_base().elapsed().as_nanos() as u64
-}
-
-const LEVELS: [ContextLevel; 4] = [
-    ContextLevel::None,
-    ContextLevel::State,
-    ContextLevel::Alloc,
-    ContextLevel::All,
-];
 
 impl<B: Backend> CachingAllocator<B> {
     /// An allocator over every device of `backend`. Nothing is allocated until asked for.
@@ -167,7 +146,10 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.devices.len()
     }
 
-    fn device(&self, device: DeviceIndex) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
+    pub(super) fn device(
+        &self,
+        device: DeviceIndex,
+    ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
         self.shared.lock(device)
     }
 
@@ -318,82 +300,6 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(self.device(device)?.segments())
     }
 
-    /// Starts, reconfigures or stops recording the history of every device, as PyTorch's
-    /// `torch.cuda.memory._record_memory_history`.
-    ///
-    /// Each device keeps its newest `settings.max_entries` events in a ring buffer; event times
-    /// count microseconds from the call that turned recording on (reconfiguring keeps the
-    /// origin and the newest events); an event's time is taken when its call starts, before
-    /// it waits for the device lock, and is raised to the previous event's when a waiting
-    /// thread brings an earlier one, so each history is in time order. `enabled: false` stops recording and clears every
-    /// device's history. Which events carry a context is `settings.context` (see
-    /// [`ContextLevel`]); contexts are the thread's [`annotate`](crate::annotate) tags, plus the
-    /// call stack with [`Backtraces::Rust`](crate::trace::Backtraces::Rust).
-    ///
-    /// `max_entries == 0` with `enabled` is refused with
-    /// [`Error::InvalidHistorySettings`] and changes nothing (PyTorch clamps it to 1).
-    ///
-    /// ```
-    /// use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
-    /// use blockpool::trace::Action;
-    ///
-    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
-    /// alloc.record_memory_history(HistorySettings::default())?;
-    /// drop(alloc.allocate(0, 4096, StreamId::DEFAULT)?);
-    /// let actions: Vec<Action> = alloc.history(0)?.iter().map(|e| e.action).collect();
-    /// assert_eq!(
-    ///     actions,
-    ///     [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
-    /// );
-    /// alloc.record_memory_history(HistorySettings::DISABLED)?;
-    /// assert!(alloc.history(0)?.is_empty(), "turning recording off clears the history");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn record_memory_history(&self, settings: HistorySettings) -> Result<()> {
-        if settings.enabled && settings.max_entries == 0 {
-            return Err(Error::InvalidHistorySettings {
-                reason: "max_entries must be at least 1",
-            });
-        }
-        let shared = &self.shared;
-        let _serial = shared.history_settings.lock();
-        let weak: Weak<Shared<B>> = Arc::downgrade(shared);
-        let sink: Weak<dyn AnnotationSink> = weak;
-        if settings.enabled {
-            if shared.recording.load(Ordering::Acquire) == 0 {
-                shared.recording_since_ns.store(now_ns(), Ordering::Release);
-            }
-            let stacks = settings.stacks == crate::trace::Backtraces::Rust;
-            shared.stacks.store(stacks, Ordering::Release);
-            shared
-                .recording
-                .store(settings.context as u8 + 1, Ordering::Release);
-            for device in shared.devices.iter() {
-                device.lock().record_history(&settings);
-            }
-            crate::trace::register_sink(sink);
-        } else {
-            crate::trace::unregister_sink(&sink);
-            shared.recording.store(0, Ordering::Release);
-            for device in shared.devices.iter() {
-                device.lock().record_history(&settings);
-            }
-        }
-        Ok(())
-    }
-
-    /// The recorded events of `device`, oldest first (empty when history is off).
-    pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
-        Ok(self.device(device)?.history())
-    }
-
-    /// The context an event refers to: its annotation tags and call stack. `None` for
-    /// [`ContextId::NONE`] and ids never handed out. Contexts are interned process-wide, so an
-    /// id means the same in every allocator.
-    pub fn context(&self, id: ContextId) -> Option<Context> {
-        crate::trace::lookup_context(id)
-    }
-
     /// Checks every bookkeeping invariant of `device` (see `DeviceAllocator::check_invariants`).
     pub fn check_invariants(
         &self,
@@ -422,39 +328,16 @@ impl<B: Backend> Shared<B> {
     }
 
     #[inline]
-    fn lock(&self, device: DeviceIndex) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
+    pub(super) fn lock(
+        &self,
+        device: DeviceIndex,
+    ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
         match self.devices.get(device) {
             Some(d) => Ok(d.lock()),
             None => Err(Error::InvalidDevice {
                 device,
                 device_count: self.devices.len(),
             }),
-        }
-    }
-
-    /// The time and, when the recording level is at least `gather`, the context of a call, for
-    /// the events it records. Gathered before taking a device lock: capturing a call stack is
-    /// slow. With recording off this is one load and one branch.
-    #[inline]
-    fn stamp(&self, gather: ContextLevel) -> EventStamp {
-        match self.recording.load(Ordering::Relaxed) {
-            0 => EventStamp::default(),
-            state => self.gather_stamp(state, gather),
-        }
-    }
-
-    #[inline(never)]
-    fn gather_stamp(&self, state: u8, gather: ContextLevel) -> EventStamp {
-        let level = LEVELS[usize::from(state - 1).min(LEVELS.len() - 1)];
-        let context = if level >= gather {
-            crate::trace::current_context(self.stacks.load(Ordering::Relaxed))
-        } else {
-            ContextId::NONE
-        };
-        let since = self.recording_since_ns.load(Ordering::Relaxed);
-        EventStamp {
-            time_us: now_ns().saturating_sub(since) / 1000,
-            context,
         }
     }
 
@@ -491,7 +374,7 @@ impl<B: Backend> Shared<B> {
         dev.malloc_after_callbacks(&self.backend, size, stream, freed)
     }
 
-    fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
+    pub(super) fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
@@ -523,107 +406,6 @@ impl<B: Backend> Shared<B> {
             }
         }
         Error::UnknownPointer { device, ptr }
-    }
-}
-
-impl<B: Backend> AnnotationSink for Shared<B> {
-    fn record_annotation(&self) {
-        if self.recording.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let context = crate::trace::current_context(self.stacks.load(Ordering::Relaxed));
-        let since = self.recording_since_ns.load(Ordering::Relaxed);
-        let stamp = EventStamp {
-            time_us: now_ns().saturating_sub(since) / 1000,
-            context,
-        };
-        for device in self.devices.iter() {
-            device.lock().record_annotation(stamp);
-        }
-    }
-}
-
-/// An owning handle to device memory from a [`CachingAllocator`]. Dropping it frees the block
-/// on its stream (deferred until other streams it was recorded on have finished with it).
-pub struct Allocation<B: Backend> {
-    shared: Arc<Shared<B>>,
-    device: DeviceIndex,
-    block: Option<AllocatedBlock>,
-    requested: usize,
-    stream: StreamId,
-}
-
-impl<B: Backend> Allocation<B> {
-    /// Device address of the first byte (0 for a zero-byte allocation).
-    pub fn ptr(&self) -> u64 {
-        self.block.map_or(0, |b| b.addr)
-    }
-
-    /// Usable size in bytes: the rounded block size, at least the requested size.
-    pub fn size(&self) -> usize {
-        self.block.map_or(0, |b| b.size)
-    }
-
-    /// Bytes asked for.
-    pub fn requested_size(&self) -> usize {
-        self.requested
-    }
-
-    /// Device of the memory.
-    pub fn device(&self) -> DeviceIndex {
-        self.device
-    }
-
-    /// Stream the memory was allocated on (where it is freed).
-    pub fn stream(&self) -> StreamId {
-        self.stream
-    }
-
-    /// Allocation number on its device, counting from 1 (0 for a zero-byte allocation).
-    pub fn id(&self) -> u64 {
-        self.block.map_or(0, |b| b.alloc_id)
-    }
-
-    /// Marks the memory as used on `stream` too: when freed, it is not reused before the work
-    /// queued on `stream` by then has completed.
-    pub fn record_stream(&self, stream: StreamId) -> Result<()> {
-        match self.block {
-            Some(block) => self
-                .shared
-                .lock(self.device)?
-                .record_stream(block.id, stream),
-            None => Ok(()),
-        }
-    }
-
-    /// Frees now, reporting a device failure that dropping would only log.
-    pub fn free(mut self) -> Result<()> {
-        match self.block.take() {
-            Some(block) => self.shared.free(self.device, block.id),
-            None => Ok(()),
-        }
-    }
-}
-
-impl<B: Backend> Drop for Allocation<B> {
-    fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            if let Err(e) = self.shared.free(self.device, block.id) {
-                tracing::error!(device = self.device, ptr = block.addr, "free failed: {e}");
-            }
-        }
-    }
-}
-
-impl<B: Backend> fmt::Debug for Allocation<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Allocation")
-            .field("device", &self.device)
-            .field("ptr", &format_args!("{:#x}", self.ptr()))
-            .field("size", &self.size())
-            .field("requested", &self.requested)
-            .field("stream", &self.stream)
-            .finish()
     }
 }
 

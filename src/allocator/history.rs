@@ -1,0 +1,154 @@
+//! History recording for the [`CachingAllocator`]: turning it on and off
+//! ([`CachingAllocator::record_memory_history`]), reading it back, and the event stamps (time
+//! and context) each call gathers before it takes a device lock. With recording off a stamp is
+//! one atomic load and one branch, so this stays off the hot path's cost.
+
+use super::caching::{CachingAllocator, Shared};
+use crate::backend::{Backend, DeviceIndex};
+use crate::error::{Error, Result};
+use crate::trace::{
+    AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent,
+};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+/// The process's time origin for event times.
+fn clock_base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    clock_base().elapsed().as_nanos() as u64
+}
+
+const LEVELS: [ContextLevel; 4] = [
+    ContextLevel::None,
+    ContextLevel::State,
+    ContextLevel::Alloc,
+    ContextLevel::All,
+];
+
+impl<B: Backend> CachingAllocator<B> {
+    /// Starts, reconfigures or stops recording the history of every device, as PyTorch's
+    /// `torch.cuda.memory._record_memory_history`.
+    ///
+    /// Each device keeps its newest `settings.max_entries` events in a ring buffer; event times
+    /// count microseconds from the call that turned recording on (reconfiguring keeps the
+    /// origin and the newest events); an event's time is taken when its call starts, before
+    /// it waits for the device lock, and is raised to the previous event's when a waiting
+    /// thread brings an earlier one, so each history is in time order. `enabled: false` stops recording and clears every
+    /// device's history. Which events carry a context is `settings.context` (see
+    /// [`ContextLevel`]); contexts are the thread's [`annotate`](crate::annotate) tags, plus the
+    /// call stack with [`Backtraces::Rust`](crate::trace::Backtraces::Rust).
+    ///
+    /// `max_entries == 0` with `enabled` is refused with
+    /// [`Error::InvalidHistorySettings`] and changes nothing (PyTorch clamps it to 1).
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
+    /// use blockpool::trace::Action;
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// alloc.record_memory_history(HistorySettings::default())?;
+    /// drop(alloc.allocate(0, 4096, StreamId::DEFAULT)?);
+    /// let actions: Vec<Action> = alloc.history(0)?.iter().map(|e| e.action).collect();
+    /// assert_eq!(
+    ///     actions,
+    ///     [Action::SegmentAlloc, Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
+    /// );
+    /// alloc.record_memory_history(HistorySettings::DISABLED)?;
+    /// assert!(alloc.history(0)?.is_empty(), "turning recording off clears the history");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record_memory_history(&self, settings: HistorySettings) -> Result<()> {
+        if settings.enabled && settings.max_entries == 0 {
+            return Err(Error::InvalidHistorySettings {
+                reason: "max_entries must be at least 1",
+            });
+        }
+        let shared = &self.shared;
+        let _serial = shared.history_settings.lock();
+        let weak: Weak<Shared<B>> = Arc::downgrade(shared);
+        let sink: Weak<dyn AnnotationSink> = weak;
+        if settings.enabled {
+            if shared.recording.load(Ordering::Acquire) == 0 {
+                shared.recording_since_ns.store(now_ns(), Ordering::Release);
+            }
+            let stacks = settings.stacks == crate::trace::Backtraces::Rust;
+            shared.stacks.store(stacks, Ordering::Release);
+            shared
+                .recording
+                .store(settings.context as u8 + 1, Ordering::Release);
+            for device in shared.devices.iter() {
+                device.lock().record_history(&settings);
+            }
+            crate::trace::register_sink(sink);
+        } else {
+            crate::trace::unregister_sink(&sink);
+            shared.recording.store(0, Ordering::Release);
+            for device in shared.devices.iter() {
+                device.lock().record_history(&settings);
+            }
+        }
+        Ok(())
+    }
+
+    /// The recorded events of `device`, oldest first (empty when history is off).
+    pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
+        Ok(self.device(device)?.history())
+    }
+
+    /// The context an event refers to: its annotation tags and call stack. `None` for
+    /// [`ContextId::NONE`] and ids never handed out. Contexts are interned process-wide, so an
+    /// id means the same in every allocator.
+    pub fn context(&self, id: ContextId) -> Option<Context> {
+        crate::trace::lookup_context(id)
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// The time and, when the recording level is at least `gather`, the context of a call, for
+    /// the events it records. Gathered before taking a device lock: capturing a call stack is
+    /// slow. With recording off this is one load and one branch.
+    #[inline]
+    pub(super) fn stamp(&self, gather: ContextLevel) -> EventStamp {
+        match self.recording.load(Ordering::Relaxed) {
+            0 => EventStamp::default(),
+            state => self.gather_stamp(state, gather),
+        }
+    }
+
+    #[inline(never)]
+    fn gather_stamp(&self, state: u8, gather: ContextLevel) -> EventStamp {
+        let level = LEVELS[usize::from(state - 1).min(LEVELS.len() - 1)];
+        let context = if level >= gather {
+            crate::trace::current_context(self.stacks.load(Ordering::Relaxed))
+        } else {
+            ContextId::NONE
+        };
+        let since = self.recording_since_ns.load(Ordering::Relaxed);
+        EventStamp {
+            time_us: now_ns().saturating_sub(since) / 1000,
+            context,
+        }
+    }
+}
+
+impl<B: Backend> AnnotationSink for Shared<B> {
+    fn record_annotation(&self) {
+        if self.recording.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let context = crate::trace::current_context(self.stacks.load(Ordering::Relaxed));
+        let since = self.recording_since_ns.load(Ordering::Relaxed);
+        let stamp = EventStamp {
+            time_us: now_ns().saturating_sub(since) / 1000,
+            context,
+        };
+        for device in self.devices.iter() {
+            device.lock().record_annotation(stamp);
+        }
+    }
+}

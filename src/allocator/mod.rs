@@ -1,0 +1,16 @@
+//! `CachingAllocator`: the thread-safe allocator over every device of a backend.
+//!
+//! Each device has its own [`DeviceAllocator`](crate::pool::DeviceAllocator) behind a
+//! `parking_lot` mutex, so threads on different devices never contend. Rust callers get an
+//! owning [`Allocation`] that frees its block on drop; the raw-pointer API (`malloc` / `free` by
+//! address, for the C ABI) keeps live pointers in a sharded `DashMap` instead.
+//!
+//! `caching.rs` holds the allocator and its shared state, `handle.rs` the owning handle, and
+//! `history.rs` history recording and the event stamps taken on the hot path.
+
+mod caching;
+mod handle;
+mod history;
+
+pub use caching::{CachingAllocator, FreeMemoryCallback};
+pub use handle::Allocation;

@@ -1,0 +1,110 @@
+//! How a device's memory looks from outside: [`SegmentView`] and [`BlockView`] snapshots of
+//! every segment and its blocks (for `memory_snapshot`-style reports and tests), and lookups of
+//! a single block by id or address. Nothing here changes the allocator; none of it is on the
+//! allocation hot path.
+
+use super::block::{BlockId, BlockState};
+use super::device::DeviceAllocator;
+use super::free_list::PoolKind;
+use crate::backend::StreamId;
+use crate::trace::ContextId;
+
+/// A segment as seen from outside: its blocks in address order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentView {
+    /// Device address of the segment.
+    pub addr: u64,
+    /// Segment size in bytes.
+    pub size: usize,
+    /// Stream the segment was allocated for.
+    pub stream: StreamId,
+    /// Which pool the segment belongs to.
+    pub pool: PoolKind,
+    /// The blocks tiling the segment, lowest address first.
+    pub blocks: Vec<BlockView>,
+}
+
+/// A block as seen from outside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockView {
+    /// Device address.
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: usize,
+    /// Bytes requested (0 when free).
+    pub requested: usize,
+    /// Life state.
+    pub state: BlockState,
+    /// Context of the call that allocated the block, while it is allocated or pending and
+    /// history is recorded with [`ContextLevel::State`](crate::trace::ContextLevel::State) or
+    /// more; [`ContextId::NONE`] otherwise.
+    pub context: ContextId,
+}
+
+impl<E> DeviceAllocator<E> {
+    /// The device address, size and state of the allocated block `id`.
+    pub fn allocated_block(&self, id: BlockId) -> Option<(u64, usize)> {
+        self.blocks
+            .get(id)
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| (b.addr, b.size))
+    }
+
+    /// The block starting at `addr`, if any segment of this device has one.
+    pub fn block_at(&self, addr: u64) -> Option<(BlockId, BlockState)> {
+        let (_, segment) = self.segments.range(..=addr).next_back()?;
+        let mut cursor = Some(segment.head);
+        while let Some(id) = cursor {
+            let block = self.blocks.get(id)?;
+            if block.addr == addr {
+                return Some((id, block.state));
+            }
+            if block.addr > addr {
+                return None;
+            }
+            cursor = block.next;
+        }
+        None
+    }
+
+    /// Every segment with its blocks, lowest address first.
+    pub fn segments(&self) -> Vec<SegmentView> {
+        self.segments
+            .iter()
+            .map(|(&addr, segment)| {
+                let mut blocks = Vec::new();
+                let mut cursor = Some(segment.head);
+                let mut stream = StreamId::DEFAULT;
+                let mut pool = PoolKind::Large;
+                while let Some((id, block)) =
+                    cursor.and_then(|id| self.blocks.get(id).map(|b| (id, b)))
+                {
+                    stream = block.stream;
+                    pool = if block.small {
+                        PoolKind::Small
+                    } else {
+                        PoolKind::Large
+                    };
+                    blocks.push(BlockView {
+                        addr: block.addr,
+                        size: block.size,
+                        requested: block.requested,
+                        state: block.state,
+                        context: match block.state {
+                            BlockState::Free => ContextId::NONE,
+                            _ => self.block_context(id),
+                        },
+                    });
+                    cursor = block.next;
+                }
+                SegmentView {
+                    addr,
+                    size: segment.size,
+                    stream,
+                    pool,
+                    blocks,
+                }
+            })
+            .collect()
+    }
+}
