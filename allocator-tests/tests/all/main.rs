@@ -1,4 +1,5 @@
 //! One test binary with a module per area.
+mod fixtures;
 mod history;
 mod model;
 mod pickle_fixtures;

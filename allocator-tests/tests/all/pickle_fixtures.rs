@@ -5,35 +5,15 @@
 //! the sharing of frames. A missing fixture fails these tests; none is skipped.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use blockpool::trace::pickle::{read, ReadLimits, Value};
 
-/// The folder of the fixtures, beside the workspace root.
-fn fixtures_dir() -> PathBuf {
-    [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "shared",
-        "fixtures",
-        "pytorch-snapshots",
-    ]
-    .iter()
-    .collect()
-}
+use crate::fixtures::{pytorch_snapshot_bytes, pytorch_snapshots_dir};
 
 /// Reads and parses one fixture; fails with the path if it is missing or does not parse.
 fn load(name: &str) -> Value {
-    let path = fixtures_dir().join(name);
-    let bytes = std::fs::read(&path).unwrap_or_else(|error| {
-        panic!(
-            "cannot read the PyTorch snapshot fixture {}: {error}; the fixtures live in \
-             ../shared/fixtures/pytorch-snapshots/ beside the workspace root",
-            path.display()
-        )
-    });
+    let bytes = pytorch_snapshot_bytes(name);
     read(&bytes, &ReadLimits::default())
         .unwrap_or_else(|error| panic!("{name} should read as plain data: {error}"))
 }
@@ -234,7 +214,7 @@ const NEW_SCHEMA_KEYS: [&str; 4] = [
 
 #[test]
 fn the_fixture_folder_holds_the_seven_snapshots() {
-    let dir = fixtures_dir();
+    let dir = pytorch_snapshots_dir();
     let entries = std::fs::read_dir(&dir).unwrap_or_else(|error| {
         panic!(
             "the PyTorch snapshot fixtures are missing: cannot list {}: {error}",

@@ -7,7 +7,6 @@
 //! fixture fails; none is skipped.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use blockpool::trace::pickle::{read, ReadLimits, Value};
@@ -17,24 +16,10 @@ use blockpool::trace::pytorch::{
 };
 use blockpool::trace::Action;
 
-fn fixture_bytes(name: &str) -> Vec<u8> {
-    let path: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "shared",
-        "fixtures",
-        "pytorch-snapshots",
-        name,
-    ]
-    .iter()
-    .collect();
-    std::fs::read(&path)
-        .unwrap_or_else(|error| panic!("cannot read the fixture {}: {error}", path.display()))
-}
+use crate::fixtures::pytorch_snapshot_bytes;
 
 fn load(name: &str) -> PytorchSnapshot {
-    load_pytorch_snapshot(&fixture_bytes(name))
+    load_pytorch_snapshot(&pytorch_snapshot_bytes(name))
         .unwrap_or_else(|error| panic!("{name} should import: {error}"))
 }
 
@@ -251,7 +236,7 @@ fn yiyi_legacy_blocks_get_computed_addresses_and_history_frames() {
         "computed addresses"
     );
     // The computed addresses agree with the `addr` of each block's first history entry.
-    let value = read(&fixture_bytes(name), &ReadLimits::default()).expect("reads");
+    let value = read(&pytorch_snapshot_bytes(name), &ReadLimits::default()).expect("reads");
     let segments = field(&value, "segments");
     let mut checked = 0;
     for (segment, raw) in snapshot.segments.iter().zip(items(segments)) {
