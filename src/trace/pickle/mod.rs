@@ -6,6 +6,7 @@
 //! writer produces protocol 4 with a memo, as `pickle.dumps` would, so PyTorch's own tools load
 //! it.
 
+mod opcodes;
 mod reader;
 mod value;
 mod writer;

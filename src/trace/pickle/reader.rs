@@ -35,7 +35,7 @@ mod input;
 mod keys;
 mod machine;
 mod memo;
-mod opcodes;
+use super::opcodes;
 #[cfg(test)]
 mod proptests;
 mod scalars;

@@ -17,7 +17,7 @@
 
 mod framing;
 mod memo;
-mod opcodes;
+use super::opcodes;
 #[cfg(test)]
 mod tests;
 

@@ -1,5 +1,6 @@
 //! The pickle opcodes of protocols 0 to 5, by byte, with their names as `pickletools` spells
-//! them, and the verdict on the ones this reader refuses.
+//! them, and the verdict on the ones the reader refuses. The reader and the writer share this
+//! one table; the writer emits only opcodes the reader accepts.
 //!
 //! The bytes and names follow CPython's `Lib/pickle.py`. Every opcode that can import a module,
 //! call an object, or reach data outside the given bytes is refused, whatever its arguments.
