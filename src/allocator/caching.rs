@@ -345,10 +345,8 @@ impl<B: Backend> Shared<B> {
         let stamp = self.stamp(ContextLevel::State);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
-        if !self.has_callbacks.load(Ordering::Acquire) {
-            return dev.malloc(&self.backend, size, stream);
-        }
-        if IN_CALLBACKS.get() {
+        // No callbacks, or already inside them: the plain ladder.
+        if !self.has_callbacks.load(Ordering::Acquire) || IN_CALLBACKS.get() {
             return dev.malloc(&self.backend, size, stream);
         }
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {

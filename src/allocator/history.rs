@@ -128,11 +128,16 @@ impl<B: Backend> Shared<B> {
         } else {
             ContextId::NONE
         };
-        let since = self.recording_since_ns.load(Ordering::Relaxed);
         EventStamp {
-            time_us: now_ns().saturating_sub(since) / 1000,
+            time_us: self.recording_time_us(),
             context,
         }
+    }
+
+    /// Microseconds since recording started.
+    fn recording_time_us(&self) -> u64 {
+        let since = self.recording_since_ns.load(Ordering::Relaxed);
+        now_ns().saturating_sub(since) / 1000
     }
 }
 
@@ -142,9 +147,8 @@ impl<B: Backend> AnnotationSink for Shared<B> {
             return;
         }
         let context = crate::trace::current_context(self.stacks.load(Ordering::Relaxed));
-        let since = self.recording_since_ns.load(Ordering::Relaxed);
         let stamp = EventStamp {
-            time_us: now_ns().saturating_sub(since) / 1000,
+            time_us: self.recording_time_us(),
             context,
         };
         for device in self.devices.iter() {
