@@ -23,6 +23,11 @@ pub(crate) const NO_BLOCK: Error = Error::InvariantViolated {
     what: "block id names no block",
 };
 
+/// A free block absent from its free list: a bookkeeping bug.
+const NOT_CACHED: Error = Error::InvariantViolated {
+    what: "free block missing from its free list",
+};
+
 /// Returned when a device would need more than 2^32 - 1 blocks at once.
 pub(crate) const TOO_MANY_BLOCKS: Error = Error::InvariantViolated {
     what: "more than 2^32 - 1 blocks on one device",
@@ -145,15 +150,11 @@ impl<E> DeviceAllocator<E> {
     }
 
     pub(crate) fn block(&self, id: BlockId) -> Result<&Block> {
-        self.blocks.get(id).ok_or(Error::InvariantViolated {
-            what: "block id names no block",
-        })
+        self.blocks.get(id).ok_or(NO_BLOCK)
     }
 
     pub(crate) fn block_mut(&mut self, id: BlockId) -> Result<&mut Block> {
-        self.blocks.get_mut(id).ok_or(Error::InvariantViolated {
-            what: "block id names no block",
-        })
+        self.blocks.get_mut(id).ok_or(NO_BLOCK)
     }
 
     pub(crate) fn free_key(id: BlockId, block: &Block) -> FreeKey {
@@ -169,13 +170,7 @@ impl<E> DeviceAllocator<E> {
     pub(crate) fn uncache(&mut self, id: BlockId) -> Result<()> {
         let block = self.block(id)?;
         let (key, small) = (Self::free_key(id, block), block.small);
-        if self.pool(small).remove(&key) {
-            Ok(())
-        } else {
-            Err(Error::InvariantViolated {
-                what: "free block missing from its free list",
-            })
-        }
+        self.remove_cached(small, &key)
     }
 
     /// Allocates `size` bytes on `stream`: a cached block when one fits, else a new segment.
@@ -501,9 +496,7 @@ impl<E> DeviceAllocator<E> {
         if self.pool(small).remove(key) {
             Ok(())
         } else {
-            Err(Error::InvariantViolated {
-                what: "free block missing from its free list",
-            })
+            Err(NOT_CACHED)
         }
     }
 
@@ -511,9 +504,7 @@ impl<E> DeviceAllocator<E> {
         if self.pool(small).replace(old, new) {
             Ok(())
         } else {
-            Err(Error::InvariantViolated {
-                what: "free block missing from its free list",
-            })
+            Err(NOT_CACHED)
         }
     }
 
