@@ -93,6 +93,8 @@ pub(super) struct Shared<B: Backend> {
     pub(super) stacks: AtomicBool,
     /// When recording started, in nanoseconds since [`clock_base`].
     pub(super) recording_since_ns: AtomicU64,
+    /// When recording started, in microseconds since the Unix epoch (for trace files).
+    pub(super) recording_since_unix_us: AtomicU64,
     /// Serializes `record_memory_history` calls.
     pub(super) history_settings: Mutex<()>,
 }
@@ -126,6 +128,7 @@ impl<B: Backend> CachingAllocator<B> {
                 recording: AtomicU8::new(0),
                 stacks: AtomicBool::new(false),
                 recording_since_ns: AtomicU64::new(0),
+                recording_since_unix_us: AtomicU64::new(0),
                 history_settings: Mutex::new(()),
             }),
         }

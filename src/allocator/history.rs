@@ -4,11 +4,15 @@
 //! one atomic load and one branch, so this stays off the hot path's cost.
 
 use super::caching::{CachingAllocator, Shared};
+use crate::backend::StreamId;
 use crate::backend::{Backend, DeviceIndex};
 use crate::error::{Error, Result};
+use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use crate::trace::{
-    AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent,
+    Action, AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings,
+    TraceEvent,
 };
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
@@ -75,6 +79,12 @@ impl<B: Backend> CachingAllocator<B> {
         if settings.enabled {
             if shared.recording.load(Ordering::Acquire) == 0 {
                 shared.recording_since_ns.store(now_ns(), Ordering::Release);
+                let unix_us = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64);
+                shared
+                    .recording_since_unix_us
+                    .store(unix_us, Ordering::Release);
             }
             let stacks = settings.stacks == crate::trace::Backtraces::Rust;
             shared.stacks.store(stacks, Ordering::Release);
@@ -98,6 +108,102 @@ impl<B: Backend> CachingAllocator<B> {
     /// The recorded events of `device`, oldest first (empty when history is off).
     pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
         Ok(self.device(device)?.history())
+    }
+
+    /// A snapshot of every device: segments with their blocks, the recorded history (empty
+    /// when recording is off) and the contexts they refer to, renumbered within the snapshot;
+    /// as PyTorch's `torch.cuda.memory._snapshot()`.
+    ///
+    /// While recording, each device first records a `snapshot` event whose size is its active
+    /// bytes, as PyTorch does, so the trace shows when snapshots were taken.
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
+    /// use blockpool::trace::{Action, BlockState};
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// alloc.record_memory_history(HistorySettings::default())?;
+    /// let a = alloc.allocate(0, 1000, StreamId::DEFAULT)?;
+    /// let snapshot = alloc.snapshot();
+    /// let segment = &snapshot.segments[0];
+    /// assert_eq!((segment.size, segment.blocks.len()), (2 << 20, 2));
+    /// assert_eq!(segment.blocks[0].state, BlockState::ActiveAllocated);
+    /// assert_eq!((segment.blocks[0].size, segment.blocks[0].requested), (1024, 1000));
+    /// let actions: Vec<Action> = snapshot.events.iter().map(|e| e.action).collect();
+    /// assert_eq!(actions, [Action::SegmentAlloc, Action::Alloc, Action::Snapshot]);
+    /// # drop(a);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn snapshot(&self) -> Snapshot {
+        let shared = &self.shared;
+        let recording = shared.recording.load(Ordering::Acquire) != 0;
+        let mut contexts = Contexts::new();
+        let mut local: HashMap<ContextId, ContextId> = HashMap::new();
+        let mut remap = |id: ContextId| -> ContextId {
+            if id == ContextId::NONE {
+                return id;
+            }
+            *local.entry(id).or_insert_with(|| {
+                crate::trace::lookup_context(id).map_or(ContextId::NONE, |c| contexts.intern(c))
+            })
+        };
+        let mut segments = Vec::new();
+        let mut events = Vec::new();
+        for (device, allocator) in shared.devices.iter().enumerate() {
+            let mut allocator = allocator.lock();
+            let views = allocator.segments();
+            if recording {
+                let active = allocator.stats().active_bytes[0].current.max(0) as u64;
+                allocator.set_event_stamp(EventStamp {
+                    time_us: shared.recording_time_us(),
+                    context: ContextId::NONE,
+                });
+                allocator.record(
+                    Action::Snapshot,
+                    StreamId::DEFAULT,
+                    (0, active, 0),
+                    ContextId::NONE,
+                );
+            }
+            let history = allocator.history();
+            drop(allocator);
+            for view in views {
+                let blocks: Vec<Block> = view
+                    .blocks
+                    .iter()
+                    .map(|b| Block {
+                        address: b.addr,
+                        size: b.size as u64,
+                        requested: b.requested as u64,
+                        state: b.state.into(),
+                        context: remap(b.context),
+                    })
+                    .collect();
+                segments.push(Segment {
+                    device: device as u32,
+                    address: view.addr,
+                    size: view.size as u64,
+                    stream: view.stream,
+                    pool: view.pool,
+                    context: ContextId::NONE,
+                    blocks,
+                });
+            }
+            events.extend(history.into_iter().map(|mut e| {
+                e.context = remap(e.context);
+                e
+            }));
+        }
+        // Each device's history is in time order; a stable sort interleaves them by time.
+        events.sort_by_key(|e| e.time_us);
+        let origin = shared.recording_since_unix_us.load(Ordering::Acquire);
+        Snapshot {
+            segments,
+            events,
+            contexts,
+            allocator_config: Some(shared.config.to_string()),
+            time_origin_unix_us: (recording && origin != 0).then_some(origin),
+        }
     }
 
     /// The context an event refers to: its annotation tags and call stack. `None` for

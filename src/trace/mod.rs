@@ -8,9 +8,13 @@
 mod context;
 mod event;
 mod history;
+pub mod jsonl;
+pub mod perfetto;
 pub mod pickle;
 pub mod pytorch;
 pub mod rmm;
+pub mod snapshot;
+pub mod state;
 
 pub use context::{annotate, AnnotationGuard, Context, Frame};
 pub(crate) use context::{current as current_context, lookup as lookup_context, AnnotationSink};
@@ -18,3 +22,4 @@ pub(crate) use context::{register as register_sink, unregister as unregister_sin
 pub use event::{Action, ContextId, TraceEvent};
 pub(crate) use history::TraceRing;
 pub use history::{Backtraces, ContextLevel, EventStamp, HistorySettings};
+pub use snapshot::{BlockState, Contexts, Snapshot, SnapshotInvalid};

@@ -10,6 +10,7 @@
 
 mod convert;
 mod error;
+mod export;
 mod fields;
 mod model;
 

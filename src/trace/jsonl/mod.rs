@@ -1,0 +1,1 @@
+//! blockpool's native trace file: JSON Lines (work in progress).

@@ -1,0 +1,1 @@
+//! Export to Perfetto / Chrome trace-event JSON (work in progress).

@@ -1,0 +1,1 @@
+//! Conversion between [`Snapshot`](crate::trace::Snapshot) and PyTorch's snapshot schema (work in progress).

@@ -1,0 +1,1 @@
+//! Conversion between [`Snapshot`](crate::trace::Snapshot) and RMM's CSV log (work in progress).

@@ -1,0 +1,539 @@
+//! [`Snapshot`]: the allocator's memory at one moment and the history that led there, in one
+//! format-neutral value. Every trace format blockpool reads becomes a `Snapshot`, and every
+//! format it writes is written from one: our JSON Lines trace files, PyTorch's pickled memory
+//! snapshots, RMM's CSV logs and Perfetto's trace-event JSON.
+//!
+//! A snapshot holds segments with their blocks (the end state), the recorded events of every
+//! device (oldest first), and the contexts those refer to. Contexts are numbered within the
+//! snapshot: [`ContextId`]`(n)` is [`Contexts::get`]`(n)`, so a snapshot stands on its own once
+//! written to a file or read back from one.
+
+use super::context::{Context, Frame};
+use super::event::{ContextId, TraceEvent};
+use crate::backend::StreamId;
+use crate::pool::PoolKind;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// The allocator's segments at one moment, the events recorded before it and their contexts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Every segment, ordered by device then address.
+    pub segments: Vec<Segment>,
+    /// The recorded events of every device, oldest first. Each device's events are in the order
+    /// they happened; events of different devices are ordered by time.
+    pub events: Vec<TraceEvent>,
+    /// The contexts the segments, blocks and events refer to.
+    pub contexts: Contexts,
+    /// The allocator's configuration, in `PYTORCH_CUDA_ALLOC_CONF` syntax, when known.
+    pub allocator_config: Option<String>,
+    /// When event time 0 was, in microseconds since the Unix epoch, when known.
+    pub time_origin_unix_us: Option<u64>,
+}
+
+/// A segment: one device allocation, tiled by its blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Device index.
+    pub device: u32,
+    /// Device address of the segment's first byte.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// The stream the segment serves.
+    pub stream: StreamId,
+    /// The pool the segment belongs to.
+    pub pool: PoolKind,
+    /// Context of the allocation that created the segment ([`ContextId::NONE`] when unknown).
+    pub context: ContextId,
+    /// The blocks, lowest address first; they tile the segment exactly.
+    pub blocks: Vec<Block>,
+}
+
+/// A block of a segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Device address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Bytes the caller asked for (0 for an inactive block).
+    pub requested: u64,
+    /// Whether and how the block is in use.
+    pub state: BlockState,
+    /// Context of the allocation ([`ContextId::NONE`] for an inactive block or when unknown).
+    pub context: ContextId,
+}
+
+/// A block's state, named as PyTorch's snapshots name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockState {
+    /// Handed out to a caller, `active_allocated`.
+    ActiveAllocated,
+    /// Freed by its caller, waiting for the streams that used it, `active_pending_free`.
+    ActivePendingFree,
+    /// Free and cached, `inactive`.
+    Inactive,
+}
+
+impl BlockState {
+    /// Every state.
+    pub const ALL: [BlockState; 3] = [
+        BlockState::ActiveAllocated,
+        BlockState::ActivePendingFree,
+        BlockState::Inactive,
+    ];
+
+    /// PyTorch's name: `active_allocated`, `active_pending_free` or `inactive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+        }
+    }
+
+    /// The state PyTorch names `name`.
+    pub fn from_name(name: &str) -> Option<BlockState> {
+        BlockState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Whether the block is active (allocated or pending free).
+    pub fn is_active(self) -> bool {
+        self != BlockState::Inactive
+    }
+}
+
+impl fmt::Display for BlockState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<crate::pool::BlockState> for BlockState {
+    fn from(state: crate::pool::BlockState) -> BlockState {
+        match state {
+            crate::pool::BlockState::Allocated => BlockState::ActiveAllocated,
+            crate::pool::BlockState::PendingFree => BlockState::ActivePendingFree,
+            crate::pool::BlockState::Free => BlockState::Inactive,
+        }
+    }
+}
+
+/// The name of a pool in trace files: `small` or `large`, as PyTorch's `segment_type`.
+pub fn pool_name(pool: PoolKind) -> &'static str {
+    match pool {
+        PoolKind::Small => "small",
+        PoolKind::Large => "large",
+    }
+}
+
+/// The pool named `name` (`small` or `large`).
+pub fn pool_from_name(name: &str) -> Option<PoolKind> {
+    match name {
+        "small" => Some(PoolKind::Small),
+        "large" => Some(PoolKind::Large),
+        _ => None,
+    }
+}
+
+/// The contexts of a snapshot, numbered from 1: `ContextId(n)` is the `n`th added. Adding a
+/// context equal to one already present returns the existing id.
+#[derive(Clone, Default)]
+pub struct Contexts {
+    list: Vec<Arc<Context>>,
+    ids: HashMap<Arc<Context>, ContextId>,
+}
+
+impl Contexts {
+    /// No contexts.
+    pub fn new() -> Contexts {
+        Contexts::default()
+    }
+
+    /// The id of `context`, adding it if it is new. Past `u32::MAX` contexts, new ones get
+    /// [`ContextId::NONE`].
+    pub fn intern(&mut self, context: Context) -> ContextId {
+        if let Some(&id) = self.ids.get(&context) {
+            return id;
+        }
+        let Ok(id) = u32::try_from(self.list.len() + 1) else {
+            return ContextId::NONE;
+        };
+        let context = Arc::new(context);
+        self.list.push(Arc::clone(&context));
+        self.ids.insert(context, ContextId(id));
+        ContextId(id)
+    }
+
+    /// The context `id` names; `None` for [`ContextId::NONE`] and ids out of range.
+    pub fn get(&self, id: ContextId) -> Option<&Context> {
+        let index = (id.0 as usize).checked_sub(1)?;
+        self.list.get(index).map(|c| &**c)
+    }
+
+    /// How many contexts there are.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Every context with its id, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (ContextId, &Context)> + '_ {
+        self.list
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (ContextId(i as u32 + 1), &**c))
+    }
+
+    /// Whether `id` is [`ContextId::NONE`] or names a context here.
+    pub fn contains(&self, id: ContextId) -> bool {
+        id == ContextId::NONE || (id.0 as usize) <= self.list.len()
+    }
+
+    /// The tags of `id`, outermost first, joined by `/` (empty for none).
+    pub fn tag_path(&self, id: ContextId) -> String {
+        self.get(id).map_or_else(String::new, |c| c.tags.join("/"))
+    }
+}
+
+impl PartialEq for Contexts {
+    fn eq(&self, other: &Contexts) -> bool {
+        self.list == other.list
+    }
+}
+
+impl fmt::Debug for Contexts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(id, c)| (id.0, c)))
+            .finish()
+    }
+}
+
+impl FromIterator<Context> for Contexts {
+    fn from_iter<I: IntoIterator<Item = Context>>(iter: I) -> Contexts {
+        let mut contexts = Contexts::new();
+        for context in iter {
+            contexts.intern(context);
+        }
+        contexts
+    }
+}
+
+/// A context made of call-stack frames alone (as PyTorch records them).
+pub fn frames_context(frames: Vec<Frame>) -> Context {
+    Context {
+        tags: Vec::new(),
+        frames,
+    }
+}
+
+/// Why a [`Snapshot`] is not consistent, found by [`Snapshot::validate`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotInvalid {
+    /// A segment's blocks do not tile it.
+    #[error(
+        "segment at {address:#x} on device {device}: {reason}; its blocks must tile it \
+         exactly, lowest address first"
+    )]
+    BlocksDoNotTile {
+        /// Device of the segment.
+        device: u32,
+        /// Address of the segment.
+        address: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two segments of one device overlap.
+    #[error(
+        "segments at {first:#x} and {second:#x} on device {device} overlap or are out of order"
+    )]
+    SegmentsOverlap {
+        /// Device of the segments.
+        device: u32,
+        /// The lower segment.
+        first: u64,
+        /// The segment that starts inside it or before it.
+        second: u64,
+    },
+    /// Something refers to a context the snapshot does not have.
+    #[error("{what} refers to context {id}, but the snapshot has only {count} contexts")]
+    UnknownContext {
+        /// What refers to it.
+        what: String,
+        /// The id.
+        id: u32,
+        /// How many contexts there are.
+        count: usize,
+    },
+}
+
+impl Snapshot {
+    /// The device indices that have segments or events, ascending.
+    pub fn devices(&self) -> Vec<u32> {
+        let mut devices: Vec<u32> = self
+            .segments
+            .iter()
+            .map(|s| s.device)
+            .chain(self.events.iter().map(|e| e.device))
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        devices
+    }
+
+    /// The events of `device`, oldest first.
+    pub fn device_events(&self, device: u32) -> impl Iterator<Item = &TraceEvent> + '_ {
+        self.events.iter().filter(move |e| e.device == device)
+    }
+
+    /// The segments of `device`, lowest address first.
+    pub fn device_segments(&self, device: u32) -> impl Iterator<Item = &Segment> + '_ {
+        self.segments.iter().filter(move |s| s.device == device)
+    }
+
+    /// Checks that blocks tile their segments, segments of a device do not overlap and are in
+    /// address order with devices ascending, and every context id names a context.
+    pub fn validate(&self) -> Result<(), SnapshotInvalid> {
+        let count = self.contexts.len();
+        let check_context = |id: ContextId, what: &dyn Fn() -> String| {
+            if self.contexts.contains(id) {
+                Ok(())
+            } else {
+                Err(SnapshotInvalid::UnknownContext {
+                    what: what(),
+                    id: id.0,
+                    count,
+                })
+            }
+        };
+        let mut previous: Option<&Segment> = None;
+        for segment in &self.segments {
+            if let Some(prev) = previous {
+                let ordered = (prev.device, prev.address) < (segment.device, segment.address);
+                let disjoint = prev.device != segment.device
+                    || prev.address.saturating_add(prev.size) <= segment.address;
+                if !ordered || !disjoint {
+                    return Err(SnapshotInvalid::SegmentsOverlap {
+                        device: segment.device,
+                        first: prev.address,
+                        second: segment.address,
+                    });
+                }
+            }
+            previous = Some(segment);
+            segment.check_tiling()?;
+            check_context(segment.context, &|| {
+                format!(
+                    "segment {:#x} on device {}",
+                    segment.address, segment.device
+                )
+            })?;
+            for block in &segment.blocks {
+                check_context(block.context, &|| {
+                    format!("block {:#x} on device {}", block.address, segment.device)
+                })?;
+            }
+        }
+        for (index, event) in self.events.iter().enumerate() {
+            check_context(event.context, &|| {
+                format!("event {index} ({} at {:#x})", event.action, event.addr)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl Segment {
+    /// Bytes in blocks of `state`.
+    pub fn bytes_in(&self, state: BlockState) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| b.state == state)
+            .map(|b| b.size)
+            .sum()
+    }
+
+    /// Bytes in active blocks (allocated or pending free).
+    pub fn active_bytes(&self) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| b.state.is_active())
+            .map(|b| b.size)
+            .sum()
+    }
+
+    /// Bytes the callers of active blocks asked for.
+    pub fn requested_bytes(&self) -> u64 {
+        self.blocks
+            .iter()
+            .filter(|b| b.state.is_active())
+            .map(|b| b.requested)
+            .sum()
+    }
+
+    fn check_tiling(&self) -> Result<(), SnapshotInvalid> {
+        let fail = |reason: String| SnapshotInvalid::BlocksDoNotTile {
+            device: self.device,
+            address: self.address,
+            reason,
+        };
+        if self.blocks.is_empty() {
+            return Err(fail("it has no blocks".into()));
+        }
+        let mut next = self.address;
+        for block in &self.blocks {
+            if block.address != next {
+                return Err(fail(format!(
+                    "a block starts at {:#x} where {next:#x} was expected",
+                    block.address
+                )));
+            }
+            if block.size == 0 {
+                return Err(fail(format!("the block at {:#x} is empty", block.address)));
+            }
+            next = block
+                .address
+                .checked_add(block.size)
+                .ok_or_else(|| fail(format!("the block at {:#x} ends past 2^64", block.address)))?;
+        }
+        let end = self.address.checked_add(self.size);
+        if end != Some(next) {
+            return Err(fail(format!(
+                "its blocks end at {next:#x} but the segment is {} bytes",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Action;
+
+    fn block(address: u64, size: u64, state: BlockState) -> Block {
+        Block {
+            address,
+            size,
+            requested: if state.is_active() { size } else { 0 },
+            state,
+            context: ContextId::NONE,
+        }
+    }
+
+    fn segment(address: u64, blocks: Vec<Block>) -> Segment {
+        Segment {
+            device: 0,
+            address,
+            size: blocks.iter().map(|b| b.size).sum(),
+            stream: StreamId::DEFAULT,
+            pool: PoolKind::Large,
+            context: ContextId::NONE,
+            blocks,
+        }
+    }
+
+    #[test]
+    fn contexts_intern_once_and_number_from_one() {
+        let mut contexts = Contexts::new();
+        let a = contexts.intern(Context {
+            tags: vec!["a".into()],
+            frames: Vec::new(),
+        });
+        let b = contexts.intern(Context::default());
+        let again = contexts.intern(Context {
+            tags: vec!["a".into()],
+            frames: Vec::new(),
+        });
+        assert_eq!((a, b, again), (ContextId(1), ContextId(2), ContextId(1)));
+        assert_eq!(contexts.len(), 2);
+        assert_eq!(contexts.tag_path(a), "a");
+        assert!(contexts.get(ContextId::NONE).is_none());
+        assert!(contexts.get(ContextId(3)).is_none());
+        assert!(contexts.contains(ContextId(2)) && !contexts.contains(ContextId(3)));
+    }
+
+    #[test]
+    fn validate_accepts_a_tiled_snapshot_and_names_each_fault() {
+        let good = Snapshot {
+            segments: vec![segment(
+                0x1000,
+                vec![
+                    block(0x1000, 512, BlockState::ActiveAllocated),
+                    block(0x1200, 1536, BlockState::Inactive),
+                ],
+            )],
+            ..Snapshot::default()
+        };
+        assert_eq!(good.validate(), Ok(()));
+        assert_eq!(good.segments[0].active_bytes(), 512);
+        assert_eq!(good.segments[0].bytes_in(BlockState::Inactive), 1536);
+
+        let mut gap = good.clone();
+        gap.segments[0].blocks[1].address = 0x1400;
+        assert_eq!(
+            gap.validate().unwrap_err().to_string(),
+            "segment at 0x1000 on device 0: a block starts at 0x1400 where 0x1200 was \
+             expected; its blocks must tile it exactly, lowest address first"
+        );
+
+        let mut short = good.clone();
+        short.segments[0].size = 4096;
+        assert!(matches!(
+            short.validate(),
+            Err(SnapshotInvalid::BlocksDoNotTile { .. })
+        ));
+
+        let mut overlap = good.clone();
+        overlap.segments.push(segment(
+            0x1400,
+            vec![block(0x1400, 512, BlockState::Inactive)],
+        ));
+        assert_eq!(
+            overlap.validate(),
+            Err(SnapshotInvalid::SegmentsOverlap {
+                device: 0,
+                first: 0x1000,
+                second: 0x1400
+            })
+        );
+
+        let mut dangling = good;
+        dangling.events.push(TraceEvent {
+            action: Action::Alloc,
+            device: 0,
+            stream: StreamId::DEFAULT,
+            addr: 0x1000,
+            size: 512,
+            requested: 512,
+            time_us: 0,
+            context: ContextId(7),
+        });
+        assert_eq!(
+            dangling.validate().unwrap_err().to_string(),
+            "event 0 (alloc at 0x1000) refers to context 7, but the snapshot has only 0 contexts"
+        );
+    }
+
+    #[test]
+    fn state_names_round_trip() {
+        for state in BlockState::ALL {
+            assert_eq!(BlockState::from_name(state.as_str()), Some(state));
+        }
+        assert_eq!(BlockState::from_name("free"), None);
+        assert_eq!(
+            pool_from_name(pool_name(PoolKind::Small)),
+            Some(PoolKind::Small)
+        );
+        assert_eq!(pool_from_name("huge"), None);
+    }
+}

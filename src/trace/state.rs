@@ -1,0 +1,1 @@
+//! Allocator state at any event of a trace (work in progress).
