@@ -95,8 +95,10 @@ pub(super) struct Shared<B: Backend> {
     pub(super) recording_since_ns: AtomicU64,
     /// When recording started, in microseconds since the Unix epoch (for trace files).
     pub(super) recording_since_unix_us: AtomicU64,
-    /// Serializes `record_memory_history` calls.
+    /// Serializes `record_memory_history` and `stream_history_to` calls.
     pub(super) history_settings: Mutex<()>,
+    /// The stream the devices buffer events for, while one runs (`sink.rs`).
+    pub(super) stream: Mutex<Option<Arc<crate::trace::jsonl::StreamState>>>,
 }
 
 impl<B: Backend> CachingAllocator<B> {
@@ -130,6 +132,7 @@ impl<B: Backend> CachingAllocator<B> {
                 recording_since_ns: AtomicU64::new(0),
                 recording_since_unix_us: AtomicU64::new(0),
                 history_settings: Mutex::new(()),
+                stream: Mutex::new(None),
             }),
         }
     }

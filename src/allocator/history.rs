@@ -7,6 +7,7 @@ use super::caching::{CachingAllocator, Shared};
 use crate::backend::StreamId;
 use crate::backend::{Backend, DeviceIndex};
 use crate::error::{Error, Result};
+use crate::pool::SegmentView;
 use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use crate::trace::{
     Action, AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings,
@@ -97,6 +98,7 @@ impl<B: Backend> CachingAllocator<B> {
             crate::trace::register_sink(sink);
         } else {
             crate::trace::unregister_sink(&sink);
+            shared.end_stream();
             shared.recording.store(0, Ordering::Release);
             for device in shared.devices.iter() {
                 device.lock().record_history(&settings);
@@ -167,28 +169,7 @@ impl<B: Backend> CachingAllocator<B> {
             }
             let history = allocator.history();
             drop(allocator);
-            for view in views {
-                let blocks: Vec<Block> = view
-                    .blocks
-                    .iter()
-                    .map(|b| Block {
-                        address: b.addr,
-                        size: b.size as u64,
-                        requested: b.requested as u64,
-                        state: b.state.into(),
-                        context: remap(b.context),
-                    })
-                    .collect();
-                segments.push(Segment {
-                    device: device as u32,
-                    address: view.addr,
-                    size: view.size as u64,
-                    stream: view.stream,
-                    pool: view.pool,
-                    context: ContextId::NONE,
-                    blocks,
-                });
-            }
+            push_segments(device as u32, views, &mut remap, &mut segments);
             events.extend(history.into_iter().map(|mut e| {
                 e.context = remap(e.context);
                 e
@@ -211,6 +192,38 @@ impl<B: Backend> CachingAllocator<B> {
     /// id means the same in every allocator.
     pub fn context(&self, id: ContextId) -> Option<Context> {
         crate::trace::lookup_context(id)
+    }
+}
+
+/// Appends `views` of `device` to `segments` as a snapshot has them, contexts mapped by
+/// `remap`.
+pub(super) fn push_segments(
+    device: u32,
+    views: Vec<SegmentView>,
+    remap: &mut dyn FnMut(ContextId) -> ContextId,
+    segments: &mut Vec<Segment>,
+) {
+    for view in views {
+        let blocks: Vec<Block> = view
+            .blocks
+            .iter()
+            .map(|b| Block {
+                address: b.addr,
+                size: b.size as u64,
+                requested: b.requested as u64,
+                state: b.state.into(),
+                context: remap(b.context),
+            })
+            .collect();
+        segments.push(Segment {
+            device,
+            address: view.addr,
+            size: view.size as u64,
+            stream: view.stream,
+            pool: view.pool,
+            context: ContextId::NONE,
+            blocks,
+        });
     }
 }
 
@@ -241,7 +254,7 @@ impl<B: Backend> Shared<B> {
     }
 
     /// Microseconds since recording started.
-    fn recording_time_us(&self) -> u64 {
+    pub(super) fn recording_time_us(&self) -> u64 {
         let since = self.recording_since_ns.load(Ordering::Relaxed);
         now_ns().saturating_sub(since) / 1000
     }

@@ -6,11 +6,13 @@
 //! address, for the C ABI) keeps live pointers in a sharded `DashMap` instead.
 //!
 //! `caching.rs` holds the allocator and its shared state, `handle.rs` the owning handle, and
-//! `history.rs` history recording and the event stamps taken on the hot path.
+//! `history.rs` history recording and the event stamps taken on the hot path, `sink.rs` trace
+//! files: dumping a snapshot and streaming the history as it is recorded.
 
 mod caching;
 mod handle;
 mod history;
+mod sink;
 
 pub use caching::{CachingAllocator, FreeMemoryCallback};
 pub use handle::Allocation;

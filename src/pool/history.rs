@@ -5,6 +5,10 @@
 //! over with [`DeviceAllocator::set_event_stamp`]; the events the call then records (at the
 //! places PyTorch calls `record_trace`) carry them. With recording off, each of those places
 //! costs one predictable branch on `history.is_none()`.
+//!
+//! While the history is streamed to a file, each event is also appended to a buffer that the
+//! stream's writer thread swaps out (`take_streamed`): a push under the lock already held, no
+//! I/O and, once the buffer has grown, no allocation.
 
 use super::block::BlockId;
 use super::device::DeviceAllocator;
@@ -24,7 +28,15 @@ pub(crate) struct History {
     last_time_us: u64,
     /// Allocation context of each allocated or pending block, by slab index (`State` and up).
     block_context: Vec<ContextId>,
+    /// Events recorded since the stream's writer last took them, while streaming.
+    streamed: Option<Vec<TraceEvent>>,
+    /// Events not buffered for the stream because the buffer was full.
+    stream_dropped: u64,
 }
+
+/// The most events a device buffers for a stream between two takes (about 56 MiB); more are
+/// counted as dropped rather than let memory grow without bound when the writer falls behind.
+pub(crate) const MAX_STREAM_BUFFER: usize = 1 << 20;
 
 impl History {
     /// The context an event of `action` carries: the call's own when it gathered one, else
@@ -73,6 +85,8 @@ impl<E> DeviceAllocator<E> {
                     now: EventStamp::default(),
                     last_time_us: 0,
                     block_context: Vec::new(),
+                    streamed: None,
+                    stream_dropped: 0,
                 }))
             }
         }
@@ -150,6 +164,52 @@ impl<E> DeviceAllocator<E> {
                 context: history.context(action, fallback),
             };
             history.ring.push(event);
+            if let Some(streamed) = &mut history.streamed {
+                if streamed.len() < MAX_STREAM_BUFFER {
+                    streamed.push(event);
+                } else {
+                    history.stream_dropped += 1;
+                }
+            }
+        }
+    }
+
+    /// Starts buffering every event recorded from now on for a stream (nothing while not
+    /// recording).
+    pub(crate) fn start_streaming(&mut self) {
+        if let Some(history) = self.history.as_deref_mut() {
+            history.streamed = Some(Vec::new());
+            history.stream_dropped = 0;
+        }
+    }
+
+    /// Swaps the events buffered for the stream with `buffer` (which should be empty, so its
+    /// capacity is reused); returns how many were dropped since the last take.
+    pub(crate) fn take_streamed(&mut self, buffer: &mut Vec<TraceEvent>) -> u64 {
+        match self.history.as_deref_mut() {
+            Some(History {
+                streamed: Some(streamed),
+                stream_dropped,
+                ..
+            }) => {
+                std::mem::swap(streamed, buffer);
+                std::mem::take(stream_dropped)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Stops buffering for the stream, appending the last buffered events to `buffer`;
+    /// returns how many were dropped since the last take.
+    pub(crate) fn stop_streaming(&mut self, buffer: &mut Vec<TraceEvent>) -> u64 {
+        match self.history.as_deref_mut() {
+            Some(history) => {
+                if let Some(mut streamed) = history.streamed.take() {
+                    buffer.append(&mut streamed);
+                }
+                std::mem::take(&mut history.stream_dropped)
+            }
+            None => 0,
         }
     }
 

@@ -1,8 +1,10 @@
 //! Contexts of allocator calls: the thread's annotation tags, optionally with call-stack
 //! frames, interned once per process and referenced from events by [`ContextId`].
 //!
-//! [`annotate`] pushes a tag on a thread-local stack and pops it when its guard drops. The
-//! thread caches the id of its current tag stack, so gathering the context of a call while
+//! [`annotate`] pushes a tag on a thread-local stack and pops it when its guard drops; both
+//! changes are announced to the recording allocators, which record an `annotate` event whose
+//! context is the stack after the change (as PyTorch records the start and the end of a
+//! `record_function` range), so a trace shows when each tag was on the stack. The thread caches the id of its current tag stack, so gathering the context of a call while
 //! the stack is unchanged takes no lock and allocates nothing; a changed stack is interned once
 //! in the process-wide table, which only grows (a program has few distinct tag stacks; with
 //! call stacks captured, one entry per distinct stack).
@@ -117,8 +119,13 @@ pub(crate) fn current(frames: bool) -> ContextId {
 }
 
 /// Pushes `tag` on this thread's annotation stack until the returned guard drops. Events
-/// recorded meanwhile carry the tag in their context, and every device of every allocator
-/// that is recording gets an `annotate` event whose context is the new stack.
+/// recorded meanwhile carry the tag in their context.
+///
+/// Every change of the stack is recorded: pushing the tag and dropping the guard each give
+/// every device of every allocator that is recording an `annotate` event whose context is
+/// the stack after the change, so the event of the pop that empties the stack has the empty
+/// context. [`perfetto::annotation_intervals`](super::perfetto::annotation_intervals) turns
+/// these events back into one interval per tag.
 ///
 /// ```
 /// use blockpool::{annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
@@ -135,6 +142,14 @@ pub(crate) fn current(frames: bool) -> ContextId {
 /// let event = history.iter().find(|e| e.action == Action::Alloc).unwrap();
 /// let context = alloc.context(event.context).unwrap();
 /// assert_eq!(context.tags, ["layer3".into(), "attn".into()]);
+///
+/// // Two pushes and two pops: the stack after each change.
+/// let stacks: Vec<Vec<String>> = history
+///     .iter()
+///     .filter(|e| e.action == Action::Annotate)
+///     .map(|e| alloc.context(e.context).unwrap().tags.iter().map(|t| t.to_string()).collect())
+///     .collect();
+/// assert_eq!(stacks, [vec!["layer3"], vec!["layer3", "attn"], vec!["layer3"], vec![]]);
 /// # drop(a);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -145,9 +160,7 @@ pub fn annotate(tag: &str) -> AnnotationGuard {
         stack.id = None;
         depth
     });
-    for sink in live_sinks() {
-        sink.record_annotation();
-    }
+    notify_sinks();
     AnnotationGuard {
         depth,
         _not_send: PhantomData,
@@ -155,7 +168,9 @@ pub fn annotate(tag: &str) -> AnnotationGuard {
 }
 
 /// Keeps an [`annotate`] tag on this thread's stack; dropping it removes the tag (and any
-/// pushed after it that are still there, should guards drop out of order).
+/// pushed after it that are still there, should guards drop out of order) and records the
+/// change as [`annotate`] records a push. A guard whose tag is already gone (an outer guard
+/// dropped first) changes nothing and records nothing.
 #[must_use = "the tag is removed when the guard drops"]
 #[derive(Debug)]
 pub struct AnnotationGuard {
@@ -166,12 +181,21 @@ pub struct AnnotationGuard {
 
 impl Drop for AnnotationGuard {
     fn drop(&mut self) {
-        TAGS.with_borrow_mut(|stack| {
-            if stack.tags.len() > self.depth {
-                stack.tags.truncate(self.depth);
-                stack.id = None;
-            }
-        });
+        // `try_with`: a guard kept in another thread-local may drop after the stack is gone.
+        let changed = TAGS
+            .try_with(|stack| {
+                let mut stack = stack.borrow_mut();
+                let changed = stack.tags.len() > self.depth;
+                if changed {
+                    stack.tags.truncate(self.depth);
+                    stack.id = None;
+                }
+                changed
+            })
+            .unwrap_or(false);
+        if changed {
+            notify_sinks();
+        }
     }
 }
 
@@ -184,6 +208,13 @@ pub(crate) trait AnnotationSink: Send + Sync {
 fn sinks() -> &'static Mutex<Vec<Weak<dyn AnnotationSink>>> {
     static SINKS: Mutex<Vec<Weak<dyn AnnotationSink>>> = Mutex::new(Vec::new());
     &SINKS
+}
+
+/// Has every recording allocator record the calling thread's new tag stack.
+fn notify_sinks() {
+    for sink in live_sinks() {
+        sink.record_annotation();
+    }
 }
 
 /// The recording allocators still alive, pruning the others.
@@ -304,6 +335,60 @@ mod tests {
             ]
         );
         assert_eq!(lookup(ContextId::NONE), None);
+    }
+
+    /// Records the tag stack of every notification made on one thread (tests run in
+    /// parallel, and every sink hears every thread).
+    struct ThreadSink {
+        thread: std::thread::ThreadId,
+        stacks: Mutex<Vec<Vec<String>>>,
+    }
+
+    impl AnnotationSink for ThreadSink {
+        fn record_annotation(&self) {
+            if std::thread::current().id() != self.thread {
+                return;
+            }
+            let context = lookup(current(false)).expect("the current stack is interned");
+            let tags = context.tags.iter().map(|t| t.to_string()).collect();
+            self.stacks.lock().push(tags);
+        }
+    }
+
+    #[test]
+    fn every_push_and_pop_notifies_with_the_new_stack() {
+        let sink = Arc::new(ThreadSink {
+            thread: std::thread::current().id(),
+            stacks: Mutex::new(Vec::new()),
+        });
+        let weak: Weak<ThreadSink> = Arc::downgrade(&sink);
+        let weak: Weak<dyn AnnotationSink> = weak;
+        register(Weak::clone(&weak));
+        let outer = annotate("notify-outer");
+        let inner = annotate("notify-inner");
+        let innermost = annotate("notify-innermost");
+        drop(innermost);
+        // Out of order: dropping `outer` pops both; `inner` then finds its tag gone.
+        drop(outer);
+        drop(inner);
+        let again = annotate("notify-again");
+        drop(again);
+        unregister(&weak);
+        drop(annotate("notify-after-unregister"));
+        assert_eq!(
+            *sink.stacks.lock(),
+            [
+                vec!["notify-outer"],
+                vec!["notify-outer", "notify-inner"],
+                vec!["notify-outer", "notify-inner", "notify-innermost"],
+                vec!["notify-outer", "notify-inner"],
+                vec![],
+                vec!["notify-again"],
+                vec![],
+            ],
+            "one notification per change of the stack, carrying the stack after it; a guard \
+             whose tag is already gone and an unregistered sink get none"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 mod context;
 mod event;
+pub mod file;
 mod history;
 pub mod jsonl;
 pub mod perfetto;
@@ -23,3 +24,4 @@ pub use event::{Action, ContextId, TraceEvent};
 pub(crate) use history::TraceRing;
 pub use history::{Backtraces, ContextLevel, EventStamp, HistorySettings};
 pub use snapshot::{BlockState, Contexts, Snapshot, SnapshotInvalid};
+pub use state::{Conflict, DeviceState, MemoryTotals, StateError, StateWalker};

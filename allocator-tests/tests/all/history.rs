@@ -1,15 +1,27 @@
 //! History recording and contexts: exact event sequences for scripted operations, the ring
 //! buffer's bound, which events carry a context at each level, annotations and interning.
 //!
-//! `annotate` sends an event to every recording allocator in the process, and tests run in
-//! parallel, so sequences are compared without `annotate` events except where a test looks
-//! for its own (found by their unique tags).
+//! `annotate` and dropping its guard send an event to every recording allocator in the
+//! process, and tests run in parallel, so sequences are compared without `annotate` events,
+//! and every test in this binary that annotates holds [`annotating`] while it does: an
+//! allocator that records under that lock sees the annotate events of its own test only, in
+//! exact sequence.
 
 use blockpool::trace::{Action, ContextId};
 use blockpool::{
     annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, Error, HistorySettings,
     SimBackend, StreamId, TraceEvent,
 };
+use std::sync::{Mutex, MutexGuard};
+
+/// Serializes the tests that call `annotate` (see the module docs); a test that failed while
+/// holding it does not stop the others.
+pub(crate) fn annotating() -> MutexGuard<'static, ()> {
+    static ANNOTATING: Mutex<()> = Mutex::new(());
+    ANNOTATING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 const BASE: u64 = 0x7f00_0000_0000;
 const MIB: usize = 1 << 20;
@@ -176,6 +188,7 @@ fn ring_buffer_keeps_the_newest_events_oldest_first() {
 /// Allocates under one tag, frees under another, empties the cache under a third; returns the
 /// events without annotations and the context the live block showed.
 fn run_levels(level: ContextLevel) -> (CachingAllocator<SimBackend>, Vec<TraceEvent>, ContextId) {
+    let _serial = annotating();
     let (_sim, alloc) = setup(1, 1 << 30);
     alloc.record_memory_history(settings(level, 1000)).unwrap();
     let a = {
@@ -263,8 +276,20 @@ fn context_levels_decide_which_events_carry_a_context() {
     );
 }
 
+/// The tag stacks of the `annotate` events of `device`, oldest first.
+fn annotation_stacks(alloc: &CachingAllocator<SimBackend>, device: usize) -> Vec<Vec<String>> {
+    alloc
+        .history(device)
+        .unwrap()
+        .iter()
+        .filter(|e| e.action == Action::Annotate)
+        .map(|e| tags(alloc, e.context))
+        .collect()
+}
+
 #[test]
 fn annotations_nest_intern_and_are_recorded_on_every_device() {
+    let _serial = annotating();
     let (_sim, alloc) = setup(2, 1 << 30);
     alloc
         .record_memory_history(settings(ContextLevel::Alloc, 1000))
@@ -301,25 +326,73 @@ fn annotations_nest_intern_and_are_recorded_on_every_device() {
     );
 
     for device in 0..2 {
-        let mine: Vec<Vec<String>> = alloc
-            .history(device)
-            .unwrap()
-            .iter()
-            .filter(|e| e.action == Action::Annotate)
-            .map(|e| tags(&alloc, e.context))
-            .filter(|t| t.first().is_some_and(|t| t.starts_with("nest-")))
-            .collect();
         assert_eq!(
-            mine,
-            [vec!["nest-outer"], vec!["nest-outer", "nest-inner"]],
-            "device {device}: one annotate event per push, carrying the new stack"
+            annotation_stacks(&alloc, device),
+            [
+                vec!["nest-outer"],
+                vec!["nest-outer", "nest-inner"],
+                vec!["nest-outer"],
+                vec![],
+            ],
+            "device {device}: one annotate event per push and per pop, carrying the new stack"
         );
     }
     drop((first, second, third, fourth));
 }
 
 #[test]
+fn annotate_events_sit_between_the_allocations_they_enclose() {
+    let _serial = annotating();
+    let (_sim, alloc) = setup(1, 1 << 30);
+    alloc
+        .record_memory_history(settings(ContextLevel::None, 1000))
+        .unwrap();
+    let step = annotate("order-step");
+    let a = alloc.allocate(0, 4096, S0).unwrap();
+    let forward = annotate("order-forward");
+    let backward = annotate("order-backward");
+    // Out of order: dropping `forward` pops `backward` too; `backward` then changes nothing.
+    drop(forward);
+    drop(backward);
+    drop(a);
+    drop(step);
+    let history = alloc.history(0).unwrap();
+    let sequence: Vec<(Action, Vec<String>)> = history
+        .iter()
+        .map(|e| {
+            let stack = match e.action {
+                Action::Annotate => tags(&alloc, e.context),
+                _ => Vec::new(),
+            };
+            (e.action, stack)
+        })
+        .collect();
+    use Action::*;
+    let stack = |tags: &[&str]| tags.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        sequence,
+        [
+            (Annotate, stack(&["order-step"])),
+            (SegmentAlloc, stack(&[])),
+            (Alloc, stack(&[])),
+            (Annotate, stack(&["order-step", "order-forward"])),
+            (
+                Annotate,
+                stack(&["order-step", "order-forward", "order-backward"])
+            ),
+            (Annotate, stack(&["order-step"])),
+            (FreeRequested, stack(&[])),
+            (FreeCompleted, stack(&[])),
+            (Annotate, stack(&[])),
+        ],
+        "every change of the stack, in order with the allocator's events; a guard whose tag \
+         an outer guard already removed records nothing"
+    );
+}
+
+#[test]
 fn disabled_recording_records_nothing_and_disabling_clears() {
+    let _serial = annotating();
     let (_sim, alloc) = setup(1, 1 << 30);
     drop(alloc.allocate(0, 4096, S0).unwrap());
     assert!(alloc.history(0).unwrap().is_empty(), "off by default");
@@ -373,6 +446,7 @@ fn bad_settings_and_unknown_devices_are_typed_errors() {
 
 #[test]
 fn backtraces_add_the_callers_frames() {
+    let _serial = annotating();
     let (_sim, alloc) = setup(1, 1 << 30);
     alloc
         .record_memory_history(HistorySettings {

@@ -1,9 +1,13 @@
 //! One test binary with a module per area.
 mod fixtures;
 mod history;
+mod jsonl;
 mod model;
+mod perfetto;
 mod pickle_fixtures;
+mod pytorch_export;
 mod pytorch_snapshots;
 mod rmm_fixture;
 mod scenarios;
+mod state;
 mod stress;

@@ -30,6 +30,10 @@
 //! The writer ([`write_rmm_csv`]) writes what current RMM writes, so reading what it wrote
 //! gives back the same records.
 //!
+//! [`snapshot_from_rmm`] turns a log into a [`Snapshot`](crate::trace::Snapshot) (thread ids
+//! become `thread <id>` tags) and [`snapshot_to_rmm`] turns a snapshot's allocations, frees and
+//! failures back into records, so a log converted both ways comes back unchanged.
+//!
 //! ```
 //! use blockpool::trace::rmm::{read_rmm_csv, write_rmm_csv, RmmAction};
 //!
@@ -52,6 +56,7 @@ mod reader;
 mod record;
 mod writer;
 
+pub use convert::{snapshot_from_rmm, snapshot_to_rmm};
 pub use error::{FieldProblem, RmmError, RmmField};
 pub use reader::{read_rmm_csv, RmmReader, MAX_LINE_BYTES};
 pub use record::{RmmAction, RmmRecord, HEADER, MICROS_PER_DAY};

@@ -1,1 +1,0 @@
-//! Export to Perfetto / Chrome trace-event JSON (work in progress).

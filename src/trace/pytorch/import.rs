@@ -1,0 +1,546 @@
+//! From PyTorch's snapshot to [`Snapshot`]: segments and blocks, each device's trace merged
+//! into one time-ordered list, frame lists turned into contexts once per shared list, and
+//! PyTorch's annotations.
+//!
+//! What the fields become:
+//!
+//! - `TraceEvent::size` and `requested`: PyTorch's `size` of `alloc`, `free_requested` and
+//!   `free_completed` is what the caller asked for (`orig_size`), so both are that size (the
+//!   block size is not in PyTorch's files); for other actions `size` is PyTorch's and
+//!   `requested` 0. Files we exported carry the block size and give it back exactly.
+//! - `time_us`: microseconds since the earliest `time_us` in the file (trace entries and
+//!   external annotations), which becomes `time_origin_unix_us`; without `time_us` (files
+//!   before late 2023) every event is at 0 and the origin unknown.
+//! - Contexts: a trace entry's frames with its `user_metadata` (PyTorch's per-allocation user
+//!   string), when not empty, as its one tag; frames of [`TAG_FILENAME`] at the end of a list
+//!   (ours) are tags again. No frames and no metadata is [`ContextId::NONE`]. An inactive
+//!   block has no context, as in our snapshots.
+//! - `external_annotations` (`record_function` ranges: `{stage, name, device, time_us}`) become
+//!   [`Action::Annotate`] events with the tags `[name, stage]`; `user_defined` entries become
+//!   `Annotate` events with their frames.
+//! - `allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]` becomes `allocator_config`; streams are
+//!   PyTorch's `cudaStream_t` values; `segment_type` is the pool. Segments are ordered by
+//!   device then address.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use super::convert::snapshot_from_value;
+use super::error::SnapshotError;
+use super::extras::{self, is_block_event, TAG_FILENAME};
+use super::fields::{list, str_at, u64_at, Fields, Path};
+use super::model::{self, Frame as PtFrame, PytorchSnapshot, PytorchTraceEntry, SegmentType};
+use crate::backend::StreamId;
+use crate::pool::PoolKind;
+use crate::trace::pickle::{read, ReadLimits, Value};
+use crate::trace::snapshot::{Block, Segment};
+use crate::trace::{Action, BlockState, Context, ContextId, Contexts, Frame, Snapshot, TraceEvent};
+
+/// Reads a PyTorch memory snapshot file (or one [`write_pytorch_snapshot`] wrote) straight
+/// into a [`Snapshot`]: [`pickle::read`](crate::trace::pickle::read) with default limits, then
+/// [`snapshot_from_pytorch_value`].
+///
+/// [`write_pytorch_snapshot`]: super::write_pytorch_snapshot
+///
+/// # Errors
+///
+/// As [`load_pytorch_snapshot`](super::load_pytorch_snapshot), and as
+/// [`snapshot_from_pytorch_value`] for blockpool's own keys.
+///
+/// # Examples
+///
+/// ```
+/// use blockpool::trace::pytorch::load_pytorch_snapshot_as_snapshot;
+///
+/// // pickle.dumps({"segments": [], "device_traces": [[]]}, protocol=4)
+/// let bytes = b"\x80\x04\x95\x27\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x08segments\x94]\x94\
+///               \x8c\x0ddevice_traces\x94]\x94]\x94au.";
+/// let snapshot = load_pytorch_snapshot_as_snapshot(bytes)?;
+/// assert!(snapshot.segments.is_empty() && snapshot.events.is_empty());
+/// assert_eq!(snapshot.time_origin_unix_us, None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_pytorch_snapshot_as_snapshot(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    let value = read(bytes, &ReadLimits::default())?;
+    snapshot_from_pytorch_value(&value)
+}
+
+/// Converts a PyTorch snapshot's plain-data tree into a [`Snapshot`], as described in this
+/// module: [`snapshot_from_value`] for PyTorch's keys, plus each trace entry's
+/// `user_metadata` and blockpool's own keys, so that a file [`snapshot_to_pytorch_value`]
+/// made gives its `Snapshot` back exactly.
+///
+/// [`snapshot_to_pytorch_value`]: super::snapshot_to_pytorch_value
+///
+/// # Errors
+///
+/// The errors of [`snapshot_from_value`]; a [`SnapshotError`] naming the path of a
+/// `user_metadata` that is not a str, or of a blockpool key of the wrong type, or a context id
+/// past blockpool's table.
+pub fn snapshot_from_pytorch_value(value: &Value) -> Result<Snapshot, SnapshotError> {
+    let source = snapshot_from_value(value)?;
+    Importer::new(&source, Some(value))?.run()
+}
+
+impl From<&PytorchSnapshot> for Snapshot {
+    /// The typed model as a [`Snapshot`]. Without the file's plain data, trace entries'
+    /// `user_metadata` and blockpool's own keys are not seen; use
+    /// [`snapshot_from_pytorch_value`] for files we exported.
+    fn from(source: &PytorchSnapshot) -> Snapshot {
+        let snapshot = Importer::new(source, None).and_then(Importer::run);
+        // Without plain data nothing is read that could fail: no table, no extra keys.
+        debug_assert!(snapshot.is_ok(), "typed import failed: {snapshot:?}");
+        snapshot.unwrap_or_default()
+    }
+}
+
+/// What blockpool's keys and `user_metadata` say about one segment, block or trace entry.
+#[derive(Default)]
+struct Extras {
+    context: Option<u64>,
+    block_size: Option<u64>,
+    requested: Option<u64>,
+    user_metadata: Option<Arc<str>>,
+}
+
+/// Reads the extras of the dict at `path` in one pass over its keys.
+fn extras_of(value: Option<&Value>, path: &Path<'_>) -> Result<Extras, SnapshotError> {
+    let mut extras = Extras::default();
+    let Some(Value::Dict(pairs)) = value else {
+        return Ok(extras);
+    };
+    for (key, value) in pairs.iter() {
+        let Value::Str(key) = key else { continue };
+        match &**key {
+            extras::CONTEXT => extras.context = Some(u64_at(value, &path.key(extras::CONTEXT))?),
+            extras::BLOCK_SIZE => {
+                extras.block_size = Some(u64_at(value, &path.key(extras::BLOCK_SIZE))?)
+            }
+            extras::REQUESTED => {
+                extras.requested = Some(u64_at(value, &path.key(extras::REQUESTED))?)
+            }
+            "user_metadata" => {
+                let text = str_at(value, &path.key("user_metadata"))?;
+                if !text.is_empty() {
+                    extras.user_metadata = Some(Arc::clone(text));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(extras)
+}
+
+/// The item `index` of the list under `key` of a dict, if all of that is there.
+fn item<'v>(value: Option<&'v Value>, key: &str, index: usize) -> Option<&'v Value> {
+    let Some(Value::Dict(pairs)) = value else {
+        return None;
+    };
+    let (_, items) = pairs
+        .iter()
+        .find(|(k, _)| matches!(k, Value::Str(name) if &**name == key))?;
+    match items {
+        Value::List(items) | Value::Tuple(items) => items.get(index),
+        _ => None,
+    }
+}
+
+/// blockpool's table from a file we exported.
+struct Table {
+    time_origin_unix_us: Option<u64>,
+    /// Our id of the table's context `n` at index `n - 1`.
+    ids: Vec<ContextId>,
+}
+
+/// Conversion state.
+struct Importer<'a> {
+    source: &'a PytorchSnapshot,
+    raw: Option<&'a Value>,
+    contexts: Contexts,
+    table: Option<Table>,
+    /// Context ids by (frame list, user_metadata) pointers, so each shared list is converted
+    /// once however often it is referenced.
+    by_pointer: HashMap<(usize, usize), ContextId>,
+}
+
+impl<'a> Importer<'a> {
+    fn new(source: &'a PytorchSnapshot, raw: Option<&'a Value>) -> Result<Self, SnapshotError> {
+        let mut importer = Importer {
+            source,
+            raw,
+            contexts: Contexts::new(),
+            table: None,
+            by_pointer: HashMap::new(),
+        };
+        importer.read_table()?;
+        Ok(importer)
+    }
+
+    fn read_table(&mut self) -> Result<(), SnapshotError> {
+        let Some(Value::Dict(pairs)) = self.raw else {
+            return Ok(());
+        };
+        let Some((_, table)) = pairs
+            .iter()
+            .find(|(k, _)| matches!(k, Value::Str(name) if &**name == extras::ROOT))
+        else {
+            return Ok(());
+        };
+        let root = Path::ROOT;
+        let path = root.key(extras::ROOT);
+        let fields = Fields::new(table, &path)?;
+        let version = fields.u64("version")?;
+        if version != extras::VERSION {
+            return Err(SnapshotError::OutOfRange {
+                path: path.key("version").to_string(),
+                expected: "version 1 of blockpool's table (written by this blockpool)",
+                found: version.to_string(),
+            });
+        }
+        let time_origin_unix_us = match fields.require("time_origin_unix_us")? {
+            Value::None => None,
+            origin => Some(u64_at(origin, &path.key("time_origin_unix_us"))?),
+        };
+        let contexts_path = path.key("contexts");
+        let mut ids = Vec::new();
+        for (i, entry) in fields.list("contexts")?.iter().enumerate() {
+            let entry_path = contexts_path.index(i);
+            let entry = Fields::new(entry, &entry_path)?;
+            let tags_path = entry_path.key("tags");
+            let tags = entry
+                .list("tags")?
+                .iter()
+                .enumerate()
+                .map(|(t, tag)| str_at(tag, &tags_path.index(t)).cloned())
+                .collect::<Result<Vec<Arc<str>>, _>>()?;
+            let frames_path = entry_path.key("frames");
+            let listed = entry.list("frames")?;
+            // The list ends with one frame per tag, for PyTorch's viewer.
+            let real =
+                listed
+                    .len()
+                    .checked_sub(tags.len())
+                    .ok_or_else(|| SnapshotError::OutOfRange {
+                        path: frames_path.to_string(),
+                        expected: "at least one frame per tag",
+                        found: format!("{} frames for {} tags", listed.len(), tags.len()),
+                    })?;
+            let frames = listed[..real]
+                .iter()
+                .enumerate()
+                .map(|(f, frame)| {
+                    let frame_path = frames_path.index(f);
+                    let frame = Fields::new(frame, &frame_path)?;
+                    Ok(Frame {
+                        name: frame.str("name")?.to_string(),
+                        filename: frame.str("filename")?.to_string(),
+                        line: frame.u32("line")?,
+                    })
+                })
+                .collect::<Result<Vec<Frame>, SnapshotError>>()?;
+            ids.push(self.contexts.intern(Context { tags, frames }));
+        }
+        self.table = Some(Table {
+            time_origin_unix_us,
+            ids,
+        });
+        Ok(())
+    }
+
+    fn run(mut self) -> Result<Snapshot, SnapshotError> {
+        let segments = self.segments()?;
+        let (events, time_origin_unix_us) = self.events()?;
+        let allocator_config = self.allocator_config();
+        Ok(Snapshot {
+            segments,
+            events,
+            contexts: self.contexts,
+            allocator_config,
+            time_origin_unix_us,
+        })
+    }
+
+    fn allocator_config(&self) -> Option<String> {
+        let Some(Value::Dict(pairs)) = &self.source.allocator_settings else {
+            return None;
+        };
+        pairs.iter().find_map(|(k, v)| match (k, v) {
+            (Value::Str(key), Value::Str(conf)) if &**key == "PYTORCH_CUDA_ALLOC_CONF" => {
+                Some(conf.to_string())
+            }
+            _ => None,
+        })
+    }
+
+    /// The context of a table id (file we exported) at `path`.
+    fn table_context(&self, id: Option<u64>, path: &Path<'_>) -> Result<ContextId, SnapshotError> {
+        let (Some(table), Some(id)) = (&self.table, id) else {
+            return Ok(ContextId::NONE);
+        };
+        let index = usize::try_from(id).ok().and_then(|id| id.checked_sub(1));
+        match index.and_then(|i| table.ids.get(i)) {
+            Some(&context) => Ok(context),
+            None => Err(SnapshotError::OutOfRange {
+                path: path.key(extras::CONTEXT).to_string(),
+                expected: "an id of blockpool's context table",
+                found: format!("{id} with {} contexts", table.ids.len()),
+            }),
+        }
+    }
+
+    /// The context of a PyTorch frame list with an optional `user_metadata`.
+    fn frames_context(
+        &mut self,
+        frames: &Arc<[PtFrame]>,
+        metadata: Option<&Arc<str>>,
+    ) -> ContextId {
+        if frames.is_empty() && metadata.is_none() {
+            return ContextId::NONE;
+        }
+        let key = (
+            frames.as_ptr() as usize,
+            metadata.map_or(0, |m| m.as_ptr() as usize),
+        );
+        if let Some(&id) = self.by_pointer.get(&key) {
+            return id;
+        }
+        let tagged = frames
+            .iter()
+            .rev()
+            .take_while(|f| &*f.filename == TAG_FILENAME)
+            .count();
+        let real = frames.len() - tagged;
+        let mut tags: Vec<Arc<str>> = frames[real..]
+            .iter()
+            .rev()
+            .map(|f| f.name.clone())
+            .collect();
+        if tags.is_empty() {
+            tags.extend(metadata.cloned());
+        }
+        let context = Context {
+            tags,
+            frames: frames[..real]
+                .iter()
+                .map(|f| Frame {
+                    name: f.name.to_string(),
+                    filename: f.filename.to_string(),
+                    line: f.line,
+                })
+                .collect(),
+        };
+        let id = self.contexts.intern(context);
+        self.by_pointer.insert(key, id);
+        id
+    }
+
+    fn segments(&mut self) -> Result<Vec<Segment>, SnapshotError> {
+        let root = Path::ROOT;
+        let segments_path = root.key("segments");
+        let source = self.source;
+        let mut segments = Vec::with_capacity(source.segments.len());
+        for (s, segment) in source.segments.iter().enumerate() {
+            let path = segments_path.index(s);
+            let raw = self.table.as_ref().and(item(self.raw, "segments", s));
+            let context = match raw {
+                Some(_) => self.table_context(extras_of(raw, &path)?.context, &path)?,
+                None => self.frames_context(&segment.frames, None),
+            };
+            let blocks_path = path.key("blocks");
+            let mut blocks = Vec::with_capacity(segment.blocks.len());
+            for (b, block) in segment.blocks.iter().enumerate() {
+                blocks.push(self.block(block, raw, &blocks_path.index(b), b)?);
+            }
+            segments.push(Segment {
+                device: segment.device,
+                address: segment.address,
+                size: segment.total_size,
+                stream: StreamId(segment.stream),
+                pool: match segment.segment_type {
+                    SegmentType::Small => PoolKind::Small,
+                    SegmentType::Large => PoolKind::Large,
+                },
+                context,
+                blocks,
+            });
+        }
+        segments.sort_by_key(|s| (s.device, s.address));
+        Ok(segments)
+    }
+
+    /// A block; `raw_segment` is its segment's dict in a file we exported.
+    fn block(
+        &mut self,
+        block: &model::Block,
+        raw_segment: Option<&Value>,
+        path: &Path<'_>,
+        index: usize,
+    ) -> Result<Block, SnapshotError> {
+        let state = match block.state {
+            model::BlockState::ActiveAllocated => BlockState::ActiveAllocated,
+            model::BlockState::ActivePendingFree => BlockState::ActivePendingFree,
+            model::BlockState::Inactive => BlockState::Inactive,
+        };
+        let (requested, context) = if raw_segment.is_some() {
+            let raw = item(raw_segment, "blocks", index);
+            let context = self.table_context(extras_of(raw, path)?.context, path)?;
+            (block.requested_size, context)
+        } else if state.is_active() {
+            (
+                block.requested_size,
+                self.frames_context(&block.frames, None),
+            )
+        } else {
+            (0, ContextId::NONE)
+        };
+        Ok(Block {
+            address: block.address,
+            size: block.size,
+            requested,
+            state,
+            context,
+        })
+    }
+
+    /// Every device's events and the external annotations, merged by time, with the origin.
+    fn events(&mut self) -> Result<(Vec<TraceEvent>, Option<u64>), SnapshotError> {
+        let source = self.source;
+        let annotations = self.external_annotations();
+        let origin = match &self.table {
+            Some(table) => table.time_origin_unix_us,
+            None => source
+                .device_traces
+                .iter()
+                .flatten()
+                .filter_map(|e| e.time_us)
+                .chain(annotations.iter().map(|a| a.1))
+                .min(),
+        };
+        let since_origin = |t: u64| origin.map_or(t, |o| t.saturating_sub(o));
+        let root = Path::ROOT;
+        let traces_path = root.key("device_traces");
+        let mut streams: Vec<Vec<TraceEvent>> = Vec::with_capacity(source.device_traces.len() + 1);
+        for (d, trace) in source.device_traces.iter().enumerate() {
+            let device = u32::try_from(d).unwrap_or(u32::MAX);
+            let trace_path = traces_path.index(d);
+            let raw_trace = item(self.raw, "device_traces", d);
+            let mut last = 0;
+            let mut events = Vec::with_capacity(trace.len());
+            for (i, entry) in trace.iter().enumerate() {
+                let path = trace_path.index(i);
+                let raw = match raw_trace {
+                    Some(Value::List(items)) | Some(Value::Tuple(items)) => items.get(i),
+                    _ => None,
+                };
+                let extras = extras_of(raw, &path)?;
+                // An entry without time_us (old files) takes the time of the one before it.
+                let time_us = entry.time_us.map_or(last, since_origin);
+                last = time_us;
+                events.push(self.event(device, entry, &extras, time_us, &path)?);
+            }
+            streams.push(events);
+        }
+        let mut annotation_events = Vec::with_capacity(annotations.len());
+        for (device, time_us, tags) in annotations {
+            annotation_events.push(TraceEvent {
+                action: Action::Annotate,
+                device,
+                stream: StreamId::DEFAULT,
+                addr: 0,
+                size: 0,
+                requested: 0,
+                time_us: since_origin(time_us),
+                context: self.contexts.intern(Context {
+                    tags,
+                    frames: Vec::new(),
+                }),
+            });
+        }
+        annotation_events.sort_by_key(|e| e.time_us);
+        streams.push(annotation_events);
+        Ok((merge_by_time(streams), origin))
+    }
+
+    fn event(
+        &mut self,
+        device: u32,
+        entry: &PytorchTraceEntry,
+        extras: &Extras,
+        time_us: u64,
+        path: &Path<'_>,
+    ) -> Result<TraceEvent, SnapshotError> {
+        let (size, requested) = if is_block_event(entry.action) {
+            (extras.block_size.unwrap_or(entry.size), entry.size)
+        } else {
+            (entry.size, extras.requested.unwrap_or(0))
+        };
+        let context = if self.table.is_some() {
+            self.table_context(extras.context, path)?
+        } else {
+            self.frames_context(&entry.frames, extras.user_metadata.as_ref())
+        };
+        Ok(TraceEvent {
+            action: entry.action,
+            device,
+            stream: StreamId(entry.stream),
+            addr: entry.addr,
+            size,
+            requested,
+            time_us,
+            context,
+        })
+    }
+
+    /// `(device, time_us, [name, stage])` of each well-formed external annotation; entries
+    /// without a device or time are skipped, as PyTorch's viewer cannot place them either.
+    fn external_annotations(&self) -> Vec<(u32, u64, Vec<Arc<str>>)> {
+        let Some(annotations) = &self.source.external_annotations else {
+            return Vec::new();
+        };
+        let root = Path::ROOT;
+        let Ok(items) = list(annotations, &root) else {
+            return Vec::new();
+        };
+        items
+            .iter()
+            .filter_map(|item| {
+                let fields = Fields::new(item, &root).ok()?;
+                let device = fields.u32("device").ok()?;
+                let time_us = fields.u64("time_us").ok()?;
+                let tags = ["name", "stage"]
+                    .into_iter()
+                    .filter_map(|key| fields.get(key))
+                    .filter_map(|v| match v {
+                        Value::Str(s) => Some(Arc::clone(s)),
+                        _ => None,
+                    })
+                    .collect();
+                Some((device, time_us, tags))
+            })
+            .collect()
+    }
+}
+
+/// Merges lists that are each in order into one ordered by time; ties go to the earlier list,
+/// and each list keeps its own order even where its times go back.
+fn merge_by_time(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
+    let total = streams.iter().map(Vec::len).sum();
+    let mut merged = Vec::with_capacity(total);
+    let mut heads: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut cursors = vec![0usize; streams.len()];
+    for (s, stream) in streams.iter().enumerate() {
+        if let Some(first) = stream.first() {
+            heads.push(Reverse((first.time_us, s)));
+        }
+    }
+    while let Some(Reverse((_, s))) = heads.pop() {
+        let stream = &streams[s];
+        merged.push(stream[cursors[s]]);
+        cursors[s] += 1;
+        if let Some(next) = stream.get(cursors[s]) {
+            heads.push(Reverse((next.time_us, s)));
+        }
+    }
+    merged
+}

@@ -1,1 +1,0 @@
-//! Allocator state at any event of a trace (work in progress).

@@ -1,0 +1,159 @@
+//! [`StateWalker`]: a device's state moved event by event, either way, with running totals;
+//! and [`Snapshot::state_at`], one state on its own.
+
+use super::error::StateError;
+use super::memory::{DeviceState, Memory, MemoryTotals};
+use super::undo::{rebuild, Change};
+use crate::trace::{Snapshot, TraceEvent};
+
+impl Snapshot {
+    /// The memory of `device` after its first `index` events: 0 is before any recorded event
+    /// (with the allocations and segments made before the trace began), the number of the
+    /// device's events is the end state.
+    ///
+    /// The trace is walked back from the end state, as PyTorch's viewer does (see
+    /// [`StateWalker`] for what is tolerated); this costs one pass over the device's events,
+    /// so for many indices walk a [`StateWalker`] instead.
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
+    /// use blockpool::trace::BlockState;
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// let before = alloc.allocate(0, 1000, StreamId::DEFAULT)?;
+    /// alloc.record_memory_history(HistorySettings::default())?;
+    /// drop(before);
+    /// let snapshot = alloc.snapshot();
+    /// // Events: free_requested, free_completed, snapshot.
+    /// let start = snapshot.state_at(0, 0)?;
+    /// let block = &start.segments[0].blocks[0];
+    /// assert_eq!((block.size, block.requested, block.state), (1024, 1000, BlockState::ActiveAllocated));
+    /// let end = snapshot.state_at(0, 3)?;
+    /// assert_eq!(end.segments, snapshot.segments);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn state_at(&self, device: u32, index: usize) -> Result<DeviceState, StateError> {
+        let mut walker = self.state_walker(device)?;
+        walker.seek(index)?;
+        Ok(walker.state())
+    }
+
+    /// A [`StateWalker`] over the events of `device`, at index 0.
+    pub fn state_walker(&self, device: u32) -> Result<StateWalker, StateError> {
+        StateWalker::new(self, device)
+    }
+}
+
+/// The memory of one device at an event index of a [`Snapshot`], moved one event at a time
+/// in either direction, with running [`MemoryTotals`].
+///
+/// Building one walks the device's events back from the end state (PyTorch's viewer,
+/// `MemoryViz.js`, does the same) and keeps what each event changed; after that, moving to
+/// any index costs one step per event between, and stepping cannot fail. Memory is bounded by
+/// the device's live blocks and segments plus one small record per event.
+///
+/// What is tolerated, as the viewer tolerates it:
+/// - allocations and segments made before the trace began (a ring buffer keeps only the
+///   newest events): they are live at index 0;
+/// - blocks and segments the events leave live that the end state does not show (RMM logs
+///   have no end state): they are added to it, so they show from their `alloc` on;
+/// - sizes that differ between an event and the block it names (PyTorch's events carry the
+///   requested size): a block keeps the size of the end state or of the event restoring it.
+///
+/// A block has its allocation's context for its whole life, taken from its `alloc` event
+/// (a free event may carry the free call's); a block allocated before the trace began has only
+/// its free event's context, as in PyTorch's viewer.
+///
+/// Anything else the events and the end state disagree on (two live blocks overlapping, a
+/// block live after its free, a segment freed or never allocated with live blocks in it) is a
+/// [`StateError::Contradiction`] naming the event.
+#[derive(Clone, Debug)]
+pub struct StateWalker {
+    device: u32,
+    memory: Memory,
+    events: Vec<TraceEvent>,
+    changes: Vec<Change>,
+    position: usize,
+}
+
+impl StateWalker {
+    /// The walker over the events of `device` in `snapshot`, at index 0. A device with no
+    /// segments and no events gives an empty walker.
+    pub fn new(snapshot: &Snapshot, device: u32) -> Result<StateWalker, StateError> {
+        let events: Vec<TraceEvent> = snapshot.device_events(device).copied().collect();
+        let rebuilt = rebuild(device, snapshot.device_segments(device), &events)?;
+        Ok(StateWalker {
+            device,
+            memory: rebuilt.start,
+            events,
+            changes: rebuilt.changes,
+            position: 0,
+        })
+    }
+
+    /// The device index.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// How many of the device's events have been applied: the index of the current state.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    /// How many events the device has; its states are numbered 0 to this.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether the device has no events.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The device's events, oldest first.
+    pub fn events(&self) -> &[TraceEvent] {
+        &self.events
+    }
+
+    /// Applies the next event and returns it; `None` (and no change) at the end.
+    pub fn step(&mut self) -> Option<&TraceEvent> {
+        let change = self.changes.get(self.position)?;
+        change.apply(&mut self.memory, true);
+        self.position += 1;
+        self.events.get(self.position - 1)
+    }
+
+    /// Undoes the last applied event and returns it; `None` (and no change) at index 0.
+    pub fn step_back(&mut self) -> Option<&TraceEvent> {
+        let index = self.position.checked_sub(1)?;
+        let change = self.changes.get(index)?;
+        change.apply(&mut self.memory, false);
+        self.position = index;
+        self.events.get(index)
+    }
+
+    /// Moves to the state after the first `index` events, stepping either way.
+    pub fn seek(&mut self, index: usize) -> Result<(), StateError> {
+        if index > self.len() {
+            return Err(StateError::IndexOutOfRange {
+                device: self.device,
+                index,
+                events: self.len(),
+            });
+        }
+        while self.position < index && self.step().is_some() {}
+        while self.position > index && self.step_back().is_some() {}
+        Ok(())
+    }
+
+    /// The totals of the current state.
+    pub fn totals(&self) -> MemoryTotals {
+        self.memory.totals
+    }
+
+    /// The current state, tiled; this costs one pass over the live blocks and segments.
+    pub fn state(&self) -> DeviceState {
+        self.memory.device_state(self.device)
+    }
+}
