@@ -1,0 +1,87 @@
+//! The command line: subcommands and their arguments (clap), and how usage errors exit.
+
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Look at GPU memory traces: blockpool's JSON Lines files (`.jsonl`, `.jsonl.gz`), PyTorch's
+/// memory snapshots (`torch.cuda.memory._dump_snapshot` pickles) and RMM's CSV logs. The format
+/// is detected from the content, not the name.
+#[derive(Debug, Parser)]
+#[command(name = "memtrace", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Format, devices, events per device by action, segments and time span of a trace.
+    Info {
+        /// The trace file.
+        file: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert a trace to another format.
+    Convert {
+        /// The trace to read.
+        input: PathBuf,
+        /// Where to write; a name ending in `.gz` is gzip-compressed.
+        output: PathBuf,
+        /// The format to write; by default chosen from the output's name (`.pickle`/`.pkl`:
+        /// pytorch, `.csv`: rmm-csv, `.json`: perfetto, anything else: jsonl).
+        #[arg(long, value_enum)]
+        to: Option<OutputFormat>,
+    },
+}
+
+/// The formats `convert` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// blockpool's JSON Lines trace.
+    Jsonl,
+    /// A PyTorch memory snapshot pickle (`torch.cuda.memory._dump_snapshot`).
+    Pytorch,
+    /// Perfetto / Chrome trace-event JSON.
+    Perfetto,
+    /// RMM's CSV allocation log.
+    RmmCsv,
+}
+
+/// Prints a clap error and gives the exit status: help and version go to stdout with 0, every
+/// usage error is one line on stderr with 2.
+pub fn usage_exit(error: clap::Error) -> ExitCode {
+    match error.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = error.print();
+            if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        _ => {
+            // clap's message may continue on indented lines (the missing arguments) before a
+            // blank line and the usage; keep the message, on one line.
+            let rendered = error.render().to_string();
+            let message: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty() && !l.starts_with("Usage:"))
+                .map(str::trim)
+                .collect();
+            let first = match message.join(" ") {
+                joined if joined.is_empty() => "invalid usage".to_string(),
+                joined => joined.trim_start_matches("error: ").to_string(),
+            };
+            eprintln!("memtrace: {first} (see memtrace --help)");
+            ExitCode::from(2)
+        }
+    }
+}

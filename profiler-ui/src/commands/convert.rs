@@ -1,0 +1,50 @@
+//! `memtrace convert IN OUT [--to FORMAT]`: reads a trace in any format memtrace reads and
+//! writes it in another.
+
+use crate::cli::OutputFormat as CliFormat;
+use crate::commands::info::count;
+use crate::output::Output;
+use anyhow::Context as _;
+use blockpool::trace::file::{load_trace, save_trace, OutputFormat};
+use std::path::Path;
+
+/// Runs `memtrace convert`.
+pub fn run(
+    input: &Path,
+    output: &Path,
+    to: Option<CliFormat>,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let format = match to {
+        Some(CliFormat::Jsonl) => OutputFormat::Jsonl,
+        Some(CliFormat::Pytorch) => OutputFormat::PytorchPickle,
+        Some(CliFormat::Perfetto) => OutputFormat::Perfetto,
+        Some(CliFormat::RmmCsv) => OutputFormat::RmmCsv,
+        None => OutputFormat::from_path(output),
+    };
+    if same_file(input, output) {
+        anyhow::bail!(
+            "{} would be overwritten while it is read; choose another output",
+            output.display()
+        );
+    }
+    let trace = load_trace(input).context("cannot read the trace")?;
+    save_trace(&trace.snapshot, output, format).context("cannot write the converted trace")?;
+    out.write(&format!(
+        "wrote {} ({}): {} events, {} segments\n",
+        output.display(),
+        format.name(),
+        count(trace.snapshot.events.len() as u64),
+        count(trace.snapshot.segments.len() as u64),
+    ))?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Whether `a` and `b` name the same existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}

@@ -1,0 +1,208 @@
+//! `memtrace info FILE [--json]`: what a trace holds — its format, devices, events per device
+//! by action, segments and blocks at the end, and the time span.
+
+use crate::output::Output;
+use anyhow::Context as _;
+use blockpool::format_size;
+use blockpool::trace::file::{load_trace, LoadedTrace};
+use blockpool::trace::{Action, BlockState};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The report, as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub struct InfoReport {
+    /// The file, as given.
+    pub file: String,
+    /// `jsonl`, `pytorch` or `rmm-csv`.
+    pub format: &'static str,
+    /// The format in words.
+    pub format_name: String,
+    /// Whether the file was gzip-compressed.
+    pub gzip: bool,
+    /// The allocator configuration the trace records, if any.
+    pub allocator_config: Option<String>,
+    /// When event time 0 was, in microseconds since the Unix epoch, if known.
+    pub time_origin_unix_us: Option<u64>,
+    /// Distinct contexts (tag stacks, call stacks) the trace refers to.
+    pub contexts: usize,
+    /// Every device with segments or events, ascending.
+    pub devices: Vec<DeviceInfo>,
+}
+
+/// One device of an [`InfoReport`].
+#[derive(Debug, Serialize)]
+pub struct DeviceInfo {
+    /// Device index.
+    pub device: u32,
+    /// Recorded events.
+    pub events: u64,
+    /// Events by action name; actions that never occur are left out.
+    pub events_by_action: BTreeMap<&'static str, u64>,
+    /// Time of the first event, in microseconds since the origin.
+    pub first_time_us: Option<u64>,
+    /// Time of the last event.
+    pub last_time_us: Option<u64>,
+    /// Segments at the end of the trace.
+    pub segments: u64,
+    /// Blocks at the end of the trace, all states.
+    pub blocks: u64,
+    /// Bytes in segments at the end (reserved).
+    pub reserved_bytes: u64,
+    /// Bytes in allocated blocks at the end.
+    pub allocated_bytes: u64,
+    /// Bytes in blocks freed but waiting for streams at the end.
+    pub pending_free_bytes: u64,
+    /// Bytes the callers of active blocks asked for.
+    pub requested_bytes: u64,
+}
+
+/// Builds the report of `trace`, read from `file`.
+pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
+    let snapshot = &trace.snapshot;
+    let devices = snapshot
+        .devices()
+        .into_iter()
+        .map(|device| {
+            let mut info = DeviceInfo {
+                device,
+                events: 0,
+                events_by_action: BTreeMap::new(),
+                first_time_us: None,
+                last_time_us: None,
+                segments: 0,
+                blocks: 0,
+                reserved_bytes: 0,
+                allocated_bytes: 0,
+                pending_free_bytes: 0,
+                requested_bytes: 0,
+            };
+            for event in snapshot.device_events(device) {
+                info.events += 1;
+                *info
+                    .events_by_action
+                    .entry(event.action.as_str())
+                    .or_default() += 1;
+                info.first_time_us = Some(
+                    info.first_time_us
+                        .map_or(event.time_us, |t| t.min(event.time_us)),
+                );
+                info.last_time_us = Some(
+                    info.last_time_us
+                        .map_or(event.time_us, |t| t.max(event.time_us)),
+                );
+            }
+            for segment in snapshot.device_segments(device) {
+                info.segments += 1;
+                info.blocks += segment.blocks.len() as u64;
+                info.reserved_bytes += segment.size;
+                info.allocated_bytes += segment.bytes_in(BlockState::ActiveAllocated);
+                info.pending_free_bytes += segment.bytes_in(BlockState::ActivePendingFree);
+                info.requested_bytes += segment.requested_bytes();
+            }
+            info
+        })
+        .collect();
+    InfoReport {
+        file: file.display().to_string(),
+        format: trace.format.as_str(),
+        format_name: trace.format.to_string(),
+        gzip: trace.gzip,
+        allocator_config: snapshot.allocator_config.clone(),
+        time_origin_unix_us: snapshot.time_origin_unix_us,
+        contexts: snapshot.contexts.len(),
+        devices,
+    }
+}
+
+/// The report as text.
+pub fn render(report: &InfoReport) -> String {
+    let mut text = String::new();
+    let gz = if report.gzip { ", gzip-compressed" } else { "" };
+    let _ = writeln!(text, "file:      {}", report.file);
+    let _ = writeln!(text, "format:    {}{gz}", report.format_name);
+    if let Some(config) = report.allocator_config.as_deref().filter(|c| !c.is_empty()) {
+        let _ = writeln!(text, "config:    {config}");
+    }
+    let _ = writeln!(text, "contexts:  {}", count(report.contexts as u64));
+    if report.devices.is_empty() {
+        let _ = writeln!(text, "devices:   none (no segments, no events)");
+    }
+    for device in &report.devices {
+        let _ = writeln!(text, "device {}", device.device);
+        let span = match (device.first_time_us, device.last_time_us) {
+            (Some(first), Some(last)) => format!(" over {}", seconds(last - first)),
+            _ => String::new(),
+        };
+        let _ = writeln!(text, "  events:    {}{span}", count(device.events));
+        let by_action: Vec<String> = Action::ALL
+            .iter()
+            .filter_map(|a| {
+                let n = device.events_by_action.get(a.as_str())?;
+                Some(format!("{} {}", a.as_str(), count(*n)))
+            })
+            .collect();
+        if !by_action.is_empty() {
+            let _ = writeln!(text, "             {}", by_action.join(", "));
+        }
+        let _ = writeln!(
+            text,
+            "  segments:  {} ({} blocks), {} reserved, {} allocated, {} pending free, {} requested",
+            count(device.segments),
+            count(device.blocks),
+            format_size(device.reserved_bytes),
+            format_size(device.allocated_bytes),
+            format_size(device.pending_free_bytes),
+            format_size(device.requested_bytes),
+        );
+    }
+    text
+}
+
+/// Runs `memtrace info`.
+pub fn run(file: &Path, json: bool, out: &mut Output) -> anyhow::Result<()> {
+    let trace = load_trace(file).with_context(|| "cannot read the trace".to_string())?;
+    let report = report(file, &trace);
+    if json {
+        out.json(&report)
+    } else {
+        out.write(&render(&report))?;
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut text = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            text.push(',');
+        }
+        text.push(c);
+    }
+    text
+}
+
+/// Microseconds as seconds with six decimals.
+pub fn seconds(us: u64) -> String {
+    format!("{}.{:06} s", us / 1_000_000, us % 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_seconds_read_naturally() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(seconds(12_345_678), "12.345678 s");
+        assert_eq!(seconds(5), "0.000005 s");
+    }
+}

@@ -1,0 +1,15 @@
+//! One module per subcommand; [`run`] dispatches.
+
+mod convert;
+mod info;
+
+use crate::cli::Command;
+use crate::output::Output;
+
+/// Runs `command`, writing its report to `out`.
+pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
+    match command {
+        Command::Info { file, json } => info::run(&file, json, out),
+        Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
+    }
+}

@@ -1,0 +1,45 @@
+//! `memtrace`: look at GPU memory traces — blockpool's JSON Lines files, PyTorch's memory
+//! snapshot pickles and RMM's CSV logs.
+//!
+//! Exit status: 0 on success (also when the reader of our output goes away early), 2 with a
+//! one-line message on bad input or usage.
+
+mod cli;
+mod commands;
+mod output;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli::usage_exit(e),
+    };
+    let mut out = output::Output::stdout();
+    match commands::run(cli.command, &mut out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("memtrace: {}", one_line(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The error and its causes on one line, `outer: inner: innermost`, without repeating a cause
+/// the outer message already quotes.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}

@@ -1,0 +1,48 @@
+//! Writing to stdout: every write is checked, and a reader that went away (`memtrace info f |
+//! head`) ends the command quietly instead of panicking.
+
+use std::io::{self, Write};
+
+/// Where a command's report goes.
+pub struct Output {
+    out: Box<dyn Write>,
+}
+
+impl Output {
+    /// Buffered standard output.
+    pub fn stdout() -> Output {
+        Output {
+            out: Box::new(io::BufWriter::new(io::stdout().lock())),
+        }
+    }
+
+    /// Writes `text` as it is.
+    pub fn write(&mut self, text: &str) -> io::Result<()> {
+        self.out.write_all(text.as_bytes())
+    }
+
+    /// Writes `value` as pretty JSON and a newline.
+    pub fn json<T: serde::Serialize>(&mut self, value: &T) -> anyhow::Result<()> {
+        serde_json::to_writer_pretty(&mut self.out, value)?;
+        self.out.write_all(b"\n")?;
+        self.flush()?;
+        Ok(())
+    }
+
+    /// Flushes what is buffered.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Whether `error` is a write to a closed pipe (the reader of our output exited).
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    let broken = Some(io::ErrorKind::BrokenPipe);
+    error.chain().any(|cause| {
+        cause.downcast_ref::<io::Error>().map(io::Error::kind) == broken
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .and_then(serde_json::Error::io_error_kind)
+                == broken
+    })
+}

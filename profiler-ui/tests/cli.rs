@@ -1,0 +1,272 @@
+//! `memtrace` as a user runs it: exit codes, one-line errors, exact reports on the PyTorch
+//! fixtures in `../shared/fixtures/pytorch-snapshots/`, and conversions between every format.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn memtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(args)
+        .output()
+        .expect("memtrace runs")
+}
+
+fn fixture(name: &str) -> String {
+    let path: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "..",
+        "shared",
+        "fixtures",
+        "pytorch-snapshots",
+        name,
+    ]
+    .iter()
+    .collect();
+    assert!(
+        path.exists(),
+        "missing fixture {}: the fixtures live in ../shared/fixtures/pytorch-snapshots/ beside \
+         the workspace root",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memtrace-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs `memtrace info --json` and parses the report.
+fn info_json(path: &str) -> Value {
+    let output = memtrace(&["info", path, "--json"]);
+    assert!(
+        output.status.success(),
+        "info {path}: {:?} {}",
+        output.status,
+        stderr(&output)
+    );
+    serde_json::from_slice(&output.stdout).expect("info --json prints JSON")
+}
+
+/// Asserts `memtrace` failed with exit status 2 and one line on stderr starting `memtrace: `.
+fn assert_bad_input(output: &Output, mentions: &str) {
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(output));
+    let err = stderr(output);
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("memtrace: "), "{err:?}");
+    assert!(
+        err.contains(mentions),
+        "{err:?} should mention {mentions:?}"
+    );
+    assert!(!err.contains("panicked"), "{err:?}");
+}
+
+#[test]
+fn info_reports_exact_counts_of_a_pytorch_snapshot() {
+    let report = info_json(&fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"));
+    assert_eq!(report["format"], "pytorch");
+    assert_eq!(report["gzip"], false);
+    let devices = report["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 1);
+    let device = &devices[0];
+    assert_eq!(device["device"], 0);
+    assert_eq!(device["events"], 4_657);
+    assert_eq!(device["events_by_action"]["alloc"], 2_058);
+    assert_eq!(device["events_by_action"]["free_requested"], 1_155);
+    assert_eq!(device["events_by_action"]["free_completed"], 1_155);
+    assert_eq!(device["events_by_action"]["segment_alloc"], 289);
+    assert_eq!(device["segments"], 516);
+    assert_eq!(device["blocks"], 1_276);
+    assert_eq!(device["reserved_bytes"], 19_667_091_456_u64);
+    assert_eq!(device["allocated_bytes"], 19_498_420_224_u64);
+}
+
+#[test]
+fn info_text_names_format_devices_and_actions() {
+    let output = memtrace(&[
+        "info",
+        &fixture("bcrafton_assignment2-systems_memory_snapshot.pickle"),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("format:    PyTorch memory snapshot (pickle)\n"),
+        "{text}"
+    );
+    assert!(text.contains("device 0\n"), "{text}");
+    // 6,486 trace entries and the file's 2 external annotations.
+    assert!(
+        text.contains("  events:    6,488 over 0.050647 s\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("alloc 2,162, free_requested 2,162, free_completed 2,162, annotate 2\n"),
+        "{text}"
+    );
+    assert!(text.contains("  segments:  96 (550 blocks)"), "{text}");
+}
+
+#[test]
+fn info_on_a_segment_list_file_reports_its_device() {
+    let report = info_json(&fixture("Muduard_LayoutEditing_memory_snapshot.pkl"));
+    let devices = report["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0]["device"], 1);
+    assert_eq!(devices[0]["events"], 0);
+    assert_eq!(devices[0]["segments"], 255);
+    assert_eq!(devices[0]["blocks"], 2_140);
+    assert_eq!(devices[0]["reserved_bytes"], 3_649_044_480_u64);
+}
+
+#[test]
+fn every_fixture_converts_through_every_format_and_reads_back() {
+    let dir: PathBuf = Path::new(&fixture("README.md"))
+        .parent()
+        .expect("fixture dir")
+        .to_path_buf();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("fixture dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pickle") || n.ends_with(".pkl"))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 7, "fixtures: {names:?}");
+    for name in names {
+        let original = info_json(&fixture(&name));
+        let jsonl = scratch(&format!("{name}.jsonl.gz"));
+        let pickle = scratch(&format!("{name}.again.pickle"));
+        let out = memtrace(&["convert", &fixture(&name), jsonl.to_str().unwrap()]);
+        assert!(out.status.success(), "{name} -> jsonl: {}", stderr(&out));
+        assert!(stdout(&out).starts_with("wrote "), "{}", stdout(&out));
+        let out = memtrace(&["convert", jsonl.to_str().unwrap(), pickle.to_str().unwrap()]);
+        assert!(out.status.success(), "{name} -> pickle: {}", stderr(&out));
+        let from_jsonl = info_json(jsonl.to_str().unwrap());
+        assert_eq!(from_jsonl["format"], "jsonl");
+        assert_eq!(from_jsonl["gzip"], true);
+        let from_pickle = info_json(pickle.to_str().unwrap());
+        assert_eq!(from_pickle["format"], "pytorch");
+        assert_eq!(
+            from_jsonl["devices"], original["devices"],
+            "{name}: the JSONL copy holds the same devices, events and segments"
+        );
+        assert_eq!(
+            from_pickle["devices"], original["devices"],
+            "{name}: fixture -> JSONL -> pickle holds the same devices, events and segments"
+        );
+        for (to, file) in [("perfetto", "trace.json"), ("rmm-csv", "log.csv")] {
+            let path = scratch(&format!("{name}.{file}"));
+            let out = memtrace(&[
+                "convert",
+                &fixture(&name),
+                path.to_str().unwrap(),
+                "--to",
+                to,
+            ]);
+            assert!(out.status.success(), "{name} -> {to}: {}", stderr(&out));
+            assert!(std::fs::metadata(&path).expect("written").len() > 0);
+        }
+    }
+}
+
+#[test]
+fn bad_files_exit_2_with_one_line() {
+    let missing = scratch("does-not-exist.pickle");
+    assert_bad_input(
+        &memtrace(&["info", missing.to_str().unwrap()]),
+        "does-not-exist.pickle",
+    );
+
+    let garbage = scratch("garbage.bin");
+    std::fs::write(&garbage, b"PK\x03\x04 not a trace").unwrap();
+    assert_bad_input(
+        &memtrace(&["info", garbage.to_str().unwrap()]),
+        "not a trace blockpool reads",
+    );
+
+    let empty = scratch("empty.jsonl");
+    std::fs::write(&empty, b"").unwrap();
+    assert_bad_input(
+        &memtrace(&["info", empty.to_str().unwrap()]),
+        "the file is empty",
+    );
+
+    let bytes = std::fs::read(fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle")).unwrap();
+    let truncated = scratch("truncated.pickle");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    assert_bad_input(
+        &memtrace(&["info", truncated.to_str().unwrap()]),
+        "truncated.pickle",
+    );
+
+    // A pickle that would run a shell command if unpickled normally.
+    let hostile = scratch("hostile.pickle");
+    let marker = scratch("hostile-ran");
+    let command = format!("touch {}", marker.display());
+    let mut pickle = vec![0x80, 0x02];
+    pickle.extend_from_slice(b"cposix\nsystem\n");
+    pickle.push(b'X');
+    pickle.extend_from_slice(&(command.len() as u32).to_le_bytes());
+    pickle.extend_from_slice(command.as_bytes());
+    pickle.extend_from_slice(&[0x85, b'R', b'.']);
+    std::fs::write(&hostile, &pickle).unwrap();
+    assert_bad_input(&memtrace(&["info", hostile.to_str().unwrap()]), "GLOBAL");
+    assert!(!marker.exists(), "the hostile pickle must not run anything");
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line() {
+    assert_bad_input(&memtrace(&["frobnicate"]), "frobnicate");
+    assert_bad_input(&memtrace(&["info"]), "FILE");
+    let out = memtrace(&["convert", "a", "b", "--to", "xml"]);
+    assert_bad_input(&out, "xml");
+    let help = memtrace(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(stdout(&help).contains("Usage: memtrace"));
+}
+
+#[test]
+fn convert_refuses_to_overwrite_its_input() {
+    let path = scratch("self.jsonl");
+    let out = memtrace(&[
+        "convert",
+        &fixture("albi2_thesis_dump_snapshot_1064.pickle"),
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_bad_input(
+        &memtrace(&["convert", path.to_str().unwrap(), path.to_str().unwrap()]),
+        "overwritten",
+    );
+    assert!(info_json(path.to_str().unwrap())["format"] == "jsonl");
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_with_status_0() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args([
+            "info",
+            "--json",
+            &fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("memtrace runs");
+    // Close our end before memtrace has loaded the file and written its report.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("memtrace exits");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!stderr(&output).contains("panicked"));
+}

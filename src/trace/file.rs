@@ -1,0 +1,402 @@
+//! Trace files of every format, detected from their content: [`load_trace`] reads blockpool's
+//! JSON Lines traces, PyTorch's memory snapshot pickles and RMM's CSV logs, gzip-compressed or
+//! not, into a [`Snapshot`]; [`save_trace`] writes one in any format blockpool writes.
+
+use super::snapshot::Snapshot;
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The formats blockpool reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TraceFormat {
+    /// blockpool's JSON Lines trace ([`jsonl`](super::jsonl)).
+    Jsonl,
+    /// A PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`), a pickle.
+    PytorchPickle,
+    /// RMM's CSV allocation log ([`rmm`](super::rmm)).
+    RmmCsv,
+}
+
+impl TraceFormat {
+    /// A short name: `jsonl`, `pytorch` or `rmm-csv`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceFormat::Jsonl => "jsonl",
+            TraceFormat::PytorchPickle => "pytorch",
+            TraceFormat::RmmCsv => "rmm-csv",
+        }
+    }
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TraceFormat::Jsonl => "blockpool trace (JSON Lines)",
+            TraceFormat::PytorchPickle => "PyTorch memory snapshot (pickle)",
+            TraceFormat::RmmCsv => "RMM allocation log (CSV)",
+        })
+    }
+}
+
+/// The formats blockpool writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutputFormat {
+    /// blockpool's JSON Lines trace.
+    Jsonl,
+    /// A PyTorch memory snapshot pickle, which PyTorch's viewer loads.
+    PytorchPickle,
+    /// Perfetto / Chrome trace-event JSON.
+    Perfetto,
+    /// RMM's CSV allocation log.
+    RmmCsv,
+}
+
+impl OutputFormat {
+    /// The format a file named `path` would be expected to have: `.pickle`/`.pkl`: PyTorch,
+    /// `.csv`: RMM, `.json`: Perfetto, anything else: JSON Lines (a trailing `.gz` is ignored).
+    pub fn from_path(path: &Path) -> OutputFormat {
+        let name = path.to_string_lossy().to_ascii_lowercase();
+        let name = name.strip_suffix(".gz").unwrap_or(&name);
+        if name.ends_with(".pickle") || name.ends_with(".pkl") {
+            OutputFormat::PytorchPickle
+        } else if name.ends_with(".csv") {
+            OutputFormat::RmmCsv
+        } else if name.ends_with(".json") {
+            OutputFormat::Perfetto
+        } else {
+            OutputFormat::Jsonl
+        }
+    }
+}
+
+/// What a file's first bytes say it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sniffed {
+    /// gzip-compressed; look again after decompressing.
+    Gzip,
+    /// A format blockpool reads.
+    Trace(TraceFormat),
+    /// Perfetto / Chrome trace-event JSON, which blockpool writes but does not read.
+    Perfetto,
+    /// Something else.
+    Unknown,
+}
+
+/// The gzip magic number.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// What `head`, the first bytes of a file (a few hundred are plenty), says the file is.
+///
+/// ```
+/// use blockpool::trace::file::{sniff, Sniffed, TraceFormat};
+///
+/// assert_eq!(sniff(b"\x80\x04\x95"), Sniffed::Trace(TraceFormat::PytorchPickle));
+/// assert_eq!(sniff(b"{\"blockpool_trace\":1}\n"), Sniffed::Trace(TraceFormat::Jsonl));
+/// assert_eq!(sniff(b"Thread,Time,Action,Pointer,Size,Stream\n"), Sniffed::Trace(TraceFormat::RmmCsv));
+/// assert_eq!(sniff(b"\x1f\x8b\x08"), Sniffed::Gzip);
+/// assert_eq!(sniff(b"hello"), Sniffed::Unknown);
+/// ```
+pub fn sniff(head: &[u8]) -> Sniffed {
+    if head.starts_with(&GZIP_MAGIC) {
+        return Sniffed::Gzip;
+    }
+    // Pickles: protocol 2+ starts with PROTO; protocols 0 and 1 with a container opcode
+    // (`(` MARK, `]` EMPTY_LIST, `}` EMPTY_DICT, `l`/`d` LIST/DICT after a mark).
+    if let [0x80, protocol, ..] = head {
+        return if (2..=5).contains(protocol) {
+            Sniffed::Trace(TraceFormat::PytorchPickle)
+        } else {
+            Sniffed::Unknown
+        };
+    }
+    if matches!(head.first(), Some(b'(' | b']' | b'}')) {
+        return Sniffed::Trace(TraceFormat::PytorchPickle);
+    }
+    let text = head.strip_prefix("\u{feff}".as_bytes()).unwrap_or(head);
+    let start = text
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(text.len());
+    let text = &text[start..];
+    if text.starts_with(b"Thread,Time,Action") {
+        return Sniffed::Trace(TraceFormat::RmmCsv);
+    }
+    if text.starts_with(b"{") {
+        let compact: Vec<u8> = text
+            .iter()
+            .copied()
+            .filter(|b| !b.is_ascii_whitespace())
+            .take(64)
+            .collect();
+        if compact.starts_with(b"{\"blockpool_trace\"") {
+            return Sniffed::Trace(TraceFormat::Jsonl);
+        }
+        if compact.starts_with(b"{\"traceEvents\"") || compact.starts_with(b"{\"displayTimeUnit\"")
+        {
+            return Sniffed::Perfetto;
+        }
+    }
+    Sniffed::Unknown
+}
+
+/// A trace read from a file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadedTrace {
+    /// The format the content had.
+    pub format: TraceFormat,
+    /// Whether the file was gzip-compressed.
+    pub gzip: bool,
+    /// What the file held.
+    pub snapshot: Snapshot,
+}
+
+/// Why a trace file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceFileError {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: io::Error,
+    },
+    /// The content is not a format blockpool reads.
+    #[error(
+        "{path}: not a trace blockpool reads ({what}); expected a blockpool .jsonl trace, \
+         a PyTorch memory snapshot pickle or an RMM CSV log"
+    )]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+        /// What it looked like instead.
+        what: String,
+    },
+    /// The content was recognized but is malformed.
+    #[error("{path}: {format}: {message}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// The format it was read as.
+        format: TraceFormat,
+        /// What is wrong, and where.
+        message: String,
+    },
+}
+
+/// At most this many decompressed bytes are read from a gzip-compressed pickle or CSV (the
+/// whole file is held in memory); a larger one is refused rather than exhausting memory.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 16 << 30;
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> TraceFileError + '_ {
+    move |source| TraceFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Opens `path` and tells what it holds, looking through gzip: the format, whether it was
+/// compressed, and a reader positioned at the start of the (decompressed) content.
+pub fn open_trace(path: &Path) -> Result<(Sniffed, bool, Box<dyn BufRead>), TraceFileError> {
+    let file = std::fs::File::open(path).map_err(io_error(path))?;
+    let mut reader: Box<dyn BufRead> = Box::new(BufReader::with_capacity(1 << 16, file));
+    let mut sniffed = sniff(reader.fill_buf().map_err(io_error(path))?);
+    let gzip = sniffed == Sniffed::Gzip;
+    if gzip {
+        let decoder = flate2::bufread::MultiGzDecoder::new(reader);
+        reader = Box::new(BufReader::with_capacity(1 << 16, decoder));
+        sniffed = sniff(reader.fill_buf().map_err(io_error(path))?);
+        if sniffed == Sniffed::Gzip {
+            sniffed = Sniffed::Unknown;
+        }
+    }
+    Ok((sniffed, gzip, reader))
+}
+
+/// Reads all of `reader` (at most [`MAX_DECOMPRESSED_BYTES`]).
+pub(crate) fn read_all(path: &Path, reader: impl Read) -> Result<Vec<u8>, TraceFileError> {
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_DECOMPRESSED_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_error(path))?;
+    if bytes.len() as u64 > MAX_DECOMPRESSED_BYTES {
+        return Err(TraceFileError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes"),
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Describes an unrecognized head for [`TraceFileError::UnknownFormat`].
+pub(crate) fn describe_head(sniffed: Sniffed, head: &[u8]) -> String {
+    if sniffed == Sniffed::Perfetto {
+        return "Perfetto trace-event JSON, which blockpool writes but does not read".into();
+    }
+    if head.is_empty() {
+        return "the file is empty".into();
+    }
+    let shown: String = head
+        .iter()
+        .take(16)
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                (b as char).to_string()
+            } else {
+                format!("\\x{b:02x}")
+            }
+        })
+        .collect();
+    format!("it starts with \"{shown}\"")
+}
+
+/// Creates `path` for writing, gzip-compressed when its name ends in `.gz`.
+pub fn create_output(path: &Path) -> Result<Box<dyn Write>, TraceFileError> {
+    let file = std::fs::File::create(path).map_err(io_error(path))?;
+    let buffered = io::BufWriter::with_capacity(1 << 16, file);
+    let gz = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    Ok(if gz {
+        Box::new(flate2::write::GzEncoder::new(
+            buffered,
+            flate2::Compression::default(),
+        ))
+    } else {
+        Box::new(buffered)
+    })
+}
+
+impl OutputFormat {
+    /// A short name: `jsonl`, `pytorch`, `perfetto` or `rmm-csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Jsonl => "jsonl",
+            OutputFormat::PytorchPickle => "pytorch",
+            OutputFormat::Perfetto => "perfetto",
+            OutputFormat::RmmCsv => "rmm-csv",
+        }
+    }
+}
+
+/// Reads the trace in `path`, whatever its format (detected from the content, through gzip).
+///
+/// Every reader is bounded and refuses malformed input with a message that says where;
+/// nothing in a file can make this panic or run code.
+pub fn load_trace(path: &Path) -> Result<LoadedTrace, TraceFileError> {
+    let (sniffed, gzip, mut reader) = open_trace(path)?;
+    let malformed = |format: TraceFormat, message: String| TraceFileError::Malformed {
+        path: path.to_path_buf(),
+        format,
+        message,
+    };
+    let format = match sniffed {
+        Sniffed::Trace(format) => format,
+        other => {
+            let head = reader.fill_buf().map_err(io_error(path))?.to_vec();
+            return Err(TraceFileError::UnknownFormat {
+                path: path.to_path_buf(),
+                what: describe_head(other, &head),
+            });
+        }
+    };
+    let snapshot = match format {
+        TraceFormat::Jsonl => {
+            let (snapshot, _report) = super::jsonl::read_snapshot(reader)
+                .map_err(|e| malformed(format, e.to_string()))?;
+            snapshot
+        }
+        TraceFormat::PytorchPickle => {
+            let bytes = read_all(path, reader)?;
+            super::pytorch::load_pytorch_snapshot_as_snapshot(&bytes)
+                .map_err(|e| malformed(format, e.to_string()))?
+        }
+        TraceFormat::RmmCsv => {
+            let records =
+                super::rmm::read_rmm_csv(reader).map_err(|e| malformed(format, e.to_string()))?;
+            super::rmm::snapshot_from_rmm(&records)
+        }
+    };
+    snapshot
+        .validate()
+        .map_err(|e| malformed(format, e.to_string()))?;
+    Ok(LoadedTrace {
+        format,
+        gzip,
+        snapshot,
+    })
+}
+
+/// Writes `snapshot` to `path` as `format`, gzip-compressed when the name ends in `.gz`.
+pub fn save_trace(
+    snapshot: &Snapshot,
+    path: &Path,
+    format: OutputFormat,
+) -> Result<(), TraceFileError> {
+    let mut out = create_output(path)?;
+    match format {
+        OutputFormat::Jsonl => super::jsonl::write_snapshot(snapshot, &mut out),
+        OutputFormat::PytorchPickle => super::pytorch::write_pytorch_snapshot(snapshot, &mut out),
+        OutputFormat::Perfetto => super::perfetto::write_perfetto(snapshot, &mut out),
+        OutputFormat::RmmCsv => {
+            super::rmm::write_rmm_csv(&super::rmm::snapshot_to_rmm(snapshot), &mut out)
+        }
+    }
+    .and_then(|()| out.flush())
+    .map_err(io_error(path))?;
+    // Dropping a gzip encoder finishes the stream; do it here so errors are reported.
+    drop(out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniff_tells_each_format_apart() {
+        assert_eq!(
+            sniff(b"\x80\x02}q\x00"),
+            Sniffed::Trace(TraceFormat::PytorchPickle)
+        );
+        assert_eq!(sniff(b"\x80\x06"), Sniffed::Unknown, "no protocol 6 yet");
+        assert_eq!(sniff(b"]q\x00"), Sniffed::Trace(TraceFormat::PytorchPickle));
+        assert_eq!(
+            sniff(b"\xef\xbb\xbfThread,Time,Action,Pointer,Size,Stream\r\n"),
+            Sniffed::Trace(TraceFormat::RmmCsv)
+        );
+        assert_eq!(
+            sniff(b" { \"blockpool_trace\" : 1 }"),
+            Sniffed::Trace(TraceFormat::Jsonl)
+        );
+        assert_eq!(sniff(b"{\"traceEvents\":[]}"), Sniffed::Perfetto);
+        assert_eq!(sniff(b"{\"other\":1}"), Sniffed::Unknown);
+        assert_eq!(sniff(b""), Sniffed::Unknown);
+    }
+
+    #[test]
+    fn output_format_follows_the_name() {
+        let of = |name: &str| OutputFormat::from_path(Path::new(name));
+        assert_eq!(of("a.pickle"), OutputFormat::PytorchPickle);
+        assert_eq!(of("a.PKL.gz"), OutputFormat::PytorchPickle);
+        assert_eq!(of("a.csv"), OutputFormat::RmmCsv);
+        assert_eq!(of("a.json"), OutputFormat::Perfetto);
+        assert_eq!(of("a.jsonl.gz"), OutputFormat::Jsonl);
+        assert_eq!(of("trace"), OutputFormat::Jsonl);
+    }
+
+    #[test]
+    fn unknown_heads_are_described_safely() {
+        assert_eq!(describe_head(Sniffed::Unknown, b""), "the file is empty");
+        assert_eq!(
+            describe_head(Sniffed::Unknown, b"PK\x03\x04zip"),
+            "it starts with \"PK\\x03\\x04zip\""
+        );
+    }
+}
