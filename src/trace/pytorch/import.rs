@@ -16,7 +16,8 @@
 //!   (ours) are tags again. No frames and no metadata is [`ContextId::NONE`]. An inactive
 //!   block has no context, as in our snapshots.
 //! - `external_annotations` (`record_function` ranges: `{stage, name, device, time_us}`) become
-//!   [`Action::Annotate`] events with the tags `[name, stage]`; `user_defined` entries become
+//!   [`Action::Annotate`] events whose tags are the device's range stack after each `START` or
+//!   `END`, as blockpool's own annotations record it; `user_defined` entries become
 //!   `Annotate` events with their frames.
 //! - `allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]` becomes `allocator_config`; streams are
 //!   PyTorch's `cudaStream_t` values; `segment_type` is the pool. Segments are ordered by
@@ -492,8 +493,13 @@ impl<'a> Importer<'a> {
         })
     }
 
-    /// `(device, time_us, [name, stage])` of each well-formed external annotation; entries
-    /// without a device or time are skipped, as PyTorch's viewer cannot place them either.
+    /// `(device, time_us, tag stack)` of each well-formed external annotation, in time order.
+    /// PyTorch records `record_function` ranges as a `START` and an `END` entry per name; as
+    /// blockpool's own `annotate` events do, each becomes the device's tag stack after the
+    /// change: `START` pushes the name, `END` removes its innermost occurrence (an `END`
+    /// without its `START`, from a range begun before recording, changes nothing but is kept).
+    /// An entry of another stage gets the stack with `[name, stage]` on top. Entries without a
+    /// device or time are skipped, as PyTorch's viewer cannot place them either.
     fn external_annotations(&self) -> Vec<(u32, u64, Vec<Arc<str>>)> {
         let Some(annotations) = &self.source.external_annotations else {
             return Vec::new();
@@ -502,21 +508,49 @@ impl<'a> Importer<'a> {
         let Ok(items) = list(annotations, &root) else {
             return Vec::new();
         };
-        items
+        let text = |fields: &Fields<'_, '_>, key: &str| match fields.get(key) {
+            Some(Value::Str(s)) => Some(Arc::clone(s)),
+            _ => None,
+        };
+        let mut entries: Vec<(u32, u64, Option<Arc<str>>, Option<Arc<str>>)> = items
             .iter()
             .filter_map(|item| {
                 let fields = Fields::new(item, &root).ok()?;
                 let device = fields.u32("device").ok()?;
                 let time_us = fields.u64("time_us").ok()?;
-                let tags = ["name", "stage"]
-                    .into_iter()
-                    .filter_map(|key| fields.get(key))
-                    .filter_map(|v| match v {
-                        Value::Str(s) => Some(Arc::clone(s)),
-                        _ => None,
-                    })
-                    .collect();
-                Some((device, time_us, tags))
+                Some((
+                    device,
+                    time_us,
+                    text(&fields, "name"),
+                    text(&fields, "stage"),
+                ))
+            })
+            .collect();
+        entries.sort_by_key(|e| e.1);
+        let mut stacks: HashMap<u32, Vec<Arc<str>>> = HashMap::new();
+        entries
+            .into_iter()
+            .map(|(device, time_us, name, stage)| {
+                let stack = stacks.entry(device).or_default();
+                let tags = match (name, stage.as_deref()) {
+                    (Some(name), Some("START")) => {
+                        stack.push(name);
+                        stack.clone()
+                    }
+                    (Some(name), Some("END")) => {
+                        if let Some(at) = stack.iter().rposition(|t| *t == name) {
+                            stack.remove(at);
+                        }
+                        stack.clone()
+                    }
+                    (name, _) => {
+                        let mut tags = stack.clone();
+                        tags.extend(name);
+                        tags.extend(stage.clone());
+                        tags
+                    }
+                };
+                (device, time_us, tags)
             })
             .collect()
     }

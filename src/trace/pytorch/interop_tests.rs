@@ -399,12 +399,20 @@ fn pytorch_file() -> Value {
         ),
         (
             "external_annotations",
-            list(vec![dict(vec![
-                ("stage", s("START")),
-                ("name", s("Optimizer.step")),
-                ("device", int(0)),
-                ("time_us", int(ORIGIN as i64 + 20)),
-            ])]),
+            list(vec![
+                dict(vec![
+                    ("stage", s("START")),
+                    ("name", s("Optimizer.step")),
+                    ("device", int(0)),
+                    ("time_us", int(ORIGIN as i64 + 20)),
+                ]),
+                dict(vec![
+                    ("stage", s("END")),
+                    ("name", s("Optimizer.step")),
+                    ("device", int(0)),
+                    ("time_us", int(ORIGIN as i64 + 25)),
+                ]),
+            ]),
         ),
     ])
 }
@@ -429,6 +437,7 @@ fn pytorchs_file_becomes_a_time_ordered_snapshot() {
             (Action::Alloc, 1, 100, 100, 0),
             (Action::Alloc, 0, 500, 500, 5),
             (Action::Annotate, 0, 0, 0, 20),
+            (Action::Annotate, 0, 0, 0, 25),
             (Action::FreeRequested, 0, 500, 500, 30),
         ],
         "devices merged by time; block events' size and requested are PyTorch's request"
@@ -445,10 +454,16 @@ fn pytorchs_file_becomes_a_time_ordered_snapshot() {
     );
     assert_eq!(
         tags(snapshot.events[2].context),
-        Some(vec!["Optimizer.step".into(), "START".into()])
+        Some(vec!["Optimizer.step".into()]),
+        "a START pushes the range's name on the device's tag stack"
+    );
+    assert_eq!(
+        tags(snapshot.events[3].context),
+        Some(vec![]),
+        "its END pops it"
     );
     let shared = snapshot.events[1].context;
-    assert_eq!(snapshot.events[3].context, shared);
+    assert_eq!(snapshot.events[4].context, shared);
     assert_eq!(snapshot.segments[0].context, shared);
     assert_eq!(
         snapshot.contexts.get(shared),
@@ -459,8 +474,8 @@ fn pytorchs_file_becomes_a_time_ordered_snapshot() {
     );
     assert_eq!(
         snapshot.contexts.len(),
-        3,
-        "frames, frames+warmup, annotation"
+        4,
+        "frames, frames+warmup, the range open, the empty stack after it"
     );
     let blocks = &snapshot.segments[0].blocks;
     assert_eq!((blocks[0].requested, blocks[0].context), (500, shared));
@@ -474,7 +489,7 @@ fn pytorchs_file_becomes_a_time_ordered_snapshot() {
     // The typed model alone cannot see user_metadata.
     let typed = snapshot_from_value(&value).expect("typed import");
     let plain = Snapshot::from(&typed);
-    assert_eq!(plain.events.len(), 4);
+    assert_eq!(plain.events.len(), 5);
     assert_eq!(
         plain.contexts.get(plain.events[0].context),
         snapshot.contexts.get(shared)
