@@ -19,6 +19,13 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a training-like workload through blockpool on a simulated 80 GiB device, record it,
+    /// write the trace and report what it holds.
+    Demo {
+        /// Where to write the trace (`.gz`: compressed).
+        #[arg(long, default_value = "blockpool-demo.jsonl.gz")]
+        out: PathBuf,
+    },
     /// Format, devices, events per device by action, segments and time span of a trace.
     Info {
         /// The trace file.

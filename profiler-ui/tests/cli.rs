@@ -270,3 +270,29 @@ fn a_closed_stdout_ends_quietly_with_status_0() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(!stderr(&output).contains("panicked"));
 }
+
+#[test]
+fn demo_writes_a_trace_that_info_reads_back_exactly() {
+    let trace = scratch("demo.jsonl.gz");
+    let output = memtrace(&["demo", "--out", trace.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains(
+            "step 4: seq_len 2048  peak allocated 17.75 GiB  peak reserved 24.90 GiB  \
+             device allocs 173\n"
+        ),
+        "{text}"
+    );
+    let report = info_json(trace.to_str().unwrap());
+    assert_eq!(report["format"], "jsonl");
+    assert_eq!(report["gzip"], true);
+    let device = &report["devices"][0];
+    // 24 layers x (3 weights + 1 bias) + 6 steps x (24 x 3 forward + 1 bucket + 48 grads).
+    assert_eq!(device["events_by_action"]["alloc"], 96 + 6 * (72 + 1 + 48));
+    assert_eq!(device["events_by_action"]["segment_alloc"], 173);
+    assert_eq!(device["events_by_action"]["snapshot"], 1);
+    assert_eq!(device["segments"], 173);
+    // The weights, moments and biases are live at the end: 72 x 32 MiB + 24 x 8 KiB.
+    assert_eq!(device["allocated_bytes"], 72 * (32_u64 << 20) + 24 * 8192);
+}

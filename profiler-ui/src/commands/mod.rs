@@ -1,6 +1,7 @@
 //! One module per subcommand; [`run`] dispatches.
 
 mod convert;
+mod demo;
 mod info;
 
 use crate::cli::Command;
@@ -11,5 +12,6 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
         Command::Info { file, json } => info::run(&file, json, out),
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
+        Command::Demo { out: trace } => demo::run(&trace, out),
     }
 }

@@ -512,7 +512,9 @@ impl<'a> Importer<'a> {
             Some(Value::Str(s)) => Some(Arc::clone(s)),
             _ => None,
         };
-        let mut entries: Vec<(u32, u64, Option<Arc<str>>, Option<Arc<str>>)> = items
+        // (device, time_us, name, stage)
+        type Entry = (u32, u64, Option<Arc<str>>, Option<Arc<str>>);
+        let mut entries: Vec<Entry> = items
             .iter()
             .filter_map(|item| {
                 let fields = Fields::new(item, &root).ok()?;
