@@ -221,7 +221,7 @@ pub(super) fn push_segments(
             size: view.size as u64,
             stream: view.stream,
             pool: view.pool,
-            context: ContextId::NONE,
+            context: remap(view.context),
             blocks,
         });
     }

@@ -22,6 +22,10 @@ pub struct SegmentView {
     pub pool: PoolKind,
     /// The blocks tiling the segment, lowest address first.
     pub blocks: Vec<BlockView>,
+    /// Context of the call that allocated the segment, when history was recorded with
+    /// [`ContextLevel::State`](crate::trace::ContextLevel::State) or more; [`ContextId::NONE`]
+    /// otherwise.
+    pub context: ContextId,
 }
 
 /// A block as seen from outside.
@@ -98,6 +102,7 @@ impl<E> DeviceAllocator<E> {
                     cursor = block.next;
                 }
                 SegmentView {
+                    context: segment.context,
                     addr,
                     size: segment.size,
                     stream,

@@ -446,6 +446,32 @@ fn error_of(value: &Value) -> String {
 }
 
 #[test]
+fn an_oom_entry_with_device_free_instead_of_addr_imports() {
+    // PyTorch writes `device_free` (the device's free bytes) for `oom` entries, not `addr`.
+    let oom = dict(vec![
+        ("action", s("oom")),
+        ("device_free", Value::Int(1_048_576)),
+        ("size", Value::Int(2_097_152)),
+        ("stream", Value::Int(0)),
+    ]);
+    let imported = snapshot_from_value(&snapshot(vec![], vec![oom])).expect("imports");
+    let entry = &imported.device_traces[0][0];
+    assert_eq!(
+        (entry.action, entry.addr, entry.size),
+        (Action::Oom, 1_048_576, 2_097_152)
+    );
+    let no_free = dict(vec![
+        ("action", s("oom")),
+        ("size", Value::Int(2_097_152)),
+        ("stream", Value::Int(0)),
+    ]);
+    assert_eq!(
+        error_of(&snapshot(vec![], vec![no_free])),
+        "device_traces[0][0]: missing key \"addr\""
+    );
+}
+
+#[test]
 fn a_well_formed_hand_built_snapshot_imports_with_computed_addresses() {
     let good = snapshot(
         vec![segment(vec![

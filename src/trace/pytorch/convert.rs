@@ -2,10 +2,11 @@
 //! blocks, the trace entries, and frame lists converted once per shared list.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::error::SnapshotError;
-use super::fields::{bool_at, list, wrong_type, Fields, Path};
+use super::fields::{bool_at, list, str_at, u64_at, wrong_type, Fields, Path};
 use super::model::{
     Block, BlockState, Frame, PytorchSnapshot, PytorchTraceEntry, Schema, Segment, SegmentType,
 };
@@ -89,19 +90,47 @@ pub fn snapshot_from_value(value: &Value) -> Result<PytorchSnapshot, SnapshotErr
     }
 }
 
+/// Hashes the address of a frame list: a multiply that spreads the aligned address over the
+/// high bits, which the map uses. Addresses come from this process's allocator, not from the
+/// file, so no input can aim collisions at it.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_usize(&mut self, address: usize) {
+        self.write_u64(address as u64);
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// Conversion state: the frame lists already converted, and what the file has shown of its
 /// form so far.
 #[derive(Default)]
 struct Converter {
     /// Converted frame lists by the address of the source list, which the borrowed source
     /// keeps alive and unique for the whole conversion.
-    frames: HashMap<usize, Arc<[Frame]>>,
+    frames: HashMap<usize, Arc<[Frame]>, BuildHasherDefault<AddressHasher>>,
     /// Shared by every block, segment and entry without frames.
     no_frames: Arc<[Frame]>,
     /// A block without `address` was seen.
     legacy_blocks: bool,
     /// A trace entry with `compile_context` or `user_metadata` was seen.
     compile_context: bool,
+    /// The addresses of the key strings of trace entries (see [`Fields::lookup`]).
+    entry_keys: [usize; 9],
 }
 
 impl Converter {
@@ -115,11 +144,12 @@ impl Converter {
             .enumerate()
             .map(|(device, trace)| {
                 let trace_path = traces_path.index(device);
-                list(trace, &trace_path)?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, entry)| self.trace_entry(entry, &trace_path.index(i)))
-                    .collect()
+                let entries = list(trace, &trace_path)?;
+                let mut trace = Vec::with_capacity(entries.len());
+                for (i, entry) in entries.iter().enumerate() {
+                    trace.push(self.trace_entry(entry, &trace_path.index(i))?);
+                }
+                Ok::<_, SnapshotError>(trace)
             })
             .collect::<Result<Vec<Vec<_>>, _>>()?;
         let allocator_settings = root.get("allocator_settings").cloned();
@@ -261,22 +291,45 @@ impl Converter {
         value: &Value,
         path: &Path<'_>,
     ) -> Result<PytorchTraceEntry, SnapshotError> {
+        const KEYS: [&str; 9] = [
+            "action",
+            "addr",
+            "device_free",
+            "size",
+            "stream",
+            "time_us",
+            "frames",
+            "compile_context",
+            "user_metadata",
+        ];
         let fields = Fields::new(value, path)?;
-        let name = fields.str("action")?;
+        let [action, addr, device_free, size, stream, time_us, frames, compile_context, user_metadata] =
+            fields.lookup(&KEYS, &mut self.entry_keys);
+        let name = str_at(fields.required("action", action)?, &path.key("action"))?;
         let action = Action::from_name(name).ok_or_else(|| SnapshotError::UnknownAction {
             path: path.key("action").to_string(),
             name: name.to_string(),
         })?;
-        if fields.get("compile_context").is_some() || fields.get("user_metadata").is_some() {
+        if compile_context.is_some() || user_metadata.is_some() {
             self.compile_context = true;
         }
+        let int = |key: &'static str, value: Option<&Value>| {
+            u64_at(fields.required(key, value)?, &path.key(key))
+        };
+        // PyTorch writes an `oom` entry's free bytes as `device_free` instead of `addr`.
+        let addr = match (action, addr, device_free) {
+            (Action::Oom, None, Some(free)) => u64_at(free, &path.key("device_free"))?,
+            (_, addr, _) => int("addr", addr)?,
+        };
         Ok(PytorchTraceEntry {
             action,
-            addr: fields.u64("addr")?,
-            size: fields.u64("size")?,
-            stream: fields.u64("stream")?,
-            time_us: fields.opt_u64("time_us")?,
-            frames: self.optional_frames(fields.get("frames"), &path.key("frames"))?,
+            addr,
+            size: int("size", size)?,
+            stream: int("stream", stream)?,
+            time_us: time_us
+                .map(|value| u64_at(value, &path.key("time_us")))
+                .transpose()?,
+            frames: self.optional_frames(frames, &path.key("frames"))?,
         })
     }
 

@@ -196,6 +196,50 @@ impl<'v, 'p> Fields<'v, 'p> {
             .map(|(_, value)| value)
     }
 
+    /// The values under `keys` in one pass over the dict, each `None` when absent. `cache`
+    /// remembers the address of the key string that matched each of `keys` last time: files
+    /// share one string object for each key, so later dicts match by address, without
+    /// comparing text. (The borrowed tree keeps every string alive and unchanged, so an
+    /// address seen once names the same text for the whole conversion.)
+    pub(super) fn lookup<const N: usize>(
+        &self,
+        keys: &[&'static str; N],
+        cache: &mut [usize; N],
+    ) -> [Option<&'v Value>; N] {
+        let mut found = [None; N];
+        for (key, value) in self.pairs {
+            let Value::Str(name) = key else { continue };
+            let address = Arc::as_ptr(name).cast::<u8>() as usize;
+            let slot = match cache.iter().position(|&cached| cached == address) {
+                Some(slot) => slot,
+                None => match keys.iter().position(|&key| key == &**name) {
+                    Some(slot) => {
+                        cache[slot] = address;
+                        slot
+                    }
+                    None => continue,
+                },
+            };
+            // Python keeps dict keys unique; the first one wins here as in `get`.
+            if found[slot].is_none() {
+                found[slot] = Some(value);
+            }
+        }
+        found
+    }
+
+    /// A [`MissingKey`](SnapshotError::MissingKey) error for `key` of this dict, or the value.
+    pub(super) fn required(
+        &self,
+        key: &'static str,
+        value: Option<&'v Value>,
+    ) -> Result<&'v Value, SnapshotError> {
+        value.ok_or_else(|| SnapshotError::MissingKey {
+            path: self.path.to_string(),
+            key,
+        })
+    }
+
     /// The value under `key`, which must be there.
     pub(super) fn require(&self, key: &'static str) -> Result<&'v Value, SnapshotError> {
         self.get(key).ok_or_else(|| SnapshotError::MissingKey {

@@ -326,3 +326,57 @@ fn appends_setitems_and_additems_of_nothing_need_only_a_value_below_the_mark() {
         }
     ));
 }
+
+#[test]
+fn ints_at_the_edges_of_the_inline_slot_read_exactly() {
+    // LONG1 of 8 bytes: -2^60 - 1, -2^60, 2^60 - 1, 2^60, i64::MIN, i64::MAX.
+    for int in [
+        -(1i64 << 60) - 1,
+        -(1 << 60),
+        (1 << 60) - 1,
+        1 << 60,
+        i64::MIN,
+        i64::MAX,
+    ] {
+        let mut body = vec![0x8a, 8];
+        body.extend_from_slice(&int.to_le_bytes());
+        assert_eq!(
+            ok4(&body),
+            Value::Int(int),
+            "{int} must survive the reader's packing"
+        );
+    }
+}
+
+#[test]
+fn equal_string_keys_that_are_different_objects_keep_one_entry() {
+    // {"ab": 1, "ab": 2} with two distinct "ab" strings, then an int key 1 and a True key,
+    // which Python counts as equal too.
+    let body = b"}(\x8c\x02abK\x01\x8c\x02abK\x02K\x01K\x03\x88K\x04u";
+    assert_eq!(
+        ok4(body),
+        dict(vec![(s("ab"), int(2)), (int(1), int(4))]),
+        "equal keys must replace the value, whatever object holds them"
+    );
+}
+
+#[test]
+fn a_container_held_twice_is_shared_and_one_held_once_is_moved_whole() {
+    // [d, d, [1]] with d = {"k": [2]} memoized at 0.
+    let body = b"](}\x94\x8c\x01k](K\x02esh\x00](K\x01ee";
+    let Value::List(items) = ok4(body) else {
+        panic!("the result must be a list")
+    };
+    let (Value::Dict(first), Value::Dict(second)) = (&items[0], &items[1]) else {
+        panic!("the first two items must be dicts, got {items:?}")
+    };
+    assert!(
+        Arc::ptr_eq(first, second),
+        "a dict referenced twice must be one object"
+    );
+    assert_eq!(
+        items[2],
+        list(vec![int(1)]),
+        "a list held once must arrive whole"
+    );
+}

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::super::Value;
-use super::arena::{Arena, Kind, Slot};
+use super::arena::{Arena, Kind, Slot, Unpacked};
 use super::error::PickleError;
 
 /// How far the walk has got with one container.
@@ -18,8 +18,10 @@ enum State {
     Pending,
     /// On the walk's path: reaching it again is a cycle.
     Open,
-    /// Converted.
+    /// Converted, and kept for the references still to come.
     Done(Value),
+    /// Converted and moved into the one container that holds it.
+    Moved,
 }
 
 /// A container on the walk's path, with the items still to convert and those converted.
@@ -30,19 +32,23 @@ struct Open {
     done: Built,
 }
 
-/// The converted items of a container: values, or for a dict, pairs and a pending key.
+/// The converted items of a container: values, or for a dict, pairs.
 enum Built {
     Items(Vec<Value>),
-    Pairs(Vec<(Value, Value)>, Option<Value>),
+    Pairs(Vec<(Value, Value)>),
 }
 
-impl Built {
+impl Open {
+    /// Adds the converted item just taken from `rest`.
+    #[inline]
     fn push(&mut self, value: Value) {
-        match self {
+        match &mut self.done {
             Built::Items(items) => items.push(value),
-            Built::Pairs(pairs, key) => match key.take() {
-                Some(key) => pairs.push((key, value)),
-                None => *key = Some(value),
+            // Keys and values alternate and a dict's slots come in pairs, so an odd number
+            // left means a key was taken, and its value is next.
+            Built::Pairs(pairs) => match pairs.last_mut() {
+                Some(last) if self.rest.len() % 2 == 0 => last.1 = value,
+                _ => pairs.push((value, Value::None)),
             },
         }
     }
@@ -50,56 +56,72 @@ impl Built {
 
 /// Converts `root` and everything it reaches, consuming the arena.
 pub(super) fn freeze(mut arena: Arena, root: Slot, max_depth: usize) -> Result<Value, PickleError> {
-    let root = match root {
-        Slot::Scalar(index) => return Ok(scalar(&arena, index)),
-        Slot::Node(id) => id as usize,
+    let Some(root) = root.node_id() else {
+        return Ok(scalar(&arena, root));
     };
-    let mut states: Vec<State> = arena.nodes.iter().map(|_| State::Pending).collect();
+    let mut states: Vec<State> = Vec::new();
+    states.resize_with(arena.nodes.len(), || State::Pending);
     let mut path: Vec<Open> = Vec::new();
-    open(&mut arena, &mut states, &mut path, root, max_depth)?;
+    open(&mut arena, &mut states, &mut path, root as usize, max_depth)?;
     while let Some(top) = path.last_mut() {
-        match top.rest.next() {
-            Some(Slot::Scalar(index)) => top.done.push(scalar(&arena, index)),
-            Some(Slot::Node(child)) => {
-                let child = child as usize;
-                match states.get(child) {
-                    Some(State::Done(value)) => top.done.push(value.clone()),
+        // Convert items until one is a container not converted yet, which is walked first.
+        let mut pending = None;
+        while let Some(slot) = top.rest.next() {
+            let value = match slot.unpack() {
+                Unpacked::Node(child) => match states.get(child as usize) {
+                    Some(State::Done(value)) => value.clone(),
+                    Some(State::Pending) => {
+                        pending = Some(child as usize);
+                        break;
+                    }
                     Some(State::Open) => {
-                        let node = &arena.nodes[child];
+                        let node = &arena.nodes[child as usize];
                         return Err(PickleError::Cycle {
                             kind: node.kind.python_name(),
                             offset: node.offset,
                         });
                     }
-                    Some(State::Pending) => {
-                        open(&mut arena, &mut states, &mut path, child, max_depth)?;
+                    // The reference counts never undercount, so a moved container is never
+                    // reached again; a bug here must not panic on a user's input.
+                    Some(State::Moved) | None => {
+                        debug_assert!(false, "container {child} moved or dangling");
+                        Value::None
                     }
-                    None => debug_assert!(false, "dangling container handle {child}"),
-                }
-            }
-            None => {
-                let Some(Open { id, kind, done, .. }) = path.pop() else {
-                    break;
-                };
-                let value = build(kind, done);
-                match path.last_mut() {
-                    Some(parent) => {
-                        parent.done.push(value.clone());
-                        states[id] = State::Done(value);
-                    }
-                    None => return Ok(value),
-                }
-            }
+                },
+                _ => scalar(&arena, slot),
+            };
+            top.push(value);
+        }
+        if let Some(child) = pending {
+            open(&mut arena, &mut states, &mut path, child, max_depth)?;
+            continue;
+        }
+        let Some(Open { id, kind, done, .. }) = path.pop() else {
+            break;
+        };
+        let value = build(kind, done);
+        let Some(parent) = path.last_mut() else {
+            return Ok(value);
+        };
+        // A container held once is moved into its holder; one held more often is kept for
+        // the other holders, each of which clones the `Arc`.
+        if arena.refs.get(id).is_some_and(|&refs| refs > 1) {
+            parent.push(value.clone());
+            states[id] = State::Done(value);
+        } else {
+            parent.push(value);
+            states[id] = State::Moved;
         }
     }
     debug_assert!(false, "the walk ends when the root closes");
     Ok(Value::None)
 }
 
-/// The scalar at `index`.
-fn scalar(arena: &Arena, index: u32) -> Value {
-    let value = arena.scalars.get(index as usize).cloned();
-    debug_assert!(value.is_some(), "dangling scalar handle {index}");
+/// The scalar `slot` names or holds.
+#[inline]
+fn scalar(arena: &Arena, slot: Slot) -> Value {
+    let value = arena.scalar_value(slot);
+    debug_assert!(value.is_some(), "dangling scalar handle {slot:?}");
     value.unwrap_or(Value::None)
 }
 
@@ -121,7 +143,7 @@ fn open(
     states[id] = State::Open;
     let slots = std::mem::take(&mut node.slots);
     let done = match node.kind {
-        Kind::Dict => Built::Pairs(Vec::with_capacity(slots.len() / 2), None),
+        Kind::Dict => Built::Pairs(Vec::with_capacity(slots.len() / 2)),
         _ => Built::Items(Vec::with_capacity(slots.len())),
     };
     path.push(Open {
@@ -136,10 +158,7 @@ fn open(
 /// The value of a container of `kind` whose items are converted.
 fn build(kind: Kind, done: Built) -> Value {
     match (kind, done) {
-        (_, Built::Pairs(pairs, key)) => {
-            debug_assert!(key.is_none(), "a dict holds keys and values in pairs");
-            Value::Dict(Arc::new(pairs))
-        }
+        (_, Built::Pairs(pairs)) => Value::Dict(Arc::new(pairs)),
         (Kind::List, Built::Items(items)) => Value::List(Arc::new(items)),
         (Kind::Tuple, Built::Items(items)) => Value::Tuple(Arc::new(items)),
         (_, Built::Items(items)) => Value::Set(Arc::new(items)),

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 
 use super::super::Value;
-use super::arena::Slot;
+use super::arena::{Slot, Unpacked};
 
 /// Entries up to which a linear scan is cheaper than a hash index.
 const LINEAR_SCAN_ENTRIES: usize = 8;
@@ -36,9 +36,12 @@ impl<'a> KeyRef<'a> {
     /// The key of `slot`, whose scalars are in `scalars`, or `None` for a key equal to nothing
     /// (`NaN`).
     fn of(scalars: &'a [Value], slot: Slot) -> Option<Self> {
-        Some(match slot {
-            Slot::Node(id) => KeyRef::Node(id),
-            Slot::Scalar(index) => match scalars.get(index as usize)? {
+        Some(match slot.unpack() {
+            Unpacked::Node(id) => KeyRef::Node(id),
+            Unpacked::Int(int) => KeyRef::Int(int),
+            Unpacked::Bool(flag) => KeyRef::Int(i64::from(flag)),
+            Unpacked::None => KeyRef::None,
+            Unpacked::Scalar(index) => match scalars.get(index as usize)? {
                 Value::None => KeyRef::None,
                 Value::Bool(b) => KeyRef::Int(i64::from(*b)),
                 Value::Int(i) => KeyRef::Int(*i),
@@ -60,6 +63,32 @@ impl<'a> KeyRef<'a> {
     }
 }
 
+/// The text of the `str` scalar `index`.
+#[inline]
+fn str_at(scalars: &[Value], index: u32) -> Option<&str> {
+    match scalars.get(index as usize)? {
+        Value::Str(text) => Some(text),
+        _ => None,
+    }
+}
+
+/// [`KeyIndex::find`] without an index for a `str` key: the common case of a small dict with
+/// memoized string keys, where only another `str` with the same text hash can be equal.
+fn find_str(scalars: &[Value], slots: &[Slot], stride: usize, key: Slot) -> Option<usize> {
+    let same_text = |other: Slot| {
+        let text = |slot: Slot| slot.str_index().and_then(|i| str_at(scalars, i));
+        text(other).is_some_and(|other| Some(other) == text(key))
+    };
+    let mut entry = 0;
+    while let Some(&other) = slots.get(entry * stride) {
+        if other == key || (other.may_equal_str(key) && same_text(other)) {
+            return Some(entry);
+        }
+        entry += 1;
+    }
+    None
+}
+
 /// A hash index from key to entry number for one large dict or set.
 pub(super) struct KeyIndex {
     hasher: RandomState,
@@ -76,10 +105,21 @@ impl KeyIndex {
         stride: usize,
         key: Slot,
     ) -> Option<usize> {
+        if index.is_none() && key.str_index().is_some() {
+            return find_str(scalars, slots, stride, key);
+        }
+        let key_slot = key;
         let key = KeyRef::of(scalars, key)?;
         let matches = |entry: usize| {
-            let other = slots.get(entry * stride)?;
-            Some(KeyRef::of(scalars, *other)? == key)
+            let other = *slots.get(entry * stride)?;
+            // The same object, or equal atoms; two different ints held in slots differ.
+            if other == key_slot {
+                return Some(true);
+            }
+            if other.is_small_int() && key_slot.is_small_int() {
+                return Some(false);
+            }
+            Some(KeyRef::of(scalars, other)? == key)
         };
         match index {
             None => (0..slots.len() / stride).find(|&entry| matches(entry) == Some(true)),
@@ -94,6 +134,7 @@ impl KeyIndex {
 
     /// Records the key of `entry`, just added; builds the index once the entries outgrow a
     /// linear scan.
+    #[inline]
     pub(super) fn record(
         index: &mut Option<Box<KeyIndex>>,
         scalars: &[Value],
@@ -102,8 +143,9 @@ impl KeyIndex {
         entry: usize,
     ) {
         match index {
+            None if entry < LINEAR_SCAN_ENTRIES => {}
             Some(index) => index.add(scalars, slots, stride, entry),
-            None if entry >= LINEAR_SCAN_ENTRIES => {
+            None => {
                 let mut built = KeyIndex {
                     hasher: RandomState::new(),
                     entries: HashMap::new(),
@@ -113,7 +155,6 @@ impl KeyIndex {
                 }
                 *index = Some(Box::new(built));
             }
-            None => {}
         }
     }
 

@@ -202,7 +202,7 @@ impl Machine<'_, '_> {
             READONLY_BUFFER => {
                 // In-band buffers are bytes already; read-only changes nothing here.
                 let top = self.top(at)?;
-                if !matches!(self.arena.scalar_value(top), Some(Value::Bytes(_))) {
+                if !self.arena.is_bytes(top) {
                     return Err(self.wrong_type(at, "a bytes-like buffer", top));
                 }
             }
@@ -226,7 +226,7 @@ impl Machine<'_, '_> {
             DICT => {
                 let items = self.take_mark(at)?;
                 let dict = self.create(Kind::Dict, Vec::new(), at)?;
-                if let Slot::Node(id) = dict {
+                if let Some(id) = dict.node_id() {
                     set_items(&mut self.arena, id, items.into_iter(), at)?;
                 }
                 self.push(dict, at)?;
@@ -234,7 +234,7 @@ impl Machine<'_, '_> {
             FROZENSET => {
                 let items = self.take_mark(at)?;
                 let set = self.create(Kind::FrozenSet, Vec::new(), at)?;
-                if let Slot::Node(id) = set {
+                if let Some(id) = set.node_id() {
                     add_items(&mut self.arena, id, items.into_iter(), at)?;
                 }
                 self.push(set, at)?;
@@ -472,8 +472,8 @@ impl Machine<'_, '_> {
                 })
             }
         };
-        match slot {
-            Slot::Node(id) if self.arena.kind(slot) == Some(kind) => Ok(id),
+        match slot.node_id() {
+            Some(id) if self.arena.kind(slot) == Some(kind) => Ok(id),
             _ => {
                 let expected = match kind {
                     Kind::List => "a list",

@@ -27,6 +27,7 @@ impl Memo {
     pub(super) fn get(&self, index: u64) -> Option<Slot> {
         match usize::try_from(index) {
             Ok(i) if i < self.dense.len() => self.dense[i],
+            _ if self.sparse.is_empty() => None,
             _ => self.sparse.get(&index).copied(),
         }
     }
@@ -35,6 +36,15 @@ impl Memo {
     /// when that would make more than `max_entries` entries.
     #[must_use]
     pub(super) fn put(&mut self, index: u64, slot: Slot, max_entries: usize) -> bool {
+        // What writers do: the next index, with no sparse entry to move over.
+        if usize::try_from(index).is_ok_and(|i| i == self.dense.len())
+            && self.sparse.is_empty()
+            && self.len < max_entries
+        {
+            self.dense.push(Some(slot));
+            self.len += 1;
+            return true;
+        }
         let dense_index = usize::try_from(index)
             .ok()
             .filter(|&i| i <= self.dense.len());
