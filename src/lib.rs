@@ -69,7 +69,7 @@ mod allocator;
 pub use allocator::{Allocation, CachingAllocator, FreeMemoryCallback};
 pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
-    SimFault, StreamId,
+    SimFault, SimHostCalls, StreamId,
 };
 pub use config::{AllocatorConfig, ConfigError};
 pub use error::{format_size, Error, OutOfMemoryError, Result};

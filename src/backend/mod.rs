@@ -7,7 +7,9 @@
 
 mod sim;
 
-pub use sim::{SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault};
+pub use sim::{
+    SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault, SimHostCalls, HOST_PAGE,
+};
 
 use std::fmt;
 
@@ -91,6 +93,20 @@ pub enum BackendError {
         /// Which call failed.
         what: &'static str,
     },
+    /// The host could not provide `requested_bytes` of page-locked memory.
+    #[error("out of pinned host memory allocating {requested_bytes} bytes")]
+    HostOutOfMemory {
+        /// Size of the refused allocation, in bytes.
+        requested_bytes: usize,
+    },
+    /// A pinned-memory free named memory this backend did not hand out (an allocator bug).
+    #[error("no pinned host allocation at {ptr:#x} of {size_bytes} bytes")]
+    UnknownHostAllocation {
+        /// Address passed to the free.
+        ptr: u64,
+        /// Size passed to the free, in bytes.
+        size_bytes: usize,
+    },
     /// Any other driver error, with the driver's own code and name.
     #[error("driver error {code} ({name}) on device {device}: {message}")]
     Driver {
@@ -108,7 +124,10 @@ pub enum BackendError {
 impl BackendError {
     /// Whether freeing memory may let the failed request succeed.
     pub fn is_out_of_memory(&self) -> bool {
-        matches!(self, BackendError::OutOfMemory { .. })
+        matches!(
+            self,
+            BackendError::OutOfMemory { .. } | BackendError::HostOutOfMemory { .. }
+        )
     }
 }
 
@@ -158,4 +177,14 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Gives an event back once the allocator no longer needs it (backends may recycle it).
     fn release_event(&self, event: Self::Event);
+
+    /// Allocates `size_bytes` of page-locked host memory, which devices copy to and from
+    /// asynchronously (`cuMemHostAlloc`), and returns its address.
+    ///
+    /// Fails with [`BackendError::HostOutOfMemory`] when the host has no room (or for 0
+    /// bytes), which the host cache treats as retryable.
+    fn alloc_host(&self, size_bytes: usize) -> Result<u64, BackendError>;
+
+    /// Returns host memory obtained from [`Backend::alloc_host`] with the same size.
+    fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError>;
 }

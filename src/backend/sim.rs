@@ -23,13 +23,19 @@ use parking_lot::Mutex;
 use super::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
 
 mod device;
+mod host;
 #[cfg(test)]
 mod tests;
 
 use device::Device;
+use host::HostMemory;
+pub use host::{SimHostCalls, HOST_PAGE};
 
 /// Capacity of every device when the builder is not given one, in bytes (16 GiB).
 const DEFAULT_CAPACITY: usize = 16 << 30;
+
+/// Most pinned host memory live at once when the builder is not given a limit (4 GiB).
+const DEFAULT_HOST_CAPACITY: usize = 4 << 30;
 
 /// Simulated devices: fake or host-backed segments, virtual streams, injected faults, counters.
 ///
@@ -68,6 +74,7 @@ pub struct SimBackend {
 struct Shared {
     devices: Vec<Mutex<Device>>,
     host_backed: bool,
+    host: Mutex<HostMemory>,
 }
 
 /// Builds a [`SimBackend`]; start from [`SimBackend::builder`].
@@ -93,6 +100,7 @@ pub struct SimBackendBuilder {
     capacity_bytes: usize,
     device_capacities: BTreeMap<DeviceIndex, usize>,
     host_backed: bool,
+    host_capacity_bytes: usize,
 }
 
 /// How many device calls a simulated device has served, for tests to assert.
@@ -320,6 +328,16 @@ impl SimBackend {
             .unwrap_or_default()
     }
 
+    /// How many pinned host-memory calls this backend has served.
+    pub fn host_calls(&self) -> SimHostCalls {
+        self.inner.host.lock().calls
+    }
+
+    /// Bytes of live pinned host allocations, as asked for.
+    pub fn host_allocated_bytes(&self) -> usize {
+        self.inner.host.lock().bytes()
+    }
+
     /// Bytes of live segments on `device`, as the allocator asked for them (0 for a device that
     /// does not exist).
     pub fn allocated_bytes(&self, device: DeviceIndex) -> usize {
@@ -425,6 +443,16 @@ impl Backend for SimBackend {
             dev.lock().calls.events_released += 1;
         }
     }
+
+    /// Real, zeroed host memory aligned to [`HOST_PAGE`] bytes (the simulated device copies
+    /// nothing, so it is not actually page-locked).
+    fn alloc_host(&self, size_bytes: usize) -> Result<u64, BackendError> {
+        self.inner.host.lock().alloc(size_bytes)
+    }
+
+    fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        self.inner.host.lock().free(ptr, size_bytes)
+    }
 }
 
 impl SimEvent {
@@ -451,6 +479,7 @@ impl Default for SimBackendBuilder {
             capacity_bytes: DEFAULT_CAPACITY,
             device_capacities: BTreeMap::new(),
             host_backed: false,
+            host_capacity_bytes: DEFAULT_HOST_CAPACITY,
         }
     }
 }
@@ -485,6 +514,13 @@ impl SimBackendBuilder {
         self
     }
 
+    /// Most pinned host memory live at once, in bytes (default 4 GiB); past it
+    /// [`Backend::alloc_host`] fails with [`BackendError::HostOutOfMemory`].
+    pub fn host_capacity(mut self, bytes: usize) -> Self {
+        self.host_capacity_bytes = bytes;
+        self
+    }
+
     /// The backend.
     pub fn build(self) -> SimBackend {
         let devices = (0..self.device_count)
@@ -500,6 +536,7 @@ impl SimBackendBuilder {
             inner: Arc::new(Shared {
                 devices,
                 host_backed: self.host_backed,
+                host: Mutex::new(HostMemory::new(self.host_capacity_bytes)),
             }),
         }
     }

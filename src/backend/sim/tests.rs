@@ -646,3 +646,54 @@ fn fake_segments_have_no_bytes_to_read_or_write() -> Result<(), BackendError> {
     ));
     Ok(())
 }
+
+#[test]
+fn pinned_host_memory_is_real_aligned_bounded_and_counted() {
+    let sim = SimBackend::builder().host_capacity(3 * HOST_PAGE).build();
+    let a = sim.alloc_host(100).expect("fits");
+    let b = sim.alloc_host(2 * HOST_PAGE).expect("fits");
+    assert_eq!(a % HOST_PAGE as u64, 0, "page-aligned");
+    assert_eq!(b % HOST_PAGE as u64, 0, "page-aligned");
+    assert_ne!(a, b);
+    assert_eq!(sim.host_allocated_bytes(), 100 + 2 * HOST_PAGE);
+    assert_eq!(
+        sim.alloc_host(HOST_PAGE),
+        Err(BackendError::HostOutOfMemory {
+            requested_bytes: HOST_PAGE
+        }),
+        "past the host capacity"
+    );
+    assert!(sim.alloc_host(HOST_PAGE).unwrap_err().is_out_of_memory());
+    assert_eq!(
+        sim.alloc_host(0),
+        Err(BackendError::HostOutOfMemory { requested_bytes: 0 })
+    );
+    assert_eq!(
+        sim.free_host(a, 99),
+        Err(BackendError::UnknownHostAllocation {
+            ptr: a,
+            size_bytes: 99
+        }),
+        "the size must match"
+    );
+    sim.free_host(a, 100).expect("frees");
+    assert_eq!(
+        sim.free_host(a, 100),
+        Err(BackendError::UnknownHostAllocation {
+            ptr: a,
+            size_bytes: 100
+        }),
+        "twice"
+    );
+    sim.free_host(b, 2 * HOST_PAGE).expect("frees");
+    assert_eq!(sim.host_allocated_bytes(), 0);
+    assert_eq!(
+        sim.host_calls(),
+        SimHostCalls {
+            host_allocs: 2,
+            failed_host_allocs: 3,
+            host_frees: 2,
+            failed_host_frees: 2,
+        }
+    );
+}
