@@ -11,3 +11,4 @@ mod rmm_fixture;
 mod scenarios;
 mod state;
 mod stress;
+mod trace_roundtrip;
