@@ -13,8 +13,8 @@
 //!   that their frees wait for events, with streams completing as the loop goes.
 //! * `contended`: two threads doing cache-hit pairs on one device (one mutex) or on two.
 //! * `history`: the 4 KiB cache-hit pair with history recording off, on
-//!   (`ContextLevel::State`, no call stacks) and on with an annotation active: the cost of
-//!   recording.
+//!   (`ContextLevel::State`, no call stacks), on with an annotation active, and on while the
+//!   events are also streamed to a file: the cost of recording.
 //!
 //! Run with `cargo bench --bench allocator`; see `benches/README.md` for the numbers.
 
@@ -316,15 +316,26 @@ fn history(c: &mut Criterion) {
         max_entries: HISTORY_ENTRIES,
         stacks: Backtraces::None,
     };
-    for (name, settings, tag) in [
-        ("off", HistorySettings::DISABLED, None),
-        ("state", recording, None),
-        ("state_annotated", recording, Some("layer3.attn")),
+    let stream_path = std::env::temp_dir().join(format!(
+        "blockpool-bench-stream-{}.jsonl",
+        std::process::id()
+    ));
+    for (name, settings, tag, streamed) in [
+        ("off", HistorySettings::DISABLED, None, false),
+        ("state", recording, None, false),
+        ("state_annotated", recording, Some("layer3.attn"), false),
+        ("state_streamed", recording, None, true),
     ] {
         let alloc = new_allocator(1);
         alloc
             .record_memory_history(settings)
             .expect("valid history settings");
+        // The streaming sink: events also go to a file, written by a background thread.
+        let stream = streamed.then(|| {
+            alloc
+                .stream_history_to(&stream_path)
+                .expect("the stream's file can be created")
+        });
         drop(
             alloc
                 .allocate(0, SIZE, StreamId::DEFAULT)
@@ -346,7 +357,17 @@ fn history(c: &mut Criterion) {
             let expected = if settings.enabled { HISTORY_ENTRIES } else { 0 };
             assert_eq!(events, expected, "{name}: the ring is full when recording");
         }
+        if let Some(stream) = stream {
+            let summary = stream.stop().expect("the stream ends cleanly");
+            if ran {
+                eprintln!(
+                    "{name}: {} events written, {} dropped (the writer fell behind)",
+                    summary.events, summary.dropped_events
+                );
+            }
+        }
     }
+    let _ = std::fs::remove_file(&stream_path);
     group.finish();
 }
 
