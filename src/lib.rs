@@ -49,7 +49,8 @@
 //! | [`CachingAllocator`] | one pool per device behind a mutex, owning handles, raw pointers |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
-//! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), trace files: the restricted pickle reader/writer for PyTorch snapshots, RMM's CSV log |
+//! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), [`CachingAllocator::snapshot`], trace files (our JSON Lines with a streaming sink, PyTorch snapshot pickles both ways, Perfetto, RMM's CSV log) and the state at any event |
+//! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
 //!
 //! ## Features of the simulated device
 //!
@@ -60,6 +61,7 @@
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod host;
 pub mod pool;
 pub mod stats;
 pub mod trace;
@@ -73,6 +75,7 @@ pub use backend::{
 };
 pub use config::{AllocatorConfig, ConfigError};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
+pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
 pub use stats::{DeviceStats, MemoryStats};
 pub use trace::{
     annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,

@@ -26,6 +26,15 @@ pub enum Command {
         #[arg(long, default_value = "blockpool-demo.jsonl.gz")]
         out: PathBuf,
     },
+    /// Peaks of allocated, reserved and requested memory and when, fragmentation and the top
+    /// allocation sites at the peak, and each out-of-memory event explained.
+    Summary {
+        /// The trace file.
+        file: PathBuf,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Format, devices, events per device by action, segments and time span of a trace.
     Info {
         /// The trace file.

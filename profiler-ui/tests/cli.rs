@@ -296,3 +296,92 @@ fn demo_writes_a_trace_that_info_reads_back_exactly() {
     // The weights, moments and biases are live at the end: 72 x 32 MiB + 24 x 8 KiB.
     assert_eq!(device["allocated_bytes"], 72 * (32_u64 << 20) + 24 * 8192);
 }
+
+/// A hand-written trace: one 20 MiB segment, three allocations, a free that leaves a 4 MiB
+/// hole, then a 6 MiB request that fails with 2 MiB free on the device.
+const OOM_TRACE: &str = r#"{"blockpool_trace":1,"time_origin_unix_us":1700000000000000}
+{"context":1,"tags":["weights"],"frames":[]}
+{"context":2,"tags":["act"],"frames":[]}
+{"event":"segment_alloc","device":0,"addr":4294967296,"size":20971520,"time_us":1}
+{"event":"alloc","device":0,"addr":4294967296,"size":8388608,"requested":8388608,"time_us":2,"context":1}
+{"event":"alloc","device":0,"addr":4303355904,"size":4194304,"requested":4194304,"time_us":3,"context":2}
+{"event":"alloc","device":0,"addr":4307550208,"size":8388608,"requested":8388608,"time_us":4,"context":1}
+{"event":"free_requested","device":0,"addr":4303355904,"size":4194304,"requested":4194304,"time_us":5,"context":2}
+{"event":"free_completed","device":0,"addr":4303355904,"size":4194304,"requested":4194304,"time_us":6,"context":2}
+{"event":"oom","device":0,"addr":2097152,"size":6291456,"time_us":7}
+{"segment":4294967296,"device":0,"size":20971520,"pool":"large","blocks":[[4294967296,8388608,8388608,"active_allocated",1],[4303355904,4194304,0,"inactive",0],[4307550208,8388608,8388608,"active_allocated",1]]}
+{"end":{"events":7,"segments":1}}
+"#;
+
+#[test]
+fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
+    let path = scratch("oom.jsonl");
+    std::fs::write(&path, OOM_TRACE).unwrap();
+    let output = memtrace(&["summary", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let device = &report["devices"][0];
+    assert_eq!(device["events"], 7);
+    assert_eq!(device["peak_allocated"]["bytes"], 20_971_520);
+    assert_eq!(device["peak_allocated"]["index"], 4);
+    assert_eq!(device["peak_allocated"]["time_us"], 4);
+    assert_eq!(device["peak_reserved"]["bytes"], 20_971_520);
+    assert_eq!(device["peak_reserved"]["index"], 1);
+    assert_eq!(device["fragmentation_reserved"], 0.0);
+    assert_eq!(device["free_bytes"], 0);
+    assert_eq!(device["top_sites"][0]["site"], "weights");
+    assert_eq!(device["top_sites"][0]["bytes"], 16_777_216);
+    assert_eq!(device["top_sites"][0]["blocks"], 2);
+    assert_eq!(device["top_sites"][1]["site"], "act");
+    assert_eq!(device["top_sites"][1]["bytes"], 4_194_304);
+    let oom = &device["out_of_memory"][0];
+    assert_eq!(oom["index"], 6);
+    assert_eq!(oom["requested_bytes"], 6_291_456);
+    assert_eq!(oom["device_free_bytes"], 2_097_152);
+    assert_eq!(oom["cached_free_bytes"], 4_194_304);
+    assert_eq!(oom["largest_free_block"], 4_194_304);
+    assert_eq!(oom["allocated_bytes"], 16_777_216);
+    assert_eq!(
+        oom["explanation"],
+        "6.00 MiB requested: only 4.00 MiB was cached (largest block 4.00 MiB) and the device \
+         had 2.00 MiB free; the program needs more memory than the device has"
+    );
+
+    let text = stdout(&memtrace(&["summary", path.to_str().unwrap()]));
+    assert!(
+        text.contains("  peak allocated  20.00 MiB at event 4 (0.000004 s)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("     16.00 MiB       2 blocks  weights\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn summary_of_a_pytorch_fixture_names_python_sites() {
+    let report = {
+        let output = memtrace(&[
+            "summary",
+            &fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"),
+            "--json",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
+    };
+    let device = &report["devices"][0];
+    assert_eq!(device["events"], 4_657);
+    // The end state holds the most: every block allocated in this forward pass is still live.
+    assert_eq!(device["peak_allocated"]["bytes"], 19_498_420_224_u64);
+    assert_eq!(device["peak_allocated"]["index"], 4_657);
+    assert_eq!(device["segments_at_peak"], 516);
+    let sites = device["top_sites"].as_array().expect("sites");
+    assert!(
+        sites
+            .iter()
+            .filter(|s| s["site"] != "<unknown>")
+            .all(|s| s["site"].as_str().unwrap().contains(".py:")),
+        "sites are Python frames: {sites:?}"
+    );
+    assert_eq!(device["out_of_memory"].as_array().map(Vec::len), Some(0));
+}

@@ -1,6 +1,7 @@
 //! One test binary with a module per area.
 mod fixtures;
 mod history;
+mod host;
 mod jsonl;
 mod model;
 mod perfetto;

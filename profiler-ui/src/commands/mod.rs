@@ -3,6 +3,7 @@
 mod convert;
 mod demo;
 mod info;
+mod summary;
 
 use crate::cli::Command;
 use crate::output::Output;
@@ -11,6 +12,7 @@ use crate::output::Output;
 pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
         Command::Info { file, json } => info::run(&file, json, out),
+        Command::Summary { file, json } => summary::run(&file, json, out),
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
         Command::Demo { out: trace } => demo::run(&trace, out),
     }
