@@ -60,7 +60,9 @@
 
 pub mod backend;
 pub mod config;
+pub mod cuda;
 pub mod error;
+pub mod global;
 pub mod host;
 pub mod pool;
 pub mod stats;
@@ -75,6 +77,7 @@ pub use backend::{
 };
 pub use config::{AllocatorConfig, ConfigError};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
+pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
 pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
 pub use stats::{DeviceStats, MemoryStats};
 pub use trace::{

@@ -1,5 +1,6 @@
 //! The command line: subcommands and their arguments (clap), and how usage errors exit.
 
+use crate::analysis::sites::SiteOrder;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -35,6 +36,77 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Allocations made during the trace and alive at its end, by site, and the sites whose
+    /// live memory grows across annotated steps.
+    Leaks {
+        /// The trace file.
+        file: PathBuf,
+        /// Only this device (default: every device).
+        #[arg(long)]
+        device: Option<u32>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live allocated memory by site at one point (the end by default).
+    Top {
+        /// The trace file.
+        file: PathBuf,
+        /// Which point.
+        #[command(flatten)]
+        at: AtOrPeak,
+        /// The device (default: the first with events or segments).
+        #[arg(long)]
+        device: Option<u32>,
+        /// Order of the sites.
+        #[arg(long, value_enum, default_value = "bytes")]
+        sort: SiteOrder,
+        /// Show at most this many sites.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A text map of segments and blocks at one point (the end by default): allocated, pending
+    /// free, free, and lost to rounding.
+    Segments {
+        /// The trace file.
+        file: PathBuf,
+        /// Which point.
+        #[command(flatten)]
+        at: AtOrPeak,
+        /// The device (default: the first with events or segments).
+        #[arg(long)]
+        device: Option<u32>,
+        /// Print the segments and blocks as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allocated, reserved and requested memory over time as an SVG chart, steps marked.
+    Timeline {
+        /// The trace file.
+        file: PathBuf,
+        /// The SVG file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// The device (default: the first with events or segments).
+        #[arg(long)]
+        device: Option<u32>,
+    },
+    /// Per-site differences in live bytes at the allocated peak and at the end of two traces.
+    Diff {
+        /// The first trace.
+        a: PathBuf,
+        /// The second trace.
+        b: PathBuf,
+        /// The device in both (default: the first of each).
+        #[arg(long)]
+        device: Option<u32>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Format, devices, events per device by action, segments and time span of a trace.
     Info {
         /// The trace file.
@@ -54,6 +126,26 @@ pub enum Command {
         #[arg(long, value_enum)]
         to: Option<OutputFormat>,
     },
+    /// Whether CUDA is usable here: the driver library and version, each GPU's name, compute
+    /// capability and memory, and if CUDA is unusable, why and what to do. Exits 0 either way:
+    /// it is a report.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--at EVENT` or `--peak`: a point of the trace.
+#[derive(Debug, clap::Args)]
+#[group(multiple = false)]
+pub struct AtOrPeak {
+    /// The state after this many of the device's events (0: before the first).
+    #[arg(long, value_name = "EVENT")]
+    pub at: Option<usize>,
+    /// Where allocated memory peaks.
+    #[arg(long)]
+    pub peak: bool,
 }
 
 /// The formats `convert` writes.

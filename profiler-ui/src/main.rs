@@ -4,6 +4,7 @@
 //! Exit status: 0 on success (also when the reader of our output goes away early), 2 with a
 //! one-line message on bad input or usage.
 
+mod analysis;
 mod cli;
 mod commands;
 mod output;

@@ -385,3 +385,57 @@ fn summary_of_a_pytorch_fixture_names_python_sites() {
     );
     assert_eq!(device["out_of_memory"].as_array().map(Vec::len), Some(0));
 }
+
+#[test]
+fn every_reading_subcommand_refuses_corrupt_and_hostile_files_with_exit_2() {
+    let bytes = std::fs::read(fixture(
+        "bcrafton_assignment2-systems_memory_snapshot.pickle",
+    ))
+    .unwrap();
+    let truncated = scratch("every-truncated.pickle");
+    std::fs::write(&truncated, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let garbage = scratch("every-garbage.jsonl");
+    std::fs::write(
+        &garbage,
+        b"{\"blockpool_trace\":1}\n{\"event\":\"alloc\",\"device\":\"x\"}\n",
+    )
+    .unwrap();
+    let hostile = scratch("every-hostile.pickle");
+    let command = b"touch /tmp/memtrace-must-not-run";
+    let mut pickle = vec![0x80, 0x02];
+    pickle.extend_from_slice(b"cposix\nsystem\n");
+    pickle.push(b'X');
+    pickle.extend_from_slice(&(command.len() as u32).to_le_bytes());
+    pickle.extend_from_slice(command);
+    pickle.extend_from_slice(&[0x85, b'R', b'.']);
+    std::fs::write(&hostile, &pickle).unwrap();
+    let svg = scratch("every.svg");
+    let out = scratch("every-out.jsonl");
+    let good = fixture("albi2_thesis_dump_snapshot_1064.pickle");
+    for bad in [&truncated, &garbage, &hostile] {
+        let bad = bad.to_str().unwrap();
+        for args in [
+            vec!["info", bad],
+            vec!["summary", bad],
+            vec!["leaks", bad],
+            vec!["top", bad],
+            vec!["segments", bad, "--peak"],
+            vec!["timeline", bad, "--out", svg.to_str().unwrap()],
+            vec!["convert", bad, out.to_str().unwrap()],
+            vec!["diff", bad, &good],
+            vec!["diff", &good, bad],
+        ] {
+            let output = memtrace(&args);
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                stderr(&output)
+            );
+            let err = stderr(&output);
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            assert!(!err.contains("panicked"), "{args:?}: {err}");
+        }
+    }
+    assert!(!Path::new("/tmp/memtrace-must-not-run").exists());
+}

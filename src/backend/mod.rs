@@ -5,8 +5,12 @@
 //! tell when work that used a block has finished. [`SimBackend`] simulates devices for tests,
 //! replays and docs; the CUDA backend (a later layer) wraps the driver.
 
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 mod sim;
 
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties, MIN_DRIVER_VERSION};
 pub use sim::{
     SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault, SimHostCalls, HOST_PAGE,
 };

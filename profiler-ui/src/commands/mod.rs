@@ -2,9 +2,16 @@
 
 mod convert;
 mod demo;
+mod diff;
+mod doctor;
 mod info;
+mod leaks;
+mod segments;
 mod summary;
+mod timeline;
+mod top;
 
+use crate::analysis::timeline::Point;
 use crate::cli::Command;
 use crate::output::Output;
 
@@ -13,7 +20,44 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
         Command::Info { file, json } => info::run(&file, json, out),
         Command::Summary { file, json } => summary::run(&file, json, out),
+        Command::Leaks { file, device, json } => leaks::run(&file, device, json, out),
+        Command::Top {
+            file,
+            at,
+            device,
+            sort,
+            limit,
+            json,
+        } => {
+            let options = top::TopOptions {
+                device,
+                point: Point::from_options(at.at, at.peak),
+                order: sort,
+                limit,
+                json,
+            };
+            top::run(&file, options, out)
+        }
+        Command::Segments {
+            file,
+            at,
+            device,
+            json,
+        } => segments::run(
+            &file,
+            device,
+            Point::from_options(at.at, at.peak),
+            json,
+            out,
+        ),
+        Command::Timeline {
+            file,
+            out: svg,
+            device,
+        } => timeline::run(&file, &svg, device, out),
+        Command::Diff { a, b, device, json } => diff::run(&a, &b, device, json, out),
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
         Command::Demo { out: trace } => demo::run(&trace, out),
+        Command::Doctor { json } => doctor::run(json, out),
     }
 }

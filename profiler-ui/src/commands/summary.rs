@@ -2,14 +2,14 @@
 //! memory and when they happened, fragmentation at the allocated peak, the sites holding the
 //! most memory there, and every out-of-memory event explained.
 
+use crate::analysis::sites::{sites_in, Site};
 use crate::commands::info::{count, seconds};
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
 use blockpool::trace::file::load_trace;
-use blockpool::trace::{Action, BlockState, ContextId, DeviceState, Snapshot};
+use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -70,17 +70,6 @@ pub struct Peak {
     pub index: usize,
     /// Time of the event that reached it, in microseconds since the origin.
     pub time_us: u64,
-}
-
-/// Allocated memory attributed to one site.
-#[derive(Debug, Serialize)]
-pub struct Site {
-    /// The site: the annotation tags (`a/b`), else the innermost frame, else `<unknown>`.
-    pub site: String,
-    /// Allocated bytes.
-    pub bytes: u64,
-    /// Allocated blocks.
-    pub blocks: u64,
 }
 
 /// An out-of-memory event and the state it met.
@@ -249,69 +238,9 @@ fn free_space(state: &DeviceState) -> (u64, u64) {
 
 /// Allocated bytes by site in `state`, most first, at most [`TOP_SITES`].
 fn top_sites(snapshot: &Snapshot, state: &DeviceState) -> Vec<Site> {
-    let mut by_site: HashMap<ContextId, (u64, u64)> = HashMap::new();
-    let blocks = state.segments.iter().flat_map(|s| &s.blocks);
-    for block in blocks.chain(&state.unsegmented) {
-        if block.state == BlockState::ActiveAllocated {
-            let entry = by_site.entry(block.context).or_default();
-            entry.0 += block.size;
-            entry.1 += 1;
-        }
-    }
-    // Contexts that name the same site (same tags, different frames) add up.
-    let mut named: HashMap<String, (u64, u64)> = HashMap::new();
-    for (context, (bytes, blocks)) in by_site {
-        let entry = named.entry(site_name(snapshot, context)).or_default();
-        entry.0 += bytes;
-        entry.1 += blocks;
-    }
-    let mut sites: Vec<Site> = named
-        .into_iter()
-        .map(|(site, (bytes, blocks))| Site {
-            site,
-            bytes,
-            blocks,
-        })
-        .collect();
-    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    let mut sites = sites_in(snapshot, state);
     sites.truncate(TOP_SITES);
     sites
-}
-
-/// The site of `context`: its tags joined by `/`; else its innermost Python frame (PyTorch
-/// records C++ frames of its own machinery first), else its innermost frame that is not
-/// capture machinery; else `<unknown>`.
-pub fn site_name(snapshot: &Snapshot, context: ContextId) -> String {
-    let Some(context) = snapshot.contexts.get(context) else {
-        return "<unknown>".into();
-    };
-    if !context.tags.is_empty() {
-        return context.tags.join("/");
-    }
-    const MACHINERY: [&str; 8] = [
-        "unwind::unwind",
-        "CapturedTraceback::gather",
-        "gather_with_cpp",
-        "_start",
-        "__libc_start_main",
-        "PyEval_",
-        "PyObject_",
-        "PyFunction_",
-    ];
-    let frames = &context.frames;
-    let chosen = frames
-        .iter()
-        .find(|f| f.filename.ends_with(".py"))
-        .or_else(|| {
-            frames
-                .iter()
-                .find(|f| !MACHINERY.iter().any(|m| f.name.contains(m)))
-        })
-        .or(frames.first());
-    match chosen {
-        Some(frame) => format!("{}:{}:{}", frame.filename, frame.line, frame.name),
-        None => "<unknown>".into(),
-    }
 }
 
 /// Why a request of `requested` bytes failed, from what was free.

@@ -1,0 +1,158 @@
+//! Leaks: allocations made during a trace and still alive at its end, grouped by site, and the
+//! sites whose live memory grows from one annotated step to the next.
+//!
+//! Steps are the outermost annotation tags (`annotate("step3")` around a training step): each
+//! time the outermost tag changes, the step that ends is measured. A site grows when its live
+//! bytes never fall from one step's end to the next and end higher than they started, over at
+//! least two steps. Inside a step a site is named without the step's own tag
+//! (`step3/forward/attn` is `forward/attn`), so the same code is one site in every step.
+
+use super::sites::{site_name, site_within_step, sites_named_by, Site};
+use super::timeline::walker;
+use blockpool::trace::{Action, BlockState, Snapshot};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+
+/// What [`find_leaks`] found on one device.
+#[derive(Debug, Serialize)]
+pub struct LeakReport {
+    /// Device index.
+    pub device: u32,
+    /// Sites of the blocks allocated during the trace and still allocated at its end, most
+    /// bytes first.
+    pub alive_at_end: Vec<Site>,
+    /// Bytes still allocated at the end that were allocated before the trace began (long-lived
+    /// state such as weights, or allocations whose event the ring buffer dropped).
+    pub alive_from_before_bytes: u64,
+    /// The steps, in order, as measured (outermost annotation tags).
+    pub steps: Vec<String>,
+    /// Sites whose live bytes grow across the steps, most growth first.
+    pub growing: Vec<Growth>,
+}
+
+/// A site whose live memory grows across steps.
+#[derive(Debug, Serialize)]
+pub struct Growth {
+    /// The site.
+    pub site: String,
+    /// Its live allocated bytes at the end of each step, in [`LeakReport::steps`] order.
+    pub bytes_per_step: Vec<u64>,
+    /// Last minus first.
+    pub growth_bytes: u64,
+}
+
+/// Finds the leaks of `device`.
+pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport> {
+    let mut walker = walker(snapshot, device)?;
+    // Addresses allocated during the trace and not yet freed.
+    let mut allocated_here: HashSet<u64> = HashSet::new();
+    let mut steps: Vec<String> = Vec::new();
+    let mut per_step: Vec<Vec<Site>> = Vec::new();
+    let mut current_step: Option<String> = None;
+    while let Some(event) = walker.step() {
+        let (action, addr, context) = (event.action, event.addr, event.context);
+        match action {
+            Action::Alloc => {
+                allocated_here.insert(addr);
+            }
+            Action::FreeCompleted => {
+                allocated_here.remove(&addr);
+            }
+            Action::Annotate => {
+                let outermost = snapshot
+                    .contexts
+                    .get(context)
+                    .and_then(|c| c.tags.first())
+                    .map(|t| t.to_string());
+                if outermost != current_step {
+                    if let Some(step) = current_step.take() {
+                        steps.push(step);
+                        per_step.push(sites_named_by(snapshot, &walker.state(), site_within_step));
+                    }
+                    current_step = outermost;
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(step) = current_step {
+        steps.push(step);
+        per_step.push(sites_named_by(snapshot, &walker.state(), site_within_step));
+    }
+    let end = walker.state();
+    let mut alive = Vec::new();
+    let mut alive_from_before_bytes = 0;
+    let blocks = end.segments.iter().flat_map(|s| &s.blocks);
+    for block in blocks.chain(&end.unsegmented) {
+        if block.state != BlockState::ActiveAllocated {
+            continue;
+        }
+        if allocated_here.contains(&block.address) {
+            alive.push(block.clone());
+        } else {
+            alive_from_before_bytes += block.size;
+        }
+    }
+    let alive_at_end = group(snapshot, &alive);
+    Ok(LeakReport {
+        device,
+        alive_at_end,
+        alive_from_before_bytes,
+        growing: growing(&per_step),
+        steps,
+    })
+}
+
+/// Blocks grouped by site, most bytes first.
+fn group(snapshot: &Snapshot, blocks: &[blockpool::trace::snapshot::Block]) -> Vec<Site> {
+    let mut by_site: BTreeMap<String, Site> = BTreeMap::new();
+    for block in blocks {
+        let name = site_name(snapshot, block.context);
+        let site = by_site.entry(name.clone()).or_insert(Site {
+            site: name,
+            bytes: 0,
+            requested_bytes: 0,
+            blocks: 0,
+        });
+        site.bytes += block.size;
+        site.requested_bytes += block.requested;
+        site.blocks += 1;
+    }
+    let mut sites: Vec<Site> = by_site.into_values().collect();
+    super::sites::sort_sites(&mut sites, super::sites::SiteOrder::Bytes);
+    sites
+}
+
+/// The sites whose bytes never fall across `per_step` and end higher, over two steps or more.
+fn growing(per_step: &[Vec<Site>]) -> Vec<Growth> {
+    if per_step.len() < 2 {
+        return Vec::new();
+    }
+    let names: BTreeMap<&str, ()> = per_step
+        .iter()
+        .flatten()
+        .map(|s| (s.site.as_str(), ()))
+        .collect();
+    let mut growth: Vec<Growth> = names
+        .keys()
+        .filter_map(|&name| {
+            let bytes: Vec<u64> = per_step
+                .iter()
+                .map(|sites| sites.iter().find(|s| s.site == name).map_or(0, |s| s.bytes))
+                .collect();
+            let never_falls = bytes.windows(2).all(|w| w[1] >= w[0]);
+            let (first, last) = (bytes[0], bytes[bytes.len() - 1]);
+            (never_falls && last > first).then(|| Growth {
+                site: name.to_string(),
+                growth_bytes: last - first,
+                bytes_per_step: bytes,
+            })
+        })
+        .collect();
+    growth.sort_by(|a, b| {
+        b.growth_bytes
+            .cmp(&a.growth_bytes)
+            .then_with(|| a.site.cmp(&b.site))
+    });
+    growth
+}

@@ -1,0 +1,133 @@
+//! Memory over a device's events: allocated, reserved, requested and active bytes after each
+//! event, the peaks, and which state a `--at EVENT` / `--peak` option names.
+
+use anyhow::Context as _;
+use blockpool::trace::{MemoryTotals, Snapshot, StateWalker};
+use serde::Serialize;
+
+/// The memory of a device after some of its events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Sample {
+    /// The state index: how many of the device's events have been applied.
+    pub index: usize,
+    /// Time of the last applied event, in microseconds since the origin (0 at index 0).
+    pub time_us: u64,
+    /// Bytes in allocated blocks.
+    pub allocated: u64,
+    /// Bytes in segments.
+    pub reserved: u64,
+    /// Bytes the callers of active blocks asked for.
+    pub requested: u64,
+    /// Bytes in active blocks (allocated or pending free).
+    pub active: u64,
+}
+
+impl Sample {
+    fn new(index: usize, time_us: u64, totals: MemoryTotals) -> Sample {
+        Sample {
+            index,
+            time_us,
+            allocated: totals.allocated_bytes,
+            reserved: totals.reserved_bytes,
+            requested: totals.requested_bytes,
+            active: totals.active_bytes,
+        }
+    }
+}
+
+/// The walker over `device`, with a message that names the device when the trace contradicts
+/// itself.
+pub fn walker(snapshot: &Snapshot, device: u32) -> anyhow::Result<StateWalker> {
+    snapshot
+        .state_walker(device)
+        .with_context(|| format!("cannot rebuild the memory of device {device}"))
+}
+
+/// The memory of `device` at index 0 and after each of its events: `len + 1` samples.
+pub fn memory_series(snapshot: &Snapshot, device: u32) -> anyhow::Result<Vec<Sample>> {
+    let mut walker = walker(snapshot, device)?;
+    let mut series = Vec::with_capacity(walker.len() + 1);
+    series.push(Sample::new(0, 0, walker.totals()));
+    while let Some(event) = walker.step() {
+        let time_us = event.time_us;
+        series.push(Sample::new(walker.position(), time_us, walker.totals()));
+    }
+    Ok(series)
+}
+
+/// The first index where allocated bytes are highest (0 for a device without events).
+pub fn allocated_peak(series: &[Sample]) -> Sample {
+    series
+        .iter()
+        .copied()
+        .reduce(|best, s| {
+            if s.allocated > best.allocated {
+                s
+            } else {
+                best
+            }
+        })
+        .unwrap_or_default()
+}
+
+/// A point of a trace named on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// After this many events.
+    At(usize),
+    /// Where allocated memory peaks.
+    Peak,
+    /// The end of the trace.
+    End,
+}
+
+impl Point {
+    /// The point of `--at` / `--peak`, the end when neither is given.
+    pub fn from_options(at: Option<usize>, peak: bool) -> Point {
+        match (at, peak) {
+            (Some(index), _) => Point::At(index),
+            (None, true) => Point::Peak,
+            (None, false) => Point::End,
+        }
+    }
+
+    /// The state index this point names on `device`; an index past the device's events is an
+    /// error that says how many there are.
+    pub fn resolve(self, snapshot: &Snapshot, device: u32) -> anyhow::Result<usize> {
+        let events = snapshot.device_events(device).count();
+        match self {
+            Point::At(index) if index > events => anyhow::bail!(
+                "--at {index} is past the end: device {device} has {events} events (states \
+                 0 to {events})"
+            ),
+            Point::At(index) => Ok(index),
+            Point::End => Ok(events),
+            Point::Peak => Ok(allocated_peak(&memory_series(snapshot, device)?).index),
+        }
+    }
+}
+
+/// The device a command looks at: `--device`, else the only or first device with events or
+/// segments; an unknown device is an error that lists the known ones.
+pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u32> {
+    let devices = snapshot.devices();
+    match device {
+        Some(d) if devices.contains(&d) => Ok(d),
+        Some(d) => anyhow::bail!(
+            "device {d} has no segments or events in this trace (devices: {})",
+            if devices.is_empty() {
+                "none".to_string()
+            } else {
+                devices
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ),
+        None => devices
+            .first()
+            .copied()
+            .context("the trace has no devices: no segments and no events"),
+    }
+}

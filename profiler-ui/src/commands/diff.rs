@@ -1,0 +1,162 @@
+//! `memtrace diff A B [--device N] [--json]`: per allocation site, the live bytes at the
+//! allocated peak and at the end of each trace, and the differences, largest change first.
+
+use crate::analysis::sites::{sites_in, Site};
+use crate::analysis::timeline::{allocated_peak, memory_series, pick_device, walker};
+use crate::output::Output;
+use anyhow::Context as _;
+use blockpool::format_size;
+use blockpool::trace::file::load_trace;
+use blockpool::trace::Snapshot;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One site in both traces.
+#[derive(Debug, Default, Serialize)]
+pub struct SiteDiff {
+    /// The site.
+    pub site: String,
+    /// Live allocated bytes at A's allocated peak.
+    pub peak_a: u64,
+    /// Live allocated bytes at B's allocated peak.
+    pub peak_b: u64,
+    /// At the end of A.
+    pub end_a: u64,
+    /// At the end of B.
+    pub end_b: u64,
+}
+
+impl SiteDiff {
+    /// B's peak bytes minus A's.
+    pub fn peak_change(&self) -> i128 {
+        self.peak_b as i128 - self.peak_a as i128
+    }
+
+    /// B's end bytes minus A's.
+    pub fn end_change(&self) -> i128 {
+        self.end_b as i128 - self.end_a as i128
+    }
+}
+
+/// The diff report.
+#[derive(Debug, Serialize)]
+pub struct DiffReport {
+    /// Allocated bytes at A's peak.
+    pub peak_a: u64,
+    /// Allocated bytes at B's peak.
+    pub peak_b: u64,
+    /// Every site of either trace, largest change (peak, then end) first.
+    pub sites: Vec<SiteDiff>,
+}
+
+/// Sites at the allocated peak and at the end of `device`.
+fn peak_and_end(snapshot: &Snapshot, device: u32) -> anyhow::Result<(u64, Vec<Site>, Vec<Site>)> {
+    let peak = allocated_peak(&memory_series(snapshot, device)?);
+    let mut walker = walker(snapshot, device)?;
+    walker.seek(peak.index)?;
+    let at_peak = sites_in(snapshot, &walker.state());
+    let len = walker.len();
+    walker.seek(len)?;
+    let at_end = sites_in(snapshot, &walker.state());
+    Ok((peak.allocated, at_peak, at_end))
+}
+
+/// Compares `a` and `b` on `device`.
+pub fn diff(a: &Snapshot, b: &Snapshot, device: Option<u32>) -> anyhow::Result<DiffReport> {
+    let device_a = pick_device(a, device).context("first trace")?;
+    let device_b = pick_device(b, device).context("second trace")?;
+    let (peak_a, a_peak, a_end) = peak_and_end(a, device_a)?;
+    let (peak_b, b_peak, b_end) = peak_and_end(b, device_b)?;
+    let mut sites: BTreeMap<String, SiteDiff> = BTreeMap::new();
+    let mut put = |list: Vec<Site>, set: fn(&mut SiteDiff, u64)| {
+        for site in list {
+            let entry = sites.entry(site.site.clone()).or_insert_with(|| SiteDiff {
+                site: site.site.clone(),
+                ..SiteDiff::default()
+            });
+            set(entry, site.bytes);
+        }
+    };
+    put(a_peak, |d, v| d.peak_a = v);
+    put(b_peak, |d, v| d.peak_b = v);
+    put(a_end, |d, v| d.end_a = v);
+    put(b_end, |d, v| d.end_b = v);
+    let mut sites: Vec<SiteDiff> = sites.into_values().collect();
+    sites.sort_by(|x, y| {
+        (y.peak_change().abs(), y.end_change().abs())
+            .cmp(&(x.peak_change().abs(), x.end_change().abs()))
+            .then_with(|| x.site.cmp(&y.site))
+    });
+    Ok(DiffReport {
+        peak_a,
+        peak_b,
+        sites,
+    })
+}
+
+/// Runs `memtrace diff`.
+pub fn run(
+    a: &Path,
+    b: &Path,
+    device: Option<u32>,
+    json: bool,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let first = load_trace(a).context("cannot read the first trace")?;
+    let second = load_trace(b).context("cannot read the second trace")?;
+    let report = diff(&first.snapshot, &second.snapshot, device)?;
+    if json {
+        return out.json(&report);
+    }
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "allocated peak: {} -> {} ({})",
+        format_size(report.peak_a),
+        format_size(report.peak_b),
+        signed(report.peak_b as i128 - report.peak_a as i128)
+    );
+    let _ = writeln!(
+        text,
+        "{:>11} {:>11} {:>12}   {:>11} {:>11} {:>12}   site",
+        "peak A", "peak B", "change", "end A", "end B", "change"
+    );
+    for d in report
+        .sites
+        .iter()
+        .filter(|d| d.peak_change() != 0 || d.end_change() != 0)
+    {
+        let _ = writeln!(
+            text,
+            "{:>11} {:>11} {:>12}   {:>11} {:>11} {:>12}   {}",
+            format_size(d.peak_a),
+            format_size(d.peak_b),
+            signed(d.peak_change()),
+            format_size(d.end_a),
+            format_size(d.end_b),
+            signed(d.end_change()),
+            d.site
+        );
+    }
+    let same = report
+        .sites
+        .iter()
+        .filter(|d| d.peak_change() == 0 && d.end_change() == 0)
+        .count();
+    let _ = writeln!(text, "{same} sites unchanged");
+    out.write(&text)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// A change in bytes with its sign.
+fn signed(change: i128) -> String {
+    let magnitude = format_size(change.unsigned_abs().min(u64::MAX as u128) as u64);
+    match change {
+        0 => "0".to_string(),
+        c if c > 0 => format!("+{magnitude}"),
+        _ => format!("-{magnitude}"),
+    }
+}

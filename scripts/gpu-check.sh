@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# GPU check: build the GPU tests and the GPU benchmark on a development machine (no GPU
+# needed), then run them on a machine with an NVIDIA GPU and no network (no cargo needed).
+#
+#   scripts/gpu-check.sh build   # here: compile in release, copy the binaries into .gpu/
+#   scripts/gpu-check.sh run     # there: run .gpu/*, logs and a results table into $OUT
+#                                # (or .gpu/results/ when OUT is unset)
+#
+# `run` takes under 5 minutes: the tests are capped at 150 s and the benchmark at 110 s.
+# It exits 0 only when every GPU test passed and the benchmark ran on a GPU.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+GPU_DIR="$ROOT/.gpu"
+TESTS_BIN="$GPU_DIR/gpu-tests"
+BENCH_BIN="$GPU_DIR/bench-cuda"
+
+die() {
+    echo "gpu-check: $*" >&2
+    exit 2
+}
+
+# The executable of the artifact whose target is named $1, from cargo's JSON messages on stdin.
+executable_of() {
+    if command -v jq >/dev/null 2>&1; then
+        jq -r --arg name "$1" \
+            'select(.reason == "compiler-artifact" and .target.name == $name and .executable != null) | .executable'
+    else
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
+        print(m["executable"])
+' "$1"
+    fi
+}
+
+build() {
+    cd "$ROOT"
+    command -v cargo >/dev/null 2>&1 || die "cargo is needed to build"
+    rm -rf "$GPU_DIR"
+    mkdir -p "$GPU_DIR"
+
+    echo "gpu-check: building the GPU tests (release)..."
+    local tests
+    tests="$(cargo test --release -p allocator-tests --test gpu --no-run --message-format=json |
+        executable_of gpu | tail -n 1)"
+    [[ -n "$tests" && -x "$tests" ]] || die "cargo built no executable for the gpu test"
+    cp "$tests" "$TESTS_BIN"
+
+    echo "gpu-check: building the CUDA benchmark (bench profile)..."
+    local bench
+    bench="$(cargo bench -p blockpool --bench cuda --no-run --message-format=json |
+        executable_of cuda | tail -n 1)"
+    [[ -n "$bench" && -x "$bench" ]] || die "cargo built no executable for the cuda benchmark"
+    cp "$bench" "$BENCH_BIN"
+
+    # Debug info is of no use on the GPU machine and makes the copy large.
+    if command -v strip >/dev/null 2>&1; then
+        strip --strip-debug "$TESTS_BIN" "$BENCH_BIN"
+    fi
+    {
+        echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+        echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -sm)"
+        echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
+    } >"$GPU_DIR/BUILD"
+    echo "gpu-check: ready in .gpu/:"
+    ls -l "$GPU_DIR"
+    echo "gpu-check: on the GPU machine run: scripts/gpu-check.sh run"
+}
+
+run() {
+    cd "$ROOT"
+    [[ -x "$TESTS_BIN" && -x "$BENCH_BIN" ]] ||
+        die "no binaries in .gpu/: run 'scripts/gpu-check.sh build' first (and carry .gpu along)"
+    local out="${OUT:-$GPU_DIR/results}"
+    mkdir -p "$out"
+    local criterion_home
+    criterion_home="$(mktemp -d)"
+    trap 'rm -rf "$criterion_home"' EXIT
+
+    local gpu="no GPU found (nvidia-smi missing)"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi >"$out/nvidia-smi.log" 2>&1 || true
+        gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
+            head -n 1 || true)"
+        [[ -n "$gpu" ]] || gpu="nvidia-smi found no GPU"
+    fi
+    cp "$GPU_DIR/BUILD" "$out/BUILD" 2>/dev/null || true
+
+    echo "gpu-check: GPU tests..."
+    local tests_rc=0
+    timeout 150 "$TESTS_BIN" --ignored --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1 ||
+        tests_rc=$?
+    echo "gpu-check: CUDA benchmark..."
+    local bench_rc=0
+    CRITERION_HOME="$criterion_home" timeout 110 "$BENCH_BIN" --bench --noplot \
+        --warm-up-time 0.3 --measurement-time 1 --sample-size 10 >"$out/bench-cuda.log" 2>&1 ||
+        bench_rc=$?
+
+    local test_summary failed bench_status status=0
+    test_summary="$(grep -E '^test result:' "$out/gpu-tests.log" | tail -n 1 || true)"
+    [[ -n "$test_summary" ]] || test_summary="no result (exit $tests_rc; see gpu-tests.log)"
+    failed="$(grep -E '^test .* \.\.\. FAILED$' "$out/gpu-tests.log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' |
+        paste -sd ' ' - || true)"
+    if [[ $tests_rc -ne 0 ]]; then
+        status=1
+        [[ $tests_rc -eq 124 ]] && test_summary="$test_summary; TIMED OUT after 150 s"
+    fi
+    if [[ $bench_rc -eq 124 ]]; then
+        bench_status="TIMED OUT after 110 s"
+        status=1
+    elif [[ $bench_rc -ne 0 ]]; then
+        bench_status="FAILED (exit $bench_rc; see bench-cuda.log)"
+        status=1
+    elif grep -q 'skipped, no usable NVIDIA GPU' "$out/bench-cuda.log"; then
+        bench_status="SKIPPED: $(grep -o 'no usable NVIDIA GPU.*' "$out/bench-cuda.log" | head -n 1)"
+        status=1
+    else
+        bench_status="ok"
+    fi
+
+    {
+        echo "# GPU check results"
+        echo
+        echo "| check | result |"
+        echo "|---|---|"
+        echo "| GPU | $gpu |"
+        echo "| build | $(head -n 1 "$GPU_DIR/BUILD" 2>/dev/null || echo unknown) |"
+        echo "| GPU tests | $test_summary |"
+        [[ -z "$failed" ]] || echo "| failed tests | $failed |"
+        echo "| benchmark | $bench_status |"
+        echo
+        if grep -q '^ratio ' "$out/bench-cuda.log"; then
+            echo "Allocate+free pair, median ns (ratio = driver time / blockpool time; targets: sync >= 100x, async >= 2x):"
+            echo
+            echo "| size | blockpool ns | cuMemAlloc+Free ns | cuMemAllocAsync+FreeAsync ns | sync ratio | async ratio |"
+            echo "|---|---|---|---|---|---|"
+            grep '^ratio ' "$out/bench-cuda.log" | sed -E \
+                's/^ratio size=([^ ]+) blockpool_ns=([^ ]+) sync_ns=([^ ]+) async_ns=([^ ]+) sync_over_blockpool=([^ ]+) async_over_blockpool=([^ ]+).*$/| \1 | \2 | \3 | \4 | \5x | \6x |/'
+            echo
+        fi
+        echo "Full logs: gpu-tests.log, bench-cuda.log, nvidia-smi.log"
+    } >"$out/results.md"
+    cat "$out/results.md"
+    return $status
+}
+
+case "${1:-}" in
+build) build ;;
+run) run ;;
+*)
+    echo "usage: scripts/gpu-check.sh build|run" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,377 @@
+//! [`CudaBackend`]: the [`Backend`] over NVIDIA's driver API, through cudarc's `sys` layer.
+//!
+//! Creating one checks, in order, that libcuda can be loaded (without letting cudarc panic),
+//! that `cuInit` succeeds, that the driver is recent enough, and that there is a device; each
+//! failure is a typed [`BackendError`] that says what to do. Then every device's primary
+//! context is retained (the same context the CUDA runtime, PyTorch and cudarc's
+//! `CudaContext::new` use), so memory from here works with streams and kernels from any of them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{CudaContext, CudaStream};
+use parking_lot::Mutex;
+
+use super::device::{CudaDevice, CudaDeviceProperties, RawEvent};
+use super::error::{
+    check, driver_error, host_alloc_error, library_missing, mark_library_loaded,
+    CALL_REQUIRES_NEWER_DRIVER,
+};
+use crate::backend::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
+
+/// The oldest driver accepted, as `cuDriverGetVersion` numbers it (11.4, the oldest CUDA that
+/// cudarc supports).
+pub const MIN_DRIVER_VERSION: i32 = 11040;
+
+/// Real NVIDIA GPUs through the CUDA driver: segments from `cuMemAlloc_v2` / `cuMemFree_v2` in
+/// each device's primary context, events from a recycled per-device pool created with
+/// `CU_EVENT_DISABLE_TIMING`, pinned host memory from `cuMemHostAlloc`.
+///
+/// Cloning is cheap and gives another handle to the same devices. Out-of-memory from the
+/// driver becomes the retryable [`BackendError::OutOfMemory`] (or
+/// [`BackendError::HostOutOfMemory`]); every other failure is a [`BackendError::Driver`] with
+/// the driver's code and name.
+///
+/// ```no_run
+/// use blockpool::backend::CudaBackend;
+/// use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
+///
+/// let backend = CudaBackend::new()?; // a typed error, never a panic, without a GPU
+/// println!("{} ({:?})", backend.device_name(0)?, backend.compute_capability(0)?);
+/// let alloc = CachingAllocator::new(backend, AllocatorConfig::default());
+/// let block = alloc.allocate(0, 1 << 20, StreamId::DEFAULT)?;
+/// drop(block); // cached, not returned to the driver
+/// alloc.empty_cache()?; // now it is
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct CudaBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    devices: Vec<CudaDevice>,
+    driver_version: i32,
+    /// Live pinned host allocations: address -> size in bytes.
+    host: Mutex<HashMap<u64, usize>>,
+}
+
+/// An event recorded by a [`CudaBackend`]: a pooled `CUevent` with the device and stream it was
+/// recorded on. Give it back with [`Backend::release_event`] so it is reused.
+pub struct CudaBackendEvent {
+    device: DeviceIndex,
+    stream: StreamId,
+    raw: RawEvent,
+}
+
+impl CudaBackendEvent {
+    /// Device the event was recorded on.
+    pub fn device(&self) -> DeviceIndex {
+        self.device
+    }
+
+    /// Stream the event was recorded on.
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+}
+
+impl fmt::Debug for CudaBackendEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaBackendEvent")
+            .field("device", &self.device)
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaBackend {
+    /// Opens every CUDA device of this process.
+    ///
+    /// Fails, without panicking, with a [`BackendError::Driver`] whose message says what to do
+    /// when: the driver library cannot be loaded (code 303,
+    /// `CUDA_ERROR_SHARED_OBJECT_INIT_FAILED`), `cuInit` fails (for example
+    /// `CUDA_ERROR_NO_DEVICE` or `CUDA_ERROR_STUB_LIBRARY`), the driver is older than
+    /// [`MIN_DRIVER_VERSION`] (`CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER`), there is no device
+    /// (`CUDA_ERROR_NO_DEVICE`), or a device's primary context cannot be retained (for example
+    /// `CUDA_ERROR_DEVICE_UNAVAILABLE` when another process holds it exclusively).
+    pub fn new() -> Result<CudaBackend, BackendError> {
+        // SAFETY: `is_culib_present` only tries to open the candidate library files and closes
+        // them again; it calls no driver function.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(library_missing());
+        }
+        // The library opens, so cudarc's lazy loader will find it too.
+        mark_library_loaded();
+        // SAFETY: the library is present (checked above), so resolving `cuInit` cannot panic;
+        // flags must be 0.
+        let code = unsafe { sys::cuInit(0) };
+        check(0, code, "cuInit")?;
+        let mut version = 0;
+        // SAFETY: the driver is initialized and `version` is a valid out-pointer.
+        let code = unsafe { sys::cuDriverGetVersion(&mut version) };
+        check(0, code, "cuDriverGetVersion")?;
+        if version < MIN_DRIVER_VERSION {
+            return Err(BackendError::Driver {
+                device: 0,
+                code: CALL_REQUIRES_NEWER_DRIVER,
+                name: "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER".to_owned(),
+                message: format!(
+                    "the NVIDIA driver supports CUDA {}, older than the {} this program needs: \
+                     update the driver",
+                    format_version(version),
+                    format_version(MIN_DRIVER_VERSION)
+                ),
+            });
+        }
+        let mut count = 0;
+        // SAFETY: the driver is initialized and `count` is a valid out-pointer.
+        let code = unsafe { sys::cuDeviceGetCount(&mut count) };
+        check(0, code, "cuDeviceGetCount")?;
+        if count <= 0 {
+            return Err(driver_error(
+                0,
+                CUresult::CUDA_ERROR_NO_DEVICE,
+                "cuDeviceGetCount",
+            ));
+        }
+        let devices = (0..count as usize)
+            .map(CudaDevice::open)
+            .collect::<Result<Vec<_>, _>>()?;
+        tracing::debug!(
+            devices = devices.len(),
+            driver_version = version,
+            "CUDA backend ready"
+        );
+        Ok(CudaBackend {
+            inner: Arc::new(Inner {
+                devices,
+                driver_version: version,
+                host: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The driver's CUDA version as `cuDriverGetVersion` reports it: 1000 x major + 10 x minor
+    /// (12040 is CUDA 12.4).
+    pub fn driver_version(&self) -> i32 {
+        self.inner.driver_version
+    }
+
+    /// Everything read about `device` when the backend was created.
+    pub fn properties(&self, device: DeviceIndex) -> Result<&CudaDeviceProperties, BackendError> {
+        Ok(&self.device(device)?.properties)
+    }
+
+    /// The name of `device`, such as `NVIDIA H100 80GB HBM3`.
+    pub fn device_name(&self, device: DeviceIndex) -> Result<&str, BackendError> {
+        Ok(&self.properties(device)?.name)
+    }
+
+    /// Compute capability of `device` as (major, minor).
+    pub fn compute_capability(&self, device: DeviceIndex) -> Result<(u32, u32), BackendError> {
+        Ok(self.properties(device)?.compute_capability)
+    }
+
+    /// Memory on `device`, in bytes.
+    pub fn total_memory_bytes(&self, device: DeviceIndex) -> Result<usize, BackendError> {
+        Ok(self.properties(device)?.total_memory_bytes)
+    }
+
+    /// cudarc's context over the primary context this backend uses on `device`. Make streams
+    /// with it (`context.new_stream()`) for buffers and kernels on memory from this backend.
+    pub fn context(&self, device: DeviceIndex) -> Result<Arc<CudaContext>, BackendError> {
+        Ok(Arc::clone(&self.device(device)?.context))
+    }
+
+    /// Bytes of device memory this backend has handed out and not taken back on `device`.
+    pub fn allocated_bytes(&self, device: DeviceIndex) -> Result<usize, BackendError> {
+        Ok(self.device(device)?.allocated_bytes())
+    }
+
+    /// Number of live segments on `device`.
+    pub fn segment_count(&self, device: DeviceIndex) -> Result<usize, BackendError> {
+        Ok(self.device(device)?.segment_count())
+    }
+
+    /// Bytes of pinned host memory this backend has handed out and not taken back.
+    pub fn host_allocated_bytes(&self) -> usize {
+        self.inner.host.lock().values().sum()
+    }
+
+    /// The [`StreamId`] the allocator knows `stream` by: its `CUstream` handle value.
+    pub fn stream_id(stream: &CudaStream) -> StreamId {
+        StreamId(stream.cu_stream() as u64)
+    }
+
+    fn device(&self, device: DeviceIndex) -> Result<&CudaDevice, BackendError> {
+        self.inner
+            .devices
+            .get(device)
+            .ok_or(BackendError::InvalidDevice {
+                device,
+                device_count: self.inner.devices.len(),
+            })
+    }
+}
+
+/// `12040` as `12.4`.
+fn format_version(version: i32) -> String {
+    format!("{}.{}", version / 1000, (version % 1000) / 10)
+}
+
+impl fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self
+            .inner
+            .devices
+            .iter()
+            .map(|d| d.properties.name.as_str())
+            .collect();
+        f.debug_struct("CudaBackend")
+            .field("driver_version", &self.inner.driver_version)
+            .field("devices", &names)
+            .finish()
+    }
+}
+
+impl Backend for CudaBackend {
+    type Event = CudaBackendEvent;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_count(&self) -> usize {
+        self.inner.devices.len()
+    }
+
+    fn mem_get_info(&self, device: DeviceIndex) -> Result<MemInfo, BackendError> {
+        self.device(device)?.mem_get_info()
+    }
+
+    fn alloc_segment(&self, device: DeviceIndex, size_bytes: usize) -> Result<u64, BackendError> {
+        self.device(device)?.alloc_segment(size_bytes)
+    }
+
+    fn free_segment(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?.free_segment(ptr, size_bytes)
+    }
+
+    fn record_event(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+    ) -> Result<CudaBackendEvent, BackendError> {
+        let raw = self.device(device)?.record_event(stream)?;
+        Ok(CudaBackendEvent {
+            device,
+            stream,
+            raw,
+        })
+    }
+
+    fn query_event(&self, event: &CudaBackendEvent) -> Result<bool, BackendError> {
+        self.device(event.device)?.query_event(&event.raw)
+    }
+
+    fn synchronize_event(&self, event: &CudaBackendEvent) -> Result<(), BackendError> {
+        self.device(event.device)?.synchronize_event(&event.raw)
+    }
+
+    fn release_event(&self, event: CudaBackendEvent) {
+        match self.device(event.device) {
+            Ok(device) => device.release_event(event.raw),
+            Err(e) => tracing::warn!("leaking an event of another backend: {e}"),
+        }
+    }
+
+    fn alloc_host(&self, size_bytes: usize) -> Result<u64, BackendError> {
+        if size_bytes == 0 {
+            return Err(BackendError::HostOutOfMemory { requested_bytes: 0 });
+        }
+        // Pinned memory belongs to no device, but the driver wants a current context.
+        self.device(0)?.make_current()?;
+        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: a context is current and `ptr` is a valid out-pointer; PORTABLE makes the
+        // memory pinned for every context, as the allocator's host cache serves all devices.
+        let code =
+            unsafe { sys::cuMemHostAlloc(&mut ptr, size_bytes, sys::CU_MEMHOSTALLOC_PORTABLE) };
+        if code != CUresult::CUDA_SUCCESS {
+            return Err(host_alloc_error(code, size_bytes));
+        }
+        let addr = ptr as u64;
+        self.inner.host.lock().insert(addr, size_bytes);
+        Ok(addr)
+    }
+
+    fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        let mut host = self.inner.host.lock();
+        if host.get(&ptr) != Some(&size_bytes) {
+            return Err(BackendError::UnknownHostAllocation { ptr, size_bytes });
+        }
+        self.device(0)?.make_current()?;
+        // SAFETY: 1. `ptr` came from `cuMemHostAlloc` and is still live (it is in `host`,
+        // removed only here, under the lock); 2. the host cache frees memory only after the
+        // events recorded after its asynchronous copies have completed.
+        let code = unsafe { sys::cuMemFreeHost(ptr as *mut std::ffi::c_void) };
+        check(0, code, "cuMemFreeHost")?;
+        host.remove(&ptr);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CI has no driver: creating the backend must say so, typed, without a panic.
+    #[test]
+    fn new_without_a_driver_is_a_typed_error_not_a_panic() {
+        // SAFETY: only probes whether the library file can be opened.
+        if unsafe { sys::is_culib_present() } {
+            // A machine with a driver: creating must not panic either way.
+            let _ = CudaBackend::new();
+            return;
+        }
+        let err = CudaBackend::new().expect_err("no libcuda here, so no backend");
+        match &err {
+            BackendError::Driver {
+                device,
+                code,
+                name,
+                message,
+            } => {
+                assert_eq!(*device, 0);
+                assert_eq!(
+                    *code, 303,
+                    "the missing library uses the shared-object code"
+                );
+                assert_eq!(name, "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED");
+                assert!(
+                    message.contains("libcuda"),
+                    "must name the library: {message}"
+                );
+                assert!(message.contains("install the NVIDIA driver"), "{message}");
+            }
+            other => panic!("expected a driver error, got {other:?}"),
+        }
+        assert!(!err.is_out_of_memory(), "a missing driver is not retryable");
+        let text = err.to_string();
+        assert!(text.contains("driver error 303"), "{text}");
+    }
+
+    #[test]
+    fn versions_print_as_major_dot_minor() {
+        assert_eq!(format_version(12040), "12.4");
+        assert_eq!(format_version(MIN_DRIVER_VERSION), "11.4");
+        assert_eq!(format_version(13000), "13.0");
+    }
+}

@@ -1,0 +1,291 @@
+//! Turning the driver's `CUresult` codes into [`BackendError`]s, without ever panicking.
+//!
+//! cudarc's own `DriverError` formats itself by calling `cuGetErrorString`, which panics when
+//! libcuda cannot be loaded. Everything here works from the raw code instead: the driver's
+//! name and description are asked for only once a [`CudaBackend`](super::CudaBackend) has
+//! confirmed that the library is loaded, and otherwise the binding's own enum name (which is
+//! the same string `cuGetErrorName` returns) is used. Codes that a person can act on (no
+//! device, driver too old, stub library, device busy) get a hint saying what to do.
+
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::backend::{BackendError, DeviceIndex};
+
+/// Set once the driver library is known to be loaded in this process; until then, no driver
+/// function is called to describe an error.
+static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Records that libcuda is loaded, so error names and descriptions may come from the driver.
+pub(crate) fn mark_library_loaded() {
+    LIBRARY_LOADED.store(true, Ordering::Release);
+}
+
+/// Whether libcuda is known to be loaded (a backend has been created successfully).
+pub(crate) fn library_loaded() -> bool {
+    LIBRARY_LOADED.load(Ordering::Acquire)
+}
+
+/// The code the "driver library not found" error carries: no driver call could even be made,
+/// and this is the driver's own code for a shared library that failed to initialize.
+pub(crate) const LIBRARY_MISSING: CUresult = CUresult::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+
+/// The error [`CudaBackend::new`](super::CudaBackend::new) returns when libcuda cannot be
+/// loaded in this process.
+pub(crate) fn library_missing() -> BackendError {
+    BackendError::Driver {
+        device: 0,
+        code: LIBRARY_MISSING as i32,
+        name: error_name(LIBRARY_MISSING),
+        message: "the NVIDIA driver library (libcuda.so.1 on Linux, nvcuda.dll on Windows) \
+                  could not be loaded in this process: install the NVIDIA driver, or add the \
+                  directory holding libcuda to the library path (LD_LIBRARY_PATH); without a GPU, \
+                  use the simulated backend (SimBackend, BLOCKPOOL_BACKEND=sim)"
+            .to_owned(),
+    }
+}
+
+/// The driver's name for `code`, such as `CUDA_ERROR_OUT_OF_MEMORY`.
+///
+/// Asks `cuGetErrorName` only when the library is loaded; the binding's enum name is the same
+/// string and serves otherwise (and for codes the installed driver does not know).
+pub(crate) fn error_name(code: CUresult) -> String {
+    if library_loaded() {
+        let mut name: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: 1. the library is loaded (`library_loaded`), so the symbol lookup cannot
+        // panic; 2. `name` is a valid out-pointer; 3. on success the driver stores a pointer to
+        // a static NUL-terminated string, which we copy before returning.
+        let found = unsafe { sys::cuGetErrorName(code, &mut name) } == CUresult::CUDA_SUCCESS;
+        if found && !name.is_null() {
+            // SAFETY: the driver returned a non-null pointer to a static C string.
+            return unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    format!("{code:?}")
+}
+
+/// The driver's one-line description of `code`, when the library is loaded and knows it.
+fn error_description(code: CUresult) -> Option<String> {
+    if !library_loaded() {
+        return None;
+    }
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: as in `error_name`: the library is loaded, `text` is a valid out-pointer, and a
+    // successful call stores a pointer to a static NUL-terminated string.
+    let found = unsafe { sys::cuGetErrorString(code, &mut text) } == CUresult::CUDA_SUCCESS;
+    if !found || text.is_null() {
+        return None;
+    }
+    // SAFETY: the driver returned a non-null pointer to a static C string.
+    Some(
+        unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+// Driver codes with a remedy, as numbers: not every binding version cudarc may be built
+// against has every variant (`CUDA_ERROR_DEVICE_UNAVAILABLE` arrived in 11.7).
+const NOT_INITIALIZED: i32 = 3;
+const DEINITIALIZED: i32 = 4;
+const STUB_LIBRARY: i32 = 34;
+/// `CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER`: the driver is older than the call needs.
+pub(crate) const CALL_REQUIRES_NEWER_DRIVER: i32 = 36;
+const DEVICE_UNAVAILABLE: i32 = 46;
+const NO_DEVICE: i32 = 100;
+const INVALID_DEVICE: i32 = 101;
+const INVALID_CONTEXT: i32 = 201;
+const INVALID_HANDLE: i32 = 400;
+const ILLEGAL_ADDRESS: i32 = 700;
+const LAUNCH_FAILED: i32 = 719;
+const SYSTEM_DRIVER_MISMATCH: i32 = 803;
+const COMPAT_NOT_SUPPORTED_ON_DEVICE: i32 = 804;
+
+/// What a person can do about driver error `code`, for the codes that have a remedy.
+pub(crate) fn hint(code: i32) -> Option<&'static str> {
+    Some(match code {
+        NO_DEVICE => {
+            "no CUDA-capable device is visible to this process: check `nvidia-smi` and \
+             CUDA_VISIBLE_DEVICES, or use the simulated backend (BLOCKPOOL_BACKEND=sim)"
+        }
+        INVALID_DEVICE => {
+            "the device index is not visible to this process: check CUDA_VISIBLE_DEVICES"
+        }
+        CALL_REQUIRES_NEWER_DRIVER => {
+            "the installed NVIDIA driver is too old for this program: update the driver"
+        }
+        STUB_LIBRARY => {
+            "the libcuda found is the CUDA toolkit's stub library, not the driver's: remove the \
+             toolkit's `stubs` directory from the library path"
+        }
+        SYSTEM_DRIVER_MISMATCH => {
+            "the driver library does not match the loaded kernel module: reboot, or reinstall \
+             the NVIDIA driver so both have the same version"
+        }
+        COMPAT_NOT_SUPPORTED_ON_DEVICE => {
+            "the CUDA forward-compatibility package does not support this GPU: use the \
+             driver's own libcuda"
+        }
+        DEVICE_UNAVAILABLE => {
+            "the device is busy or in exclusive-process mode and held by another process: \
+             check `nvidia-smi` for its compute mode and users"
+        }
+        NOT_INITIALIZED | DEINITIALIZED => {
+            "the driver is not initialized (or is shutting down): create the CudaBackend \
+             before, and drop allocations before, the process exits"
+        }
+        INVALID_CONTEXT | INVALID_HANDLE => {
+            "a stream or event from another device or context was used: use streams made \
+             from CudaBackend::context for that device"
+        }
+        ILLEGAL_ADDRESS | LAUNCH_FAILED => {
+            "an earlier kernel faulted and the context is unusable: find the faulting kernel \
+             with compute-sanitizer; the process must restart"
+        }
+        _ => return None,
+    })
+}
+
+/// A [`BackendError::Driver`] for `code`, returned by `call` on `device`: the driver's code and
+/// name, its description when it can be had, and a remedy where one is known.
+pub(crate) fn driver_error(device: DeviceIndex, code: CUresult, call: &str) -> BackendError {
+    let mut message = format!("{call} failed");
+    if let Some(text) = error_description(code) {
+        message.push_str(": ");
+        message.push_str(&text);
+    }
+    if let Some(hint) = hint(code as i32) {
+        message.push_str("; ");
+        message.push_str(hint);
+    }
+    BackendError::Driver {
+        device,
+        code: code as i32,
+        name: error_name(code),
+        message,
+    }
+}
+
+/// The error for a failed device allocation of `requested_bytes`: out-of-memory stays
+/// retryable ([`BackendError::OutOfMemory`]), anything else is a driver error.
+pub(crate) fn device_alloc_error(
+    device: DeviceIndex,
+    code: CUresult,
+    requested_bytes: usize,
+    call: &str,
+) -> BackendError {
+    match code {
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => BackendError::OutOfMemory {
+            device,
+            requested_bytes,
+        },
+        _ => driver_error(device, code, call),
+    }
+}
+
+/// The error for a failed pinned host allocation of `requested_bytes`: out-of-memory stays
+/// retryable ([`BackendError::HostOutOfMemory`]), anything else is a driver error.
+pub(crate) fn host_alloc_error(code: CUresult, requested_bytes: usize) -> BackendError {
+    match code {
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => BackendError::HostOutOfMemory { requested_bytes },
+        _ => driver_error(0, code, "cuMemHostAlloc"),
+    }
+}
+
+/// `Ok` for `CUDA_SUCCESS`, else the [`driver_error`] of `call` on `device`.
+pub(crate) fn check(device: DeviceIndex, code: CUresult, call: &str) -> Result<(), BackendError> {
+    match code {
+        CUresult::CUDA_SUCCESS => Ok(()),
+        _ => Err(driver_error(device, code, call)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_on_a_segment_is_retryable() {
+        let err = device_alloc_error(1, CUresult::CUDA_ERROR_OUT_OF_MEMORY, 4096, "cuMemAlloc_v2");
+        assert_eq!(
+            err,
+            BackendError::OutOfMemory {
+                device: 1,
+                requested_bytes: 4096
+            }
+        );
+        assert!(err.is_out_of_memory(), "device OOM must stay retryable");
+    }
+
+    #[test]
+    fn out_of_memory_on_pinned_memory_is_host_out_of_memory() {
+        let err = host_alloc_error(CUresult::CUDA_ERROR_OUT_OF_MEMORY, 1 << 20);
+        assert_eq!(
+            err,
+            BackendError::HostOutOfMemory {
+                requested_bytes: 1 << 20
+            }
+        );
+        assert!(err.is_out_of_memory(), "host OOM must stay retryable");
+    }
+
+    #[test]
+    fn other_codes_carry_the_driver_code_and_name() {
+        let err = device_alloc_error(0, CUresult::CUDA_ERROR_INVALID_VALUE, 512, "cuMemAlloc_v2");
+        match err {
+            BackendError::Driver {
+                device,
+                code,
+                name,
+                message,
+            } => {
+                assert_eq!(device, 0);
+                assert_eq!(code, 1, "CUDA_ERROR_INVALID_VALUE is code 1");
+                assert_eq!(name, "CUDA_ERROR_INVALID_VALUE");
+                assert!(
+                    message.starts_with("cuMemAlloc_v2 failed"),
+                    "the message must name the call: {message}"
+                );
+            }
+            other => panic!("expected a driver error, got {other:?}"),
+        }
+        assert!(!driver_error(0, CUresult::CUDA_ERROR_LAUNCH_FAILED, "x").is_out_of_memory());
+    }
+
+    #[test]
+    fn actionable_codes_say_what_to_do() {
+        let err = driver_error(0, CUresult::CUDA_ERROR_NO_DEVICE, "cuInit");
+        let text = err.to_string();
+        assert!(text.contains("CUDA_ERROR_NO_DEVICE"), "{text}");
+        assert!(text.contains("code 100") || text.contains("100"), "{text}");
+        assert!(text.contains("nvidia-smi"), "the hint is missing: {text}");
+        assert!(hint(CALL_REQUIRES_NEWER_DRIVER).is_some_and(|h| h.contains("update the driver")));
+        let stub = driver_error(0, CUresult::CUDA_ERROR_STUB_LIBRARY, "cuInit").to_string();
+        assert!(stub.contains("stub library"), "{stub}");
+        assert_eq!(hint(CUresult::CUDA_ERROR_INVALID_VALUE as i32), None);
+    }
+
+    #[test]
+    fn success_checks_ok_and_failure_names_the_call() {
+        assert_eq!(check(0, CUresult::CUDA_SUCCESS, "cuMemFree_v2"), Ok(()));
+        let err = check(2, CUresult::CUDA_ERROR_INVALID_HANDLE, "cuEventRecord").unwrap_err();
+        assert!(
+            matches!(&err, BackendError::Driver { device: 2, code: 400, name, .. } if name == "CUDA_ERROR_INVALID_HANDLE"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn the_missing_library_error_says_what_to_install() {
+        let err = library_missing();
+        let text = err.to_string();
+        assert!(text.contains("libcuda.so.1"), "{text}");
+        assert!(text.contains("install the NVIDIA driver"), "{text}");
+        assert!(text.contains("BLOCKPOOL_BACKEND=sim"), "{text}");
+        assert!(!err.is_out_of_memory());
+    }
+}
