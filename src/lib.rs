@@ -50,6 +50,8 @@
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
 //! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), [`CachingAllocator::snapshot`], trace files (our JSON Lines with a streaming sink, PyTorch snapshot pickles both ways, Perfetto, RMM's CSV log) and the state at any event |
+//! | [`cuda`] | `CudaBackend` (feature `cuda`) over cudarc, `DeviceBuffer<T>` (cudarc's `DeviceSlice`/`DevicePtr`/`DevicePtrMut`/`PushKernelArg`), [`cuda::probe`] (what CUDA this machine has, and why not) |
+//! | [`global`] | the process-wide default allocator: CUDA when usable, else the simulated device (`BLOCKPOOL_BACKEND=cuda\|sim`) |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
 //!
 //! ## Features of the simulated device
@@ -79,6 +81,11 @@ pub use config::{AllocatorConfig, ConfigError};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
 pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
 pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
+#[cfg(feature = "cuda")]
+pub use backend::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
+#[cfg(feature = "cuda")]
+pub use cuda::DeviceBuffer;
+pub use cuda::{BufferError, TypedAllocation};
 pub use stats::{DeviceStats, MemoryStats};
 pub use trace::{
     annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,

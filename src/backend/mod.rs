@@ -111,6 +111,20 @@ pub enum BackendError {
         /// Size passed to the free, in bytes.
         size_bytes: usize,
     },
+    /// An event recorded by a backend of another kind was handed to this one (only possible
+    /// when calling [`Backend`] methods directly; the allocator never mixes backends).
+    #[error(
+        "an event recorded on device {device} of the {event_backend} backend was given to the \
+         {backend} backend; wait on an event with the backend that recorded it"
+    )]
+    ForeignEvent {
+        /// Device the event was recorded on.
+        device: DeviceIndex,
+        /// The backend that recorded it.
+        event_backend: &'static str,
+        /// The backend it was given to.
+        backend: &'static str,
+    },
     /// Any other driver error, with the driver's own code and name.
     #[error("driver error {code} ({name}) on device {device}: {message}")]
     Driver {

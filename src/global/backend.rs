@@ -45,18 +45,19 @@ impl fmt::Debug for DefaultBackend {
     }
 }
 
-/// The error for an event recorded by a backend of the other kind: the event names a device
-/// this backend cannot wait on. Only reachable by calling [`Backend`] methods directly with
-/// events from two different default backends; the allocator never mixes them.
+/// The error for an event recorded by a backend of the other kind. Only reachable by calling
+/// [`Backend`] methods directly with events from two different default backends; the
+/// allocator never mixes them.
 #[cfg(feature = "cuda")]
 fn foreign_event(backend: &DefaultBackend, event: &DefaultEvent) -> BackendError {
-    let device = match event {
-        DefaultEvent::Cuda(event) => event.device(),
-        DefaultEvent::Sim(event) => event.device(),
+    let (device, event_backend) = match event {
+        DefaultEvent::Cuda(event) => (event.device(), "cuda"),
+        DefaultEvent::Sim(event) => (event.device(), "sim"),
     };
-    BackendError::InvalidDevice {
+    BackendError::ForeignEvent {
         device,
-        device_count: backend.device_count(),
+        event_backend,
+        backend: backend.name(),
     }
 }
 
