@@ -77,15 +77,15 @@ pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
     SimFault, SimHostCalls, StreamId,
 };
-pub use config::{AllocatorConfig, ConfigError};
-pub use error::{format_size, Error, OutOfMemoryError, Result};
-pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
-pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
 #[cfg(feature = "cuda")]
 pub use backend::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
+pub use config::{AllocatorConfig, ConfigError};
 #[cfg(feature = "cuda")]
 pub use cuda::DeviceBuffer;
 pub use cuda::{BufferError, TypedAllocation};
+pub use error::{format_size, Error, OutOfMemoryError, Result};
+pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
+pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
 pub use stats::{DeviceStats, MemoryStats};
 pub use trace::{
     annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,
