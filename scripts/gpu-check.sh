@@ -79,9 +79,8 @@ run() {
         die "no binaries in .gpu/: run 'scripts/gpu-check.sh build' first (and carry .gpu along)"
     local out="${OUT:-$GPU_DIR/results}"
     mkdir -p "$out"
-    local criterion_home
-    criterion_home="$(mktemp -d)"
-    trap 'rm -rf "$criterion_home"' EXIT
+    CRITERION_TMP="$(mktemp -d)"
+    trap 'rm -rf "$CRITERION_TMP"' EXIT
 
     local gpu="no GPU found (nvidia-smi missing)"
     if command -v nvidia-smi >/dev/null 2>&1; then
@@ -98,15 +97,18 @@ run() {
         tests_rc=$?
     echo "gpu-check: CUDA benchmark..."
     local bench_rc=0
-    CRITERION_HOME="$criterion_home" timeout 110 "$BENCH_BIN" --bench --noplot \
+    CRITERION_HOME="$CRITERION_TMP" timeout 110 "$BENCH_BIN" --bench --noplot \
         --warm-up-time 0.3 --measurement-time 1 --sample-size 10 >"$out/bench-cuda.log" 2>&1 ||
         bench_rc=$?
 
     local test_summary failed bench_status status=0
     test_summary="$(grep -E '^test result:' "$out/gpu-tests.log" | tail -n 1 || true)"
     [[ -n "$test_summary" ]] || test_summary="no result (exit $tests_rc; see gpu-tests.log)"
-    failed="$(grep -E '^test .* \.\.\. FAILED$' "$out/gpu-tests.log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' |
-        paste -sd ' ' - || true)"
+    # libtest's closing list: "failures:" then one indented test name per line.
+    failed="$(awk '/^failures:$/ { list = ""; inside = 1; next }
+        inside && /^    [^ ]/ { sub(/^ +/, ""); list = list (list == "" ? "" : " ") $0; next }
+        inside && NF == 0 && list != "" { inside = 0 }
+        END { print list }' "$out/gpu-tests.log")"
     if [[ $tests_rc -ne 0 ]]; then
         status=1
         [[ $tests_rc -eq 124 ]] && test_summary="$test_summary; TIMED OUT after 150 s"
@@ -140,11 +142,11 @@ run() {
             echo
             echo "| size | blockpool ns | cuMemAlloc+Free ns | cuMemAllocAsync+FreeAsync ns | sync ratio | async ratio |"
             echo "|---|---|---|---|---|---|"
-            grep '^ratio ' "$out/bench-cuda.log" | sed -E \
-                's/^ratio size=([^ ]+) blockpool_ns=([^ ]+) sync_ns=([^ ]+) async_ns=([^ ]+) sync_over_blockpool=([^ ]+) async_over_blockpool=([^ ]+).*$/| \1 | \2 | \3 | \4 | \5x | \6x |/'
+            grep '^ratio ' "$out/bench-cuda.log" | sed -E -e \
+                's/^ratio size=([^ ]+) blockpool_ns=([^ ]+) sync_ns=([^ ]+) async_ns=([^ ]+) sync_over_blockpool=([^ ]+) async_over_blockpool=([^ ]+).*$/| \1 | \2 | \3 | \4 | \5x | \6x |/' -e 's/ -x \|/ - |/g'
             echo
         fi
-        echo "Full logs: gpu-tests.log, bench-cuda.log, nvidia-smi.log"
+        echo "Full logs: gpu-tests.log, bench-cuda.log, nvidia-smi.log (when nvidia-smi exists), BUILD"
     } >"$out/results.md"
     cat "$out/results.md"
     return $status

@@ -126,6 +126,21 @@ pub enum Command {
         #[arg(long, value_enum)]
         to: Option<OutputFormat>,
     },
+    /// The web viewer: timeline, curves, segments, leaks and sites of a trace in the browser,
+    /// served on 127.0.0.1 only; runs until interrupted.
+    Serve {
+        /// The trace file.
+        file: PathBuf,
+        /// The port (0: any free one).
+        #[arg(long, default_value_t = 8700)]
+        port: u16,
+        /// Open the page in the browser (the viewer starts even when none can be opened).
+        #[arg(long)]
+        open: bool,
+    },
+    /// Run the trace's allocation stream through blockpool's allocator on a simulated device,
+    /// from the trace's first state, and set what it did beside what the trace's allocator did.
+    Replay(crate::commands::replay::ReplayArgs),
     /// Whether CUDA is usable here: the driver library and version, each GPU's name, compute
     /// capability and memory, and if CUDA is unusable, why and what to do. Exits 0 either way:
     /// it is a report.

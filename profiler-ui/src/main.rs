@@ -8,6 +8,7 @@ mod analysis;
 mod cli;
 mod commands;
 mod output;
+mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -12,6 +12,7 @@
 mod caching;
 mod handle;
 mod history;
+mod replay;
 mod sink;
 
 pub use caching::{CachingAllocator, FreeMemoryCallback};

@@ -24,6 +24,7 @@ use super::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
 
 mod device;
 mod host;
+mod placement;
 #[cfg(test)]
 mod tests;
 

@@ -3,7 +3,7 @@
 use crate::backend::{BackendError, DeviceIndex};
 
 /// A failure of a typed buffer ([`TypedAllocation`](super::TypedAllocation) or
-/// [`DeviceBuffer`](super::DeviceBuffer)).
+/// `DeviceBuffer`, with the `cuda` feature).
 ///
 /// Only [`BufferError::Allocator`] with an out-of-memory error is retryable (free memory, or
 /// `empty_cache`, and try again); the others are misuse that fails the same way every time.

@@ -1,12 +1,12 @@
 //! blockpool memory where the Rust GPU ecosystem expects it (feature `cuda`), and [`probe`]:
 //! whether CUDA is usable in this process, and if not why (with and without the feature).
 //!
-//! [`DeviceBuffer<T>`] is a typed buffer from the caching allocator that implements cudarc's
+//! `DeviceBuffer<T>` is a typed buffer from the caching allocator that implements cudarc's
 //! `DeviceSlice` / `DevicePtr` / `DevicePtrMut` and kernel-argument traits, so it goes where a
 //! `CudaSlice<T>` goes. Its bookkeeping (element count, byte-size overflow, use on other
 //! streams) is [`TypedAllocation`], generic over the backend (no feature needed) and tested on
 //! the simulated one.
-//! [`cudarc`] is re-exported so callers use the same version blockpool implements traits for.
+//! `cudarc` is re-exported so callers use the same version blockpool implements traits for.
 //!
 //! [`probe`] exists without the `cuda` feature too, so a program can always ask why CUDA is
 //! unusable; without the feature it says so.

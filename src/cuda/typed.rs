@@ -3,7 +3,7 @@
 //! This is the part of a device buffer that needs no driver: the element count and the
 //! overflow check on its byte size, the checks a copy or a stream needs before it is issued,
 //! and the record of other streams that used the memory (`record_stream`), so the block is not
-//! reused before their work is done. [`DeviceBuffer`](super::DeviceBuffer) adds cudarc's
+//! reused before their work is done. `DeviceBuffer` (feature `cuda`) adds cudarc's
 //! traits on top; here it is all tested on [`SimBackend`](crate::SimBackend).
 
 use std::fmt;

@@ -3,6 +3,7 @@
 //! allocator. No I/O, no locks, no `unsafe`; the device is reached only through the
 //! [`Backend`](crate::backend::Backend) passed into each call.
 
+mod adopt;
 mod block;
 mod device;
 mod events;
@@ -14,6 +15,7 @@ pub mod sizing;
 mod stat_updates;
 mod views;
 
+pub use adopt::{AdoptBlock, AdoptError, AdoptSegment, AdoptedBlock};
 pub use block::{BlockId, BlockState};
 pub use device::{AllocatedBlock, DeviceAllocator};
 pub use free_list::PoolKind;

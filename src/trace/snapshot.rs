@@ -358,7 +358,7 @@ impl Segment {
             .iter()
             .filter(|b| b.state == state)
             .map(|b| b.size)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// Bytes in active blocks (allocated or pending free).
@@ -367,7 +367,7 @@ impl Segment {
             .iter()
             .filter(|b| b.state.is_active())
             .map(|b| b.size)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// Bytes the callers of active blocks asked for.
@@ -376,7 +376,7 @@ impl Segment {
             .iter()
             .filter(|b| b.state.is_active())
             .map(|b| b.requested)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     fn check_tiling(&self) -> Result<(), SnapshotInvalid> {
@@ -398,6 +398,12 @@ impl Segment {
             }
             if block.size == 0 {
                 return Err(fail(format!("the block at {:#x} is empty", block.address)));
+            }
+            if block.requested > block.size {
+                return Err(fail(format!(
+                    "the block at {:#x} was asked for {} bytes but holds only {}",
+                    block.address, block.requested, block.size
+                )));
             }
             next = block
                 .address
@@ -492,6 +498,14 @@ mod tests {
             short.validate(),
             Err(SnapshotInvalid::BlocksDoNotTile { .. })
         ));
+
+        let mut overasked = good.clone();
+        overasked.segments[0].blocks[0].requested = 513;
+        assert_eq!(
+            overasked.validate().unwrap_err().to_string(),
+            "segment at 0x1000 on device 0: the block at 0x1000 was asked for 513 bytes but \
+             holds only 512; its blocks must tile it exactly, lowest address first"
+        );
 
         let mut overlap = good.clone();
         overlap.segments.push(segment(

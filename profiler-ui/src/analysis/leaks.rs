@@ -81,7 +81,7 @@ pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport
     }
     let end = walker.state();
     let mut alive = Vec::new();
-    let mut alive_from_before_bytes = 0;
+    let mut alive_from_before_bytes = 0u64;
     let blocks = end.segments.iter().flat_map(|s| &s.blocks);
     for block in blocks.chain(&end.unsegmented) {
         if block.state != BlockState::ActiveAllocated {
@@ -90,7 +90,7 @@ pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport
         if allocated_here.contains(&block.address) {
             alive.push(block.clone());
         } else {
-            alive_from_before_bytes += block.size;
+            alive_from_before_bytes = alive_from_before_bytes.saturating_add(block.size);
         }
     }
     let alive_at_end = group(snapshot, &alive);
@@ -114,9 +114,9 @@ fn group(snapshot: &Snapshot, blocks: &[blockpool::trace::snapshot::Block]) -> V
             requested_bytes: 0,
             blocks: 0,
         });
-        site.bytes += block.size;
-        site.requested_bytes += block.requested;
-        site.blocks += 1;
+        site.bytes = site.bytes.saturating_add(block.size);
+        site.requested_bytes = site.requested_bytes.saturating_add(block.requested);
+        site.blocks = site.blocks.saturating_add(1);
     }
     let mut sites: Vec<Site> = by_site.into_values().collect();
     super::sites::sort_sites(&mut sites, super::sites::SiteOrder::Bytes);

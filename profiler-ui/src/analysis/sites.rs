@@ -93,18 +93,18 @@ pub fn sites_named_by(
     for block in blocks.chain(&state.unsegmented) {
         if block.state == BlockState::ActiveAllocated {
             let entry = by_context.entry(block.context).or_default();
-            entry.0 += block.size;
-            entry.1 += block.requested;
-            entry.2 += 1;
+            entry.0 = entry.0.saturating_add(block.size);
+            entry.1 = entry.1.saturating_add(block.requested);
+            entry.2 = entry.2.saturating_add(1);
         }
     }
     // Contexts naming the same site (same tags, other frames) add up.
     let mut by_name: HashMap<String, (u64, u64, u64)> = HashMap::new();
     for (context, (bytes, requested, blocks)) in by_context {
         let entry = by_name.entry(name(snapshot, context)).or_default();
-        entry.0 += bytes;
-        entry.1 += requested;
-        entry.2 += blocks;
+        entry.0 = entry.0.saturating_add(bytes);
+        entry.1 = entry.1.saturating_add(requested);
+        entry.2 = entry.2.saturating_add(blocks);
     }
     let mut sites: Vec<Site> = by_name
         .into_iter()

@@ -80,7 +80,7 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 requested_bytes: 0,
             };
             for event in snapshot.device_events(device) {
-                info.events += 1;
+                info.events = info.events.saturating_add(1);
                 *info
                     .events_by_action
                     .entry(event.action.as_str())
@@ -95,12 +95,18 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 );
             }
             for segment in snapshot.device_segments(device) {
-                info.segments += 1;
-                info.blocks += segment.blocks.len() as u64;
-                info.reserved_bytes += segment.size;
-                info.allocated_bytes += segment.bytes_in(BlockState::ActiveAllocated);
-                info.pending_free_bytes += segment.bytes_in(BlockState::ActivePendingFree);
-                info.requested_bytes += segment.requested_bytes();
+                info.segments = info.segments.saturating_add(1);
+                info.blocks = info.blocks.saturating_add(segment.blocks.len() as u64);
+                info.reserved_bytes = info.reserved_bytes.saturating_add(segment.size);
+                info.allocated_bytes = info
+                    .allocated_bytes
+                    .saturating_add(segment.bytes_in(BlockState::ActiveAllocated));
+                info.pending_free_bytes = info
+                    .pending_free_bytes
+                    .saturating_add(segment.bytes_in(BlockState::ActivePendingFree));
+                info.requested_bytes = info
+                    .requested_bytes
+                    .saturating_add(segment.requested_bytes());
             }
             info
         })

@@ -6,8 +6,10 @@ mod diff;
 mod doctor;
 mod info;
 mod leaks;
+pub mod replay;
 mod segments;
-mod summary;
+mod serve;
+pub(crate) mod summary;
 mod timeline;
 mod top;
 
@@ -59,5 +61,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
         Command::Demo { out: trace } => demo::run(&trace, out),
         Command::Doctor { json } => doctor::run(json, out),
+        Command::Replay(args) => replay::run(args, out),
+        Command::Serve { file, port, open } => serve::run(&file, port, open, out),
     }
 }

@@ -139,24 +139,24 @@ impl Fill {
 /// The map of one segment.
 pub fn map(snapshot: &Snapshot, segment: &Segment) -> SegmentMap {
     let mut ranges: Vec<(u64, u64, Fill)> = Vec::new();
-    let (mut requested, mut rounding, mut pending, mut free) = (0, 0, 0, 0);
+    let (mut requested, mut rounding, mut pending, mut free) = (0u64, 0u64, 0u64, 0u64);
     let mut blocks = Vec::with_capacity(segment.blocks.len());
     for block in &segment.blocks {
         let start = block.address.saturating_sub(segment.address);
         match block.state {
             BlockState::ActiveAllocated => {
                 let asked = block.requested.min(block.size);
-                requested += asked;
-                rounding += block.size - asked;
+                requested = requested.saturating_add(asked);
+                rounding = rounding.saturating_add(block.size - asked);
                 ranges.push((start, start + asked, Fill::Requested));
                 ranges.push((start + asked, start + block.size, Fill::Rounding));
             }
             BlockState::ActivePendingFree => {
-                pending += block.size;
+                pending = pending.saturating_add(block.size);
                 ranges.push((start, start + block.size, Fill::Pending));
             }
             BlockState::Inactive => {
-                free += block.size;
+                free = free.saturating_add(block.size);
                 ranges.push((start, start + block.size, Fill::Free));
             }
         }

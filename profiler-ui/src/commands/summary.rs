@@ -232,7 +232,7 @@ fn free_space(state: &DeviceState) -> (u64, u64) {
         .flat_map(|s| &s.blocks)
         .filter(|b| b.state == BlockState::Inactive)
         .fold((0, 0), |(total, largest), b| {
-            (total + b.size, largest.max(b.size))
+            (total.saturating_add(b.size), largest.max(b.size))
         })
 }
 

@@ -5,13 +5,14 @@
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
+use super::placement::{self, Placement};
 use super::{SimCalls, SimFault};
 use crate::backend::{BackendError, DeviceIndex, MemInfo, StreamId};
 
 /// Start of device 0's fake address range; device `d` starts `d` times [`FAKE_SPAN`] higher.
-const FAKE_BASE: u64 = 0x7f00_0000_0000;
+pub(super) const FAKE_BASE: u64 = 0x7f00_0000_0000;
 /// Size of each device's fake address range, in bytes (1 TiB).
-const FAKE_SPAN: u64 = 1 << 40;
+pub(super) const FAKE_SPAN: u64 = 1 << 40;
 /// Alignment of every segment address, in bytes, as `cudaMalloc` guarantees.
 const SEGMENT_ALIGN: u64 = 512;
 /// Alignment, in bytes, of fake segments whose size is a multiple of it (the driver's 2 MiB page).
@@ -35,6 +36,8 @@ pub(super) struct Device {
     /// Countdowns of injected event-record failures: events left to record before one fails.
     record_faults: Vec<u64>,
     pub(super) calls: SimCalls,
+    /// Where the next fake segment should go, and how such requests went (`placement.rs`).
+    pub(super) placement: Placement,
 }
 
 struct Segment {
@@ -86,6 +89,7 @@ impl Device {
             alloc_faults: Vec::new(),
             record_faults: Vec::new(),
             calls: SimCalls::default(),
+            placement: Placement::default(),
         }
     }
 
@@ -215,6 +219,22 @@ impl Device {
         } else {
             SEGMENT_ALIGN
         };
+        if let Some(ptr) = self.placement.take_next() {
+            if placement::carve(&mut self.free_ranges, ptr, footprint, SEGMENT_ALIGN) {
+                self.placement.placed += 1;
+                let range_end = ptr + footprint;
+                let host = None;
+                return Some((
+                    ptr,
+                    Segment {
+                        size_bytes,
+                        range_end,
+                        host,
+                    },
+                ));
+            }
+            self.placement.missed += 1;
+        }
         let (start, end, ptr) = self.free_ranges.iter().find_map(|(&start, &end)| {
             let ptr = round_up(start, align)?;
             (ptr.checked_add(footprint)? <= end).then_some((start, end, ptr))

@@ -1,0 +1,429 @@
+//! `memtrace replay FILE [--config STR] [--capacity BYTES] [--fresh] [--find-capacity]
+//! [--exact] [--device N] [--json]`: what-if analysis. One device's allocation stream runs
+//! through blockpool's allocator on a simulated device, from the state rebuilt at the trace's
+//! first event (or, with `--fresh`, from its live blocks alone), and the report sets what
+//! blockpool did beside what the trace's own allocator did.
+//!
+//! `start.rs` turns the starting state into segments to adopt, `engine.rs` runs one replay,
+//! `recorded.rs` rebuilds the trace allocator's own figures, `capacity.rs` reads `--capacity`
+//! and searches the smallest capacity that suffices.
+
+mod capacity;
+mod engine;
+mod recorded;
+mod start;
+
+use crate::commands::info::count;
+use crate::output::Output;
+use anyhow::Context as _;
+use blockpool::format_size;
+use blockpool::trace::file::{load_trace, TraceFormat};
+use blockpool::trace::{Action, Snapshot};
+use blockpool::AllocatorConfig;
+use capacity::{CapacitySearch, DEFAULT_CAPACITY};
+use engine::{Outcome, Settings, Workload};
+use indicatif::{ProgressBar, ProgressStyle};
+use recorded::Recorded;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+
+/// Events below which a replay is too short for a progress bar.
+const PROGRESS_MIN_EVENTS: u64 = 200_000;
+
+/// The arguments of `memtrace replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The trace file.
+    pub file: PathBuf,
+    /// Allocator settings in `PYTORCH_CUDA_ALLOC_CONF` syntax (default: the trace's own, else
+    /// PyTorch's defaults).
+    #[arg(long, value_name = "STR", value_parser = parse_config)]
+    pub config: Option<AllocatorConfig>,
+    /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix (default 1T).
+    #[arg(long, value_name = "BYTES", value_parser = capacity::parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Start from the live blocks alone, allocated first in address order, instead of the
+    /// trace's segments.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Also search the smallest capacity (on 2 MiB steps) that replays without out-of-memory.
+    #[arg(long)]
+    pub find_capacity: bool,
+    /// Put each segment where the trace had it and report how many allocations got the very
+    /// address the trace shows.
+    #[arg(long)]
+    pub exact: bool,
+    /// The device of the trace to replay (default: the first with events).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_config(text: &str) -> Result<AllocatorConfig, String> {
+    AllocatorConfig::parse(text).map_err(|e| e.to_string())
+}
+
+/// The report, as `--json` prints it.
+#[derive(Debug, Serialize)]
+pub struct ReplayReport {
+    /// The file, as given.
+    pub file: String,
+    /// `jsonl`, `pytorch` or `rmm-csv`.
+    pub format: &'static str,
+    /// The device replayed.
+    pub device: u32,
+    /// Its events.
+    pub events: u64,
+    /// The allocator settings replayed with, in config syntax (empty: the defaults).
+    pub config: String,
+    /// Where they came from: `--config`, `trace` or `default`.
+    pub config_source: &'static str,
+    /// Why the trace's own settings were not used, when they were not understood.
+    pub config_note: Option<String>,
+    /// The simulated device's capacity, in bytes.
+    pub capacity_bytes: u64,
+    /// `start` (the trace's first state) or `fresh` (its live blocks alone).
+    pub mode: &'static str,
+    /// What blockpool did.
+    pub blockpool: Outcome,
+    /// What the trace's allocator did; absent when the trace records no segments (RMM logs).
+    pub recorded: Option<Recorded>,
+    /// blockpool's peak reserved over the recorded one.
+    pub peak_reserved_ratio: Option<f64>,
+    /// blockpool's segment allocations over the recorded ones.
+    pub segment_allocs_ratio: Option<f64>,
+    /// The capacity search, with `--find-capacity`.
+    pub capacity_search: Option<CapacitySearch>,
+}
+
+/// Runs `memtrace replay`.
+pub fn run(args: ReplayArgs, out: &mut Output) -> anyhow::Result<()> {
+    let trace = load_trace(&args.file).context("cannot read the trace")?;
+    let report = replay(&args, &trace.snapshot, trace.format)?;
+    if args.json {
+        out.json(&report)
+    } else {
+        out.write(&render(&report))?;
+        out.flush()?;
+        Ok(())
+    }
+}
+
+/// Replays `snapshot` as `args` say.
+pub fn replay(
+    args: &ReplayArgs,
+    snapshot: &Snapshot,
+    format: TraceFormat,
+) -> anyhow::Result<ReplayReport> {
+    let devices = snapshot.devices();
+    let device = match args.device {
+        Some(device) if devices.contains(&device) || devices.is_empty() && device == 0 => device,
+        Some(device) => anyhow::bail!(
+            "device {device} has no events or segments in this trace (it has: {})",
+            list(&devices)
+        ),
+        None => first_device(snapshot, &devices),
+    };
+    let (config, config_source, config_note) = choose_config(args, snapshot);
+    let mut walker = snapshot
+        .state_walker(device)
+        .with_context(|| format!("cannot rebuild the memory of device {device}"))?;
+    let start_state = walker.state();
+    // RMM logs and traces without segment information say nothing about reserved memory.
+    let has_segments = snapshot.device_segments(device).next().is_some()
+        || snapshot
+            .device_events(device)
+            .any(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentFree));
+    let recorded =
+        (format != TraceFormat::RmmCsv && has_segments).then(|| recorded::walk(&mut walker));
+    let events = walker.events();
+    let free_on = if events.iter().any(|e| e.action == Action::FreeCompleted) {
+        Action::FreeCompleted
+    } else {
+        Action::FreeRequested
+    };
+    let trace_span = span(&start_state.segments, events);
+    let workload = Workload {
+        start: start::plan(&start_state, &config, args.fresh),
+        events,
+        free_on,
+        trace_span,
+    };
+    let settings = Settings {
+        config: config.clone(),
+        capacity_bytes: args.capacity.unwrap_or(DEFAULT_CAPACITY),
+        exact: args.exact,
+    };
+    let event_count = workload.events.len() as u64;
+    let progress = progress_bar(event_count, args.find_capacity);
+    let outcome = engine::run(&workload, &settings, &progress)?;
+    let capacity_search = if args.find_capacity {
+        let unconstrained = if settings.capacity_bytes == DEFAULT_CAPACITY {
+            outcome.clone()
+        } else {
+            let default = Settings {
+                capacity_bytes: DEFAULT_CAPACITY,
+                ..settings.clone()
+            };
+            engine::run(&workload, &default, &progress)?
+        };
+        // Now the search's length is known: one replay per halving of the peak's steps.
+        let steps = unconstrained
+            .peak_reserved_bytes
+            .div_ceil(capacity::SEARCH_STEP);
+        let probes = u64::from(u64::BITS - steps.leading_zeros());
+        progress.set_length(progress.position() + event_count.saturating_mul(probes));
+        Some(capacity::search(
+            &workload,
+            &settings,
+            &unconstrained,
+            &progress,
+        )?)
+    } else {
+        None
+    };
+    progress.finish_and_clear();
+    let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
+    Ok(ReplayReport {
+        file: args.file.display().to_string(),
+        format: format.as_str(),
+        device,
+        events: event_count,
+        config: config.to_string(),
+        config_source,
+        config_note,
+        capacity_bytes: settings.capacity_bytes,
+        mode: if args.fresh { "fresh" } else { "start" },
+        peak_reserved_ratio: recorded
+            .as_ref()
+            .and_then(|r| ratio(outcome.peak_reserved_bytes, r.peak_reserved_bytes)),
+        segment_allocs_ratio: recorded
+            .as_ref()
+            .and_then(|r| ratio(outcome.device_allocs, r.segment_allocs)),
+        blockpool: outcome,
+        recorded,
+        capacity_search,
+    })
+}
+
+/// The first device with events, else the first device, else 0.
+fn first_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
+    snapshot
+        .events
+        .iter()
+        .map(|e| e.device)
+        .min()
+        .or_else(|| devices.first().copied())
+        .unwrap_or(0)
+}
+
+fn list(devices: &[u32]) -> String {
+    if devices.is_empty() {
+        return "none".to_string();
+    }
+    let names: Vec<String> = devices.iter().map(u32::to_string).collect();
+    names.join(", ")
+}
+
+/// The settings to replay with: `--config`, else the trace's own when blockpool understands
+/// them, else the defaults (saying why).
+fn choose_config(
+    args: &ReplayArgs,
+    snapshot: &Snapshot,
+) -> (AllocatorConfig, &'static str, Option<String>) {
+    if let Some(config) = &args.config {
+        return (config.clone(), "--config", None);
+    }
+    match snapshot.allocator_config.as_deref().map(str::trim) {
+        Some(text) if !text.is_empty() => match AllocatorConfig::parse(text) {
+            Ok(config) => (config, "trace", None),
+            Err(e) => {
+                let note = format!("the trace's settings `{text}` were not understood ({e})");
+                (AllocatorConfig::default(), "default", Some(note))
+            }
+        },
+        _ => (AllocatorConfig::default(), "default", None),
+    }
+}
+
+/// The addresses the trace's segments cover: the starting ones and every `segment_alloc`.
+fn span(
+    segments: &[blockpool::trace::snapshot::Segment],
+    events: &[blockpool::trace::TraceEvent],
+) -> Option<std::ops::Range<u64>> {
+    let starting = segments.iter().map(|s| (s.address, s.size));
+    let allocated = events
+        .iter()
+        .filter(|e| e.action == Action::SegmentAlloc)
+        .map(|e| (e.addr, e.size));
+    starting
+        .chain(allocated)
+        .fold(None, |range, (address, size)| {
+            let end = address.saturating_add(size);
+            Some(match range {
+                None => address..end,
+                Some(r) => r.start.min(address)..r.end.max(end),
+            })
+        })
+}
+
+/// A bar on stderr for replays long enough to wait for; hidden when stderr is not a terminal.
+fn progress_bar(events: u64, searching: bool) -> ProgressBar {
+    // A search runs about 20 replays more.
+    let work = if searching {
+        events.saturating_mul(21)
+    } else {
+        events
+    };
+    if work < PROGRESS_MIN_EVENTS || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(work);
+    if let Ok(style) =
+        ProgressStyle::with_template("replaying {bar:40} {human_pos}/{human_len} events ({eta})")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// The report as text.
+pub fn render(report: &ReplayReport) -> String {
+    let mut text = String::new();
+    let outcome = &report.blockpool;
+    let _ = writeln!(
+        text,
+        "replay of {}, device {}: {} events ({} allocations, {} frees)",
+        report.file,
+        report.device,
+        count(report.events),
+        count(outcome.allocations),
+        count(outcome.frees)
+    );
+    let config = match report.config.as_str() {
+        "" => "PyTorch's defaults".to_string(),
+        config => config.to_string(),
+    };
+    let _ = writeln!(text, "config:    {config} ({})", report.config_source);
+    if let Some(note) = &report.config_note {
+        let _ = writeln!(text, "           {note}");
+    }
+    let _ = writeln!(text, "capacity:  {}", format_size(report.capacity_bytes));
+    let start = &outcome.start;
+    let _ = write!(
+        text,
+        "start:     {} segments adopted ({}, {} live blocks)",
+        count(start.adopted_segments),
+        format_size(start.adopted_bytes),
+        count(start.adopted_blocks)
+    );
+    let _ = writeln!(
+        text,
+        ", {} blocks allocated afresh",
+        count(start.fresh_blocks)
+    );
+    if start.not_adoptable_segments > 0 {
+        let _ = writeln!(
+            text,
+            "           {} segments could not be adopted (layout off blockpool's 512-byte grid)",
+            count(start.not_adoptable_segments)
+        );
+    }
+    text.push('\n');
+    render_table(&mut text, report);
+    if let Some(exact) = &outcome.exact {
+        let _ = writeln!(
+            text,
+            "exact addresses:      {} of {} allocations ({:.2} %); {} segments placed as recorded, {} not",
+            count(exact.matched),
+            count(exact.allocations),
+            exact.share * 100.0,
+            count(exact.segments_placed),
+            count(exact.segments_missed)
+        );
+    }
+    if let Some(search) = &report.capacity_search {
+        let _ = match search.min_capacity_bytes {
+            Some(bytes) => writeln!(
+                text,
+                "smallest capacity:    {} ({} bytes) replays without out-of-memory ({} replays)",
+                format_size(bytes),
+                bytes,
+                search.replays
+            ),
+            None => writeln!(
+                text,
+                "smallest capacity:    none up to {} replays without out-of-memory",
+                format_size(DEFAULT_CAPACITY)
+            ),
+        };
+    }
+    text
+}
+
+fn render_table(text: &mut String, report: &ReplayReport) {
+    let ours = &report.blockpool;
+    let recorded = report.recorded.as_ref();
+    let ratio = |r: Option<f64>| r.map_or_else(String::new, |r| format!("{r:.3}"));
+    let theirs = |f: &dyn Fn(&Recorded) -> String| recorded.map_or_else(String::new, f);
+    let _ = writeln!(
+        text,
+        "{:<22}{:>14}{:>14}{:>9}",
+        "", "blockpool", "recorded", "ratio"
+    );
+    let rows: [(&str, String, String, String); 5] = [
+        (
+            "peak reserved",
+            format_size(ours.peak_reserved_bytes),
+            theirs(&|r| format_size(r.peak_reserved_bytes)),
+            ratio(report.peak_reserved_ratio),
+        ),
+        (
+            "segment allocations",
+            count(ours.device_allocs),
+            theirs(&|r| count(r.segment_allocs)),
+            ratio(report.segment_allocs_ratio),
+        ),
+        (
+            "segment frees",
+            count(ours.device_frees),
+            theirs(&|r| count(r.segment_frees)),
+            String::new(),
+        ),
+        (
+            "fragmentation at peak",
+            format!("{:.2} %", ours.fragmentation_at_peak * 100.0),
+            theirs(&|r| format!("{:.2} %", r.fragmentation_at_peak * 100.0)),
+            String::new(),
+        ),
+        (
+            "peak allocated",
+            format_size(ours.peak_allocated_bytes),
+            theirs(&|r| format_size(r.peak_allocated_bytes)),
+            String::new(),
+        ),
+    ];
+    for (name, ours, theirs, ratio) in rows {
+        let row = format!("{name:<22}{ours:>14}{theirs:>14}{ratio:>9}");
+        let _ = writeln!(text, "{}", row.trim_end());
+    }
+    let _ = writeln!(text, "{:<22}{:>14}", "retries", count(ours.retries));
+    let _ = writeln!(
+        text,
+        "{:<22}{:>14}",
+        "out-of-memory",
+        count(ours.out_of_memory_events())
+    );
+    if ours.unmatched_frees > 0 {
+        let _ = writeln!(
+            text,
+            "{:<22}{:>14}  (frees of blocks not live in the replay)",
+            "unmatched frees",
+            count(ours.unmatched_frees)
+        );
+    }
+}

@@ -1,0 +1,76 @@
+//! What the traced program's own allocator did, rebuilt from the file by walking its events
+//! from the starting state: segment allocations and frees, and the reserved peak, to set
+//! beside what blockpool does with the same stream.
+
+use blockpool::trace::{Action, StateWalker};
+use serde::Serialize;
+
+/// The trace allocator's own figures on one device.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Recorded {
+    /// `segment_alloc` events.
+    pub segment_allocs: u64,
+    /// `segment_free` events.
+    pub segment_frees: u64,
+    /// Highest bytes in segments, the starting state included.
+    pub peak_reserved_bytes: u64,
+    /// Highest bytes in allocated blocks.
+    pub peak_allocated_bytes: u64,
+    /// (reserved - allocated) / reserved when reserved first reached its peak; 0 with nothing
+    /// reserved.
+    pub fragmentation_at_peak: f64,
+    /// Bytes in segments before the first event.
+    pub reserved_at_start_bytes: u64,
+    /// Bytes in segments after the last event.
+    pub reserved_at_end_bytes: u64,
+}
+
+/// Walks `walker` from where it is to the end and sums up what the trace's allocator did.
+/// PyTorch's events carry requested sizes, so allocated bytes there are approximate; segment
+/// sizes are exact.
+pub fn walk(walker: &mut StateWalker) -> Recorded {
+    let start = walker.totals();
+    let mut recorded = Recorded {
+        reserved_at_start_bytes: start.reserved_bytes,
+        ..Recorded::default()
+    };
+    let mut peak_segment_pending = false;
+    let note = |recorded: &mut Recorded, reserved: u64, allocated: u64| {
+        recorded.peak_allocated_bytes = recorded.peak_allocated_bytes.max(allocated);
+        let new_peak = reserved > recorded.peak_reserved_bytes;
+        if new_peak {
+            recorded.peak_reserved_bytes = reserved;
+            recorded.fragmentation_at_peak = fragmentation(reserved, allocated);
+        }
+        new_peak
+    };
+    note(&mut recorded, start.reserved_bytes, start.allocated_bytes);
+    while let Some(event) = walker.step() {
+        let action = event.action;
+        match action {
+            Action::SegmentAlloc => recorded.segment_allocs += 1,
+            Action::SegmentFree => recorded.segment_frees += 1,
+            _ => {}
+        }
+        let totals = walker.totals();
+        let (reserved, allocated) = (totals.reserved_bytes, totals.allocated_bytes);
+        if note(&mut recorded, reserved, allocated) {
+            peak_segment_pending = action == Action::SegmentAlloc;
+        } else if std::mem::take(&mut peak_segment_pending) && action == Action::Alloc {
+            // The trace records a new segment just before the allocation it serves; blockpool
+            // counts both at once, so the peak's fragmentation is taken with that block in.
+            recorded.fragmentation_at_peak = fragmentation(reserved, allocated);
+        }
+    }
+    recorded.reserved_at_end_bytes = walker.totals().reserved_bytes;
+    recorded
+}
+
+/// (reserved - allocated) / reserved; 0 with nothing reserved.
+fn fragmentation(reserved: u64, allocated: u64) -> f64 {
+    if reserved == 0 {
+        0.0
+    } else {
+        reserved.saturating_sub(allocated) as f64 / reserved as f64
+    }
+}

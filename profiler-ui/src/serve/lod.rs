@@ -1,0 +1,533 @@
+//! Level of detail: a window of a device's states cut into pixel columns, and the timeline
+//! bands and memory curves drawn in those columns, so a response stays a few thousand numbers
+//! however many events the window holds.
+//!
+//! Each column stands for the states it covers by one representative state, the one where the
+//! plotted memory is highest, so peaks survive any zoom. Bands: the `limit` largest
+//! allocations in the window are stacked individually (oldest at the bottom, as PyTorch's
+//! viewer stacks them), each drawn as runs of columns at a constant height; every other
+//! allocation the filter keeps is summed into one band on top. The work per request is one
+//! pass over the window's states and the allocations plus columns × shown bands.
+
+use super::filter::Filter;
+use super::model::{DeviceModel, TraceModel};
+use serde::Serialize;
+
+/// Most columns a request may ask for.
+pub const MAX_WIDTH: u64 = 4000;
+/// Most allocations a request may ask to see individually.
+pub const MAX_BANDS: u64 = 2000;
+/// Most runs one timeline response carries; past it fewer bands are shown individually.
+pub const MAX_RUNS: usize = 20_000;
+
+/// What the x axis counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Axis {
+    /// State indices (events applied).
+    Event,
+    /// Microseconds since the trace's time origin.
+    Time,
+}
+
+/// A window of the x axis cut into columns: `[from, to)` in the axis' unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Window {
+    /// What `from` and `to` count.
+    pub axis: Axis,
+    /// First value shown.
+    pub from: u64,
+    /// End of the window (exclusive).
+    pub to: u64,
+    /// Columns (pixels).
+    pub width: usize,
+}
+
+/// The states column `c` covers: `[lo, hi)`, never empty.
+pub fn columns(device: &DeviceModel, window: &Window) -> Vec<(usize, usize)> {
+    let states = device.state_time_us.len().max(1);
+    let width = window.width.max(1);
+    let cut = |from: u64, to: u64, c: usize| -> u64 {
+        let span = u128::from(to - from);
+        from + (span * c as u128 / width as u128) as u64
+    };
+    match window.axis {
+        Axis::Event => {
+            let from = window.from.min(states as u64 - 1);
+            let to = window.to.clamp(from + 1, states as u64);
+            (0..width)
+                .map(|c| {
+                    let lo = cut(from, to, c) as usize;
+                    let hi = cut(from, to, c + 1) as usize;
+                    (lo, hi.max(lo + 1))
+                })
+                .collect()
+        }
+        Axis::Time => {
+            let times = &device.state_time_us;
+            let from = window.from;
+            let to = window.to.max(from.saturating_add(1));
+            let first_at = |t: u64| times.partition_point(|&s| s < t);
+            (0..width)
+                .map(|c| {
+                    let lo = first_at(cut(from, to, c));
+                    let hi = first_at(cut(from, to, c + 1));
+                    if hi > lo {
+                        (lo, hi)
+                    } else {
+                        // No event in the column: the state in effect there.
+                        let s = lo.saturating_sub(1).min(states - 1);
+                        (s, s + 1)
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// The first state of `[lo, hi)` where `values` is highest (`lo` when the range is empty).
+fn peak_in(values: &[u64], lo: usize, hi: usize) -> usize {
+    let mut best = (lo, None);
+    for (s, &v) in values.iter().enumerate().take(hi).skip(lo) {
+        if best.1.is_none_or(|b| v > b) {
+            best = (s, Some(v));
+        }
+    }
+    best.0
+}
+
+/// One allocation drawn on its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Band {
+    /// The allocation's id (for `/api/allocation`).
+    pub id: usize,
+    /// Block size in bytes: the band's height.
+    pub size: u64,
+    /// Stream handle.
+    pub stream: u64,
+    /// Its site.
+    pub site: String,
+    /// First state it is alive in.
+    pub start: usize,
+    /// First state it is no longer alive in (`events + 1`: alive at the end).
+    pub end: usize,
+    /// `[first column, end column (exclusive), bytes below it]`, left to right.
+    pub runs: Vec<[u64; 3]>,
+}
+
+/// The active memory timeline of a window.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timeline {
+    /// The window, as clamped.
+    pub window: Window,
+    /// The state each column shows.
+    pub states: Vec<usize>,
+    /// Bytes the filter keeps alive in each column's state.
+    pub total: Vec<u64>,
+    /// Of those, the bytes in the summarized band.
+    pub other: Vec<u64>,
+    /// The allocations drawn on their own, bottom of the stack first.
+    pub bands: Vec<Band>,
+    /// Allocations alive somewhere in the window that the filter keeps.
+    pub matched: usize,
+}
+
+/// The timeline of `device` in `window`, with at most `limit` bands drawn on their own.
+pub fn timeline(
+    model: &TraceModel,
+    device: &DeviceModel,
+    window: Window,
+    filter: &Filter,
+    limit: usize,
+) -> Timeline {
+    let cols = columns(device, &window);
+    let (first, last) = match (cols.first(), cols.last()) {
+        (Some(f), Some(l)) => (f.0, l.1),
+        _ => (0, 1),
+    };
+    let mask = filter.context_mask(model);
+    let candidates: Vec<usize> = device
+        .allocations
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.start < last && a.end > first && filter.keeps(a, mask.as_deref()))
+        .map(|(id, _)| id)
+        .collect();
+    // Bytes alive at each state of the window, by a difference array (wrapping: a hostile
+    // trace's sizes may overflow, and then the sum is wrong but nothing panics).
+    let span = last - first;
+    let mut delta = vec![0u64; span + 1];
+    for &id in &candidates {
+        let a = &device.allocations[id];
+        let lo = a.start.max(first) - first;
+        let hi = a.end.min(last) - first;
+        delta[lo] = delta[lo].wrapping_add(a.size);
+        delta[hi] = delta[hi].wrapping_sub(a.size);
+    }
+    let mut alive = Vec::with_capacity(span);
+    let mut running = 0u64;
+    for d in &delta[..span] {
+        running = running.wrapping_add(*d);
+        alive.push(running);
+    }
+    let states: Vec<usize> = cols
+        .iter()
+        .map(|&(lo, hi)| first + peak_in(&alive, lo - first, hi - first))
+        .collect();
+    let total: Vec<u64> = states
+        .iter()
+        .map(|&s| alive.get(s - first).copied().unwrap_or(0))
+        .collect();
+
+    let mut shown_limit = limit.min(candidates.len());
+    loop {
+        let (bands, runs) = stack(model, device, &candidates, &states, shown_limit);
+        if runs <= MAX_RUNS || shown_limit == 0 {
+            let mut other = total.clone();
+            for band in &bands {
+                for run in &band.runs {
+                    for c in run[0]..run[1] {
+                        if let Some(o) = other.get_mut(c as usize) {
+                            *o = o.saturating_sub(band.size);
+                        }
+                    }
+                }
+            }
+            return Timeline {
+                window: clamped(window, first, last),
+                states,
+                total,
+                other,
+                bands,
+                matched: candidates.len(),
+            };
+        }
+        shown_limit = shown_limit * MAX_RUNS / runs;
+    }
+}
+
+/// The window as the columns cover it.
+fn clamped(window: Window, first: usize, last: usize) -> Window {
+    let width = window.width.max(1);
+    match window.axis {
+        Axis::Event => Window {
+            from: first as u64,
+            to: last as u64,
+            width,
+            ..window
+        },
+        Axis::Time => Window {
+            to: window.to.max(window.from.saturating_add(1)),
+            width,
+            ..window
+        },
+    }
+}
+
+/// The `limit` largest of `candidates` stacked over the columns showing `states`, and the
+/// number of runs they make.
+fn stack(
+    model: &TraceModel,
+    device: &DeviceModel,
+    candidates: &[usize],
+    states: &[usize],
+    limit: usize,
+) -> (Vec<Band>, usize) {
+    let allocations = &device.allocations;
+    let mut shown = candidates.to_vec();
+    if limit < shown.len() {
+        let by_size_desc = |a: &usize, b: &usize| {
+            allocations[*b]
+                .size
+                .cmp(&allocations[*a].size)
+                .then(a.cmp(b))
+        };
+        shown.select_nth_unstable_by(limit, by_size_desc);
+        shown.truncate(limit);
+    }
+    // Ids are in order of becoming alive: oldest at the bottom.
+    shown.sort_unstable();
+    let mut runs: Vec<Vec<[u64; 3]>> = vec![Vec::new(); shown.len()];
+    for (c, &state) in states.iter().enumerate() {
+        let c = c as u64;
+        let mut below = 0u64;
+        for (i, &id) in shown.iter().enumerate() {
+            let a = &allocations[id];
+            if a.start <= state && state < a.end {
+                match runs[i].last_mut() {
+                    Some(run) if run[1] == c && run[2] == below => run[1] = c + 1,
+                    _ => runs[i].push([c, c + 1, below]),
+                }
+                below = below.wrapping_add(a.size);
+            }
+        }
+    }
+    let count = runs.iter().map(Vec::len).sum();
+    let bands = shown
+        .into_iter()
+        .zip(runs)
+        .filter(|(_, runs)| !runs.is_empty())
+        .map(|(id, runs)| {
+            let a = &allocations[id];
+            Band {
+                id,
+                size: a.size,
+                stream: a.stream,
+                site: model.context_text(a.context).site.clone(),
+                start: a.start,
+                end: a.end,
+                runs,
+            }
+        })
+        .collect();
+    (bands, count)
+}
+
+/// Allocated, reserved, requested and active memory of a window: the highest value of each
+/// in each column, and the fragmentation `(reserved - allocated) / reserved` in the state
+/// where allocated memory peaks in the column.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CurvesWindow {
+    /// The window.
+    pub window: Window,
+    /// Per column, the state where allocated memory peaks.
+    pub states: Vec<usize>,
+    /// Highest allocated bytes per column.
+    pub allocated: Vec<u64>,
+    /// Highest reserved bytes per column.
+    pub reserved: Vec<u64>,
+    /// Highest requested bytes per column.
+    pub requested: Vec<u64>,
+    /// Highest active bytes per column.
+    pub active: Vec<u64>,
+    /// Fragmentation per column, 0 to 1.
+    pub fragmentation: Vec<f64>,
+}
+
+/// The curves of `device` in `window`.
+pub fn curves(device: &DeviceModel, window: Window) -> CurvesWindow {
+    let cols = columns(device, &window);
+    let c = &device.curves;
+    let max_of = |values: &[u64]| -> Vec<u64> {
+        cols.iter()
+            .map(|&(lo, hi)| values.get(peak_in(values, lo, hi)).copied().unwrap_or(0))
+            .collect()
+    };
+    let states: Vec<usize> = cols
+        .iter()
+        .map(|&(lo, hi)| peak_in(&c.allocated, lo, hi))
+        .collect();
+    let fragmentation = states
+        .iter()
+        .map(|&s| {
+            let reserved = c.reserved.get(s).copied().unwrap_or(0);
+            let allocated = c.allocated.get(s).copied().unwrap_or(0);
+            if reserved == 0 {
+                0.0
+            } else {
+                reserved.saturating_sub(allocated) as f64 / reserved as f64
+            }
+        })
+        .collect();
+    let (first, last) = match (cols.first(), cols.last()) {
+        (Some(f), Some(l)) => (f.0, l.1),
+        _ => (0, 1),
+    };
+    CurvesWindow {
+        window: clamped(window, first, last),
+        allocated: max_of(&c.allocated),
+        reserved: max_of(&c.reserved),
+        requested: max_of(&c.requested),
+        active: max_of(&c.active),
+        states,
+        fragmentation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockpool::trace::{Action, Context, ContextId, Snapshot, TraceEvent};
+    use blockpool::StreamId;
+    use std::path::Path;
+
+    /// A(100) from event 0 until its free completes at 3, B(200) from 1 to 6, C(50) from 4
+    /// on; A tagged `step0/attn`. Active bytes per state 0..=7: 0, 100, 300, 300, 200, 250,
+    /// 250, 50 (allocated: 0, 100, 300, 200, 200, 250, 50, 50).
+    fn model() -> TraceModel {
+        let mut snapshot = Snapshot::default();
+        let attn = snapshot.contexts.intern(Context {
+            tags: vec!["step0".into(), "attn".into()],
+            frames: Vec::new(),
+        });
+        let event = |action, addr, size, time_us, context| TraceEvent {
+            action,
+            device: 0,
+            stream: StreamId::DEFAULT,
+            addr,
+            size,
+            requested: size,
+            time_us,
+            context,
+        };
+        snapshot.events = vec![
+            event(Action::Alloc, 0x1000, 100, 10, attn),
+            event(Action::Alloc, 0x2000, 200, 20, ContextId::NONE),
+            event(Action::FreeRequested, 0x1000, 100, 30, attn),
+            event(Action::FreeCompleted, 0x1000, 100, 30, attn),
+            event(Action::Alloc, 0x3000, 50, 40, ContextId::NONE),
+            event(Action::FreeRequested, 0x2000, 200, 50, ContextId::NONE),
+            event(Action::FreeCompleted, 0x2000, 200, 50, ContextId::NONE),
+        ];
+        TraceModel::build(Path::new("t.jsonl"), "jsonl", snapshot).expect("the model builds")
+    }
+
+    fn window(axis: Axis, from: u64, to: u64, width: usize) -> Window {
+        Window {
+            axis,
+            from,
+            to,
+            width,
+        }
+    }
+
+    fn runs(timeline: &Timeline) -> Vec<(usize, Vec<[u64; 3]>)> {
+        timeline
+            .bands
+            .iter()
+            .map(|b| (b.id, b.runs.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn one_column_per_state_stacks_every_allocation_oldest_at_the_bottom() {
+        let model = model();
+        let device = &model.devices[0];
+        let t = timeline(
+            &model,
+            device,
+            window(Axis::Event, 0, 8, 8),
+            &Filter::default(),
+            10,
+        );
+        assert_eq!(t.states, [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(t.total, [0, 100, 300, 300, 200, 250, 250, 50]);
+        assert_eq!(t.other, [0; 8], "every allocation is shown on its own");
+        assert_eq!(
+            runs(&t),
+            [
+                (0, vec![[1, 4, 0]]),
+                (1, vec![[2, 4, 100], [4, 7, 0]]),
+                (2, vec![[5, 7, 200], [7, 8, 0]]),
+            ],
+            "B sits on A until A's free completes, then drops to the floor"
+        );
+        assert_eq!(t.bands[0].site, "step0/attn");
+        assert_eq!(
+            (t.bands[2].start, t.bands[2].end),
+            (5, 8),
+            "C is alive at the end"
+        );
+    }
+
+    #[test]
+    fn past_the_limit_the_rest_is_one_summarized_band() {
+        let model = model();
+        let device = &model.devices[0];
+        let t = timeline(
+            &model,
+            device,
+            window(Axis::Event, 0, 8, 8),
+            &Filter::default(),
+            1,
+        );
+        assert_eq!(
+            runs(&t),
+            [(1, vec![[2, 7, 0]])],
+            "only the largest, B, on its own"
+        );
+        assert_eq!(t.other, [0, 100, 100, 100, 0, 50, 50, 50]);
+        assert_eq!(t.matched, 3);
+    }
+
+    #[test]
+    fn a_column_shows_the_state_where_its_memory_peaks() {
+        let model = model();
+        let device = &model.devices[0];
+        let t = timeline(
+            &model,
+            device,
+            window(Axis::Event, 0, 8, 2),
+            &Filter::default(),
+            10,
+        );
+        assert_eq!(t.states, [2, 5], "300 bytes first at 2, 250 first at 5");
+        assert_eq!(t.total, [300, 250]);
+        let c = curves(device, window(Axis::Event, 0, 8, 2));
+        assert_eq!(c.states, [2, 5]);
+        assert_eq!(c.allocated, [300, 250]);
+        assert_eq!(c.reserved, [0, 0]);
+        assert_eq!(
+            c.fragmentation,
+            [0.0, 0.0],
+            "nothing reserved: no fragmentation"
+        );
+    }
+
+    #[test]
+    fn time_columns_without_events_show_the_state_in_effect() {
+        let model = model();
+        let device = &model.devices[0];
+        assert_eq!(device.state_time_us, [10, 10, 20, 30, 30, 40, 50, 50]);
+        let cols = columns(device, &window(Axis::Time, 0, 60, 6));
+        assert_eq!(cols, [(0, 1), (0, 2), (2, 3), (3, 5), (5, 6), (6, 8)]);
+        let t = timeline(
+            &model,
+            device,
+            window(Axis::Time, 0, 60, 6),
+            &Filter::default(),
+            10,
+        );
+        assert_eq!(t.states, [0, 1, 2, 3, 5, 6]);
+        let late = columns(device, &window(Axis::Time, 1000, 2000, 3));
+        assert_eq!(late, [(7, 8); 3], "after the last event: the end state");
+    }
+
+    #[test]
+    fn a_filter_narrows_the_bands_and_the_total() {
+        let model = model();
+        let device = &model.devices[0];
+        let big = Filter {
+            min_size: Some(150),
+            ..Filter::default()
+        };
+        let t = timeline(&model, device, window(Axis::Event, 0, 8, 8), &big, 10);
+        assert_eq!(runs(&t), [(1, vec![[2, 7, 0]])]);
+        assert_eq!(t.total, [0, 0, 200, 200, 200, 200, 200, 0]);
+        let attn = Filter {
+            text: Some("attn".into()),
+            ..Filter::default()
+        };
+        let t = timeline(&model, device, window(Axis::Event, 0, 8, 8), &attn, 10);
+        assert_eq!(runs(&t), [(0, vec![[1, 4, 0]])]);
+        assert_eq!(t.matched, 1);
+    }
+
+    #[test]
+    fn hostile_windows_are_clamped_not_panics() {
+        let model = model();
+        let device = &model.devices[0];
+        for w in [
+            window(Axis::Event, u64::MAX - 1, u64::MAX, 4000),
+            window(Axis::Event, 3, 4, 4000),
+            window(Axis::Time, u64::MAX - 1, u64::MAX, 7),
+            window(Axis::Time, 0, u64::MAX, 1),
+        ] {
+            let t = timeline(&model, device, w, &Filter::default(), 2000);
+            assert_eq!(t.states.len(), w.width, "{w:?}: one state per column");
+            assert!(t.states.iter().all(|&s| s <= 7), "{w:?}: states exist");
+            let c = curves(device, w);
+            assert_eq!(c.allocated.len(), w.width);
+        }
+    }
+}

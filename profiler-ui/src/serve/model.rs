@@ -1,0 +1,270 @@
+//! The trace as the viewer holds it, computed once at start: per device, every allocation's
+//! lifetime in state indices, the memory curves at every state, the time of every state, and a
+//! [`StateWalker`] for the allocator's segments and blocks at any event.
+//!
+//! State `i` is the memory after the device's first `i` events (0: before any; the number of
+//! events: the end), as everywhere in blockpool's trace tools.
+
+use super::error::ServeError;
+use crate::analysis::leaks::{find_leaks, LeakReport};
+use crate::analysis::sites::site_name;
+use crate::analysis::timeline::{allocated_peak, memory_series};
+use crate::commands::summary::{summarize, SummaryReport};
+use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
+use blockpool::trace::{Action, ContextId, Snapshot, StateWalker};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// One allocation: a block from its `alloc` event (or from before the trace) to its
+/// `free_completed` event (or past the end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// Device address.
+    pub addr: u64,
+    /// Block size in bytes.
+    pub size: u64,
+    /// Bytes the caller asked for.
+    pub requested: u64,
+    /// Stream handle.
+    pub stream: u64,
+    /// Context of the allocating call.
+    pub context: ContextId,
+    /// First state the block is alive in: 0 for a block allocated before the trace began.
+    pub start: usize,
+    /// First state it is no longer alive in; `events + 1` for a block alive at the end.
+    pub end: usize,
+}
+
+/// Memory of one device at every state, `events + 1` values each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Curves {
+    /// Bytes in allocated blocks.
+    pub allocated: Vec<u64>,
+    /// Bytes in segments.
+    pub reserved: Vec<u64>,
+    /// Bytes the callers of active blocks asked for.
+    pub requested: Vec<u64>,
+    /// Bytes in active blocks (allocated or pending free).
+    pub active: Vec<u64>,
+}
+
+/// Everything the viewer shows of one device.
+#[derive(Debug)]
+pub struct DeviceModel {
+    /// Device index.
+    pub device: u32,
+    /// Recorded events.
+    pub events: usize,
+    /// Time of each state in microseconds since the origin: the time of its last event (of the
+    /// first event for state 0), never decreasing.
+    pub state_time_us: Vec<u64>,
+    /// Memory at every state.
+    pub curves: Curves,
+    /// Every allocation, in the order they became alive (by `start`, then address order for
+    /// those alive from the start); an allocation's id is its index here.
+    pub allocations: Vec<Allocation>,
+    /// The state where allocated bytes first peak.
+    pub peak_index: usize,
+    /// Annotation intervals, ordered by start.
+    pub annotations: Vec<AnnotationInterval>,
+    /// Leaks: allocations alive at the end, and sites growing across steps.
+    pub leaks: LeakReport,
+    /// Streams that allocations were made on, ascending.
+    pub streams: Vec<u64>,
+    /// Moves to any state for the segment view; one request at a time uses it.
+    pub walker: Mutex<StateWalker>,
+}
+
+/// Per context id: the texts a search matches, lowercased, and the site name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContextText {
+    /// Tags joined by `/`.
+    pub tags: String,
+    /// Frames, one `name file:line` per line, innermost first.
+    pub stack: String,
+    /// The site name, as the tables show it (not lowercased).
+    pub site: String,
+}
+
+/// A loaded trace and what the viewer computed from it.
+#[derive(Debug)]
+pub struct TraceModel {
+    /// The file, as given on the command line.
+    pub file: String,
+    /// `jsonl`, `pytorch` or `rmm-csv`.
+    pub format: &'static str,
+    /// The trace.
+    pub snapshot: Snapshot,
+    /// Each device with segments or events, ascending.
+    pub devices: Vec<DeviceModel>,
+    /// Index `n` describes `ContextId(n)`; index 0 is "no context".
+    pub contexts: Vec<ContextText>,
+    /// `memtrace summary`'s report.
+    pub summary: SummaryReport,
+}
+
+impl TraceModel {
+    /// Computes everything the viewer serves from `snapshot`.
+    pub fn build(
+        file: &Path,
+        format: &'static str,
+        snapshot: Snapshot,
+    ) -> Result<TraceModel, ServeError> {
+        let mut devices = Vec::new();
+        for device in snapshot.devices() {
+            devices.push(build_device(&snapshot, device)?);
+        }
+        let contexts = context_texts(&snapshot);
+        let summary = summarize(file, format, &snapshot)?;
+        Ok(TraceModel {
+            file: file.display().to_string(),
+            format,
+            snapshot,
+            devices,
+            contexts,
+            summary,
+        })
+    }
+
+    /// The device `device`, or the first when `None`.
+    pub fn device(&self, device: Option<u32>) -> Option<&DeviceModel> {
+        match device {
+            None => self.devices.first(),
+            Some(d) => self.devices.iter().find(|m| m.device == d),
+        }
+    }
+
+    /// The texts of `context` (empty ones for an unknown id).
+    pub fn context_text(&self, context: ContextId) -> &ContextText {
+        static NONE: ContextText = ContextText {
+            tags: String::new(),
+            stack: String::new(),
+            site: String::new(),
+        };
+        self.contexts.get(context.0 as usize).unwrap_or(&NONE)
+    }
+}
+
+fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
+    let mut texts = vec![ContextText {
+        site: site_name(snapshot, ContextId::NONE),
+        ..ContextText::default()
+    }];
+    for (id, context) in snapshot.contexts.iter() {
+        let stack = context
+            .frames
+            .iter()
+            .map(|f| format!("{} {}:{}", f.name, f.filename, f.line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        texts.push(ContextText {
+            tags: context.tags.join("/").to_lowercase(),
+            stack: stack.to_lowercase(),
+            site: site_name(snapshot, id),
+        });
+    }
+    texts
+}
+
+fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeError> {
+    let failed = |source| ServeError::State { device, source };
+    let mut walker = snapshot.state_walker(device).map_err(failed)?;
+    let events = walker.len();
+    let alive_at_end = events.saturating_add(1);
+    // Blocks alive before the first event, lowest address first.
+    let mut allocations = Vec::new();
+    let mut open: HashMap<u64, usize> = HashMap::new();
+    let initial = walker.state();
+    for segment in &initial.segments {
+        for block in segment.blocks.iter().filter(|b| b.state.is_active()) {
+            open.insert(block.address, allocations.len());
+            allocations.push(Allocation {
+                addr: block.address,
+                size: block.size,
+                requested: block.requested,
+                stream: segment.stream.0,
+                context: block.context,
+                start: 0,
+                end: alive_at_end,
+            });
+        }
+    }
+    for block in &initial.unsegmented {
+        open.insert(block.address, allocations.len());
+        allocations.push(Allocation {
+            addr: block.address,
+            size: block.size,
+            requested: block.requested,
+            stream: 0,
+            context: block.context,
+            start: 0,
+            end: alive_at_end,
+        });
+    }
+    // A block stays active until its memory is back in the cache (`free_completed`); traces
+    // without those events end blocks at `free_requested`.
+    let free_action = if walker
+        .events()
+        .iter()
+        .any(|e| e.action == Action::FreeCompleted)
+    {
+        Action::FreeCompleted
+    } else {
+        Action::FreeRequested
+    };
+    let mut state_time_us = Vec::with_capacity(alive_at_end);
+    let mut time = walker.events().first().map_or(0, |e| e.time_us);
+    state_time_us.push(time);
+    for (index, event) in walker.events().iter().enumerate() {
+        time = time.max(event.time_us);
+        state_time_us.push(time);
+        let state = index + 1;
+        if event.action == Action::Alloc {
+            if let Some(previous) = open.insert(event.addr, allocations.len()) {
+                // A second alloc at a live address: the trace lost the free in between.
+                allocations[previous].end = state;
+            }
+            allocations.push(Allocation {
+                addr: event.addr,
+                size: event.size,
+                requested: event.requested,
+                stream: event.stream.0,
+                context: event.context,
+                start: state,
+                end: alive_at_end,
+            });
+        } else if event.action == free_action {
+            if let Some(id) = open.remove(&event.addr) {
+                allocations[id].end = state;
+            }
+        }
+    }
+    let series = memory_series(snapshot, device)?;
+    let curves = Curves {
+        allocated: series.iter().map(|s| s.allocated).collect(),
+        reserved: series.iter().map(|s| s.reserved).collect(),
+        requested: series.iter().map(|s| s.requested).collect(),
+        active: series.iter().map(|s| s.active).collect(),
+    };
+    let peak_index = allocated_peak(&series).index;
+    drop(series);
+    let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let leaks = find_leaks(snapshot, device)?;
+    // Leave the walker at the peak, where the page first asks for the segments.
+    walker.seek(peak_index).map_err(failed)?;
+    Ok(DeviceModel {
+        device,
+        events,
+        state_time_us,
+        curves,
+        allocations,
+        peak_index,
+        annotations: annotation_intervals(snapshot, device),
+        leaks,
+        streams,
+        walker: Mutex::new(walker),
+    })
+}

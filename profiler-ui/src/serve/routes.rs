@@ -1,0 +1,254 @@
+//! The routes: a fixed table of paths, each answered from memory. Any other path is a 404, so
+//! no request can reach a file, whatever dots or encodings it holds.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `/`, `/index.html`, `/app.js`, `/style.css` | the page ([`assets`](super::assets)) |
+//! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
+//! | `/api/timeline?device&axis&from&to&width&limit` + filter | [`Timeline`](super::lod::Timeline) |
+//! | `/api/curves?device&axis&from&to&width` | [`CurvesWindow`](super::lod::CurvesWindow) |
+//! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
+//! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
+//! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
+//! | `/api/leaks?device` | the leak report |
+//! | `/api/breakdown?device&index&limit` | [`Breakdown`](super::tables::Breakdown) |
+//!
+//! Filter parameters: `q`, `tag`, `stack`, `stream`, `min_size`, `max_size` ([`Filter`]).
+
+use super::assets;
+use super::error::RequestError;
+use super::filter::Filter;
+use super::lod::{self, Axis, Window, MAX_BANDS, MAX_WIDTH};
+use super::model::{DeviceModel, TraceModel};
+use super::query::Target;
+use super::tables;
+use blockpool::trace::ContextId;
+use serde::Serialize;
+
+/// Most annotation intervals `/api/meta` lists per device.
+const MAX_ANNOTATIONS: usize = 5_000;
+
+/// What a route answers.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// `Content-Type`.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn json<T: Serialize>(value: &T) -> Reply {
+        match serde_json::to_vec(value) {
+            Ok(body) => Reply {
+                status: 200,
+                content_type: "application/json",
+                body,
+            },
+            // Our views serialize to JSON without fail (no maps with non-string keys); should
+            // one not, the client gets a 500, never a crash.
+            Err(e) => Reply::error(500, &e.to_string()),
+        }
+    }
+
+    /// A JSON `{"error": message}` with `status`.
+    pub fn error(status: u16, message: &str) -> Reply {
+        Reply {
+            status,
+            content_type: "application/json",
+            body: serde_json::json!({ "error": message })
+                .to_string()
+                .into_bytes(),
+        }
+    }
+
+    /// The 404 for every path that is not a route.
+    pub fn not_found() -> Reply {
+        Reply::error(404, "no such page")
+    }
+}
+
+/// Answers a GET of `target` (path and query, as sent).
+pub fn answer(model: &TraceModel, target: &str) -> Reply {
+    let path = target.split_once('?').map_or(target, |(p, _)| p);
+    if let Some(asset) = assets::asset(path) {
+        return Reply {
+            status: 200,
+            content_type: asset.content_type,
+            body: asset.body.to_vec(),
+        };
+    }
+    if !path.starts_with("/api/") {
+        return Reply::not_found();
+    }
+    let result = Target::parse(target).and_then(|t| api(model, &t));
+    match result {
+        Ok(Some(reply)) => reply,
+        Ok(None) => Reply::not_found(),
+        Err(e) => Reply::error(e.status(), &e.to_string()),
+    }
+}
+
+fn device<'m>(model: &'m TraceModel, target: &Target) -> Result<&'m DeviceModel, RequestError> {
+    let asked = target.device()?;
+    model
+        .device(asked)
+        .ok_or(RequestError::NoDevice(asked.unwrap_or(0)))
+}
+
+fn window(device: &DeviceModel, target: &Target) -> Result<Window, RequestError> {
+    let axis = match target.text("axis") {
+        None | Some("event") => Axis::Event,
+        Some("time") => Axis::Time,
+        Some(other) => {
+            return Err(RequestError::BadParameter {
+                name: "axis",
+                reason: format!("{other:?} is neither `event` nor `time`"),
+            })
+        }
+    };
+    let (first, last) = match axis {
+        Axis::Event => (0, device.events as u64 + 1),
+        Axis::Time => {
+            let first = device.state_time_us.first().copied().unwrap_or(0);
+            let last = device.state_time_us.last().copied().unwrap_or(0);
+            (first, last.saturating_add(1))
+        }
+    };
+    let from = target.number("from")?.unwrap_or(first);
+    let to = target.number("to")?.unwrap_or(last);
+    if to <= from {
+        return Err(RequestError::BadParameter {
+            name: "to",
+            reason: format!("the window must end after it starts ({to} <= {from})"),
+        });
+    }
+    Ok(Window {
+        axis,
+        from,
+        to,
+        width: target.clamped("width", 1000, 1, MAX_WIDTH)? as usize,
+    })
+}
+
+fn index(target: &Target) -> Result<Option<usize>, RequestError> {
+    target.number("index")?.map_or(Ok(None), |i| {
+        usize::try_from(i)
+            .map(Some)
+            .map_err(|_| RequestError::BadParameter {
+                name: "index",
+                reason: "too large".into(),
+            })
+    })
+}
+
+/// Per device, what the page needs before anything else.
+#[derive(Serialize)]
+struct DeviceMeta<'m> {
+    device: u32,
+    events: usize,
+    first_us: u64,
+    last_us: u64,
+    peak_index: usize,
+    peak_allocated: u64,
+    allocations: usize,
+    streams: &'m [u64],
+    annotations: Vec<AnnotationView<'m>>,
+}
+
+#[derive(Serialize)]
+struct AnnotationView<'m> {
+    tag: &'m str,
+    depth: usize,
+    start_us: u64,
+    end_us: u64,
+    /// First state at or after the start.
+    start: usize,
+    /// First state at or after the end.
+    end: usize,
+}
+
+fn meta(model: &TraceModel) -> Reply {
+    let devices: Vec<DeviceMeta> = model
+        .devices
+        .iter()
+        .map(|d| {
+            let at = |t: u64| d.state_time_us.partition_point(|&s| s < t);
+            DeviceMeta {
+                device: d.device,
+                events: d.events,
+                first_us: d.state_time_us.first().copied().unwrap_or(0),
+                last_us: d.state_time_us.last().copied().unwrap_or(0),
+                peak_index: d.peak_index,
+                peak_allocated: d.curves.allocated.get(d.peak_index).copied().unwrap_or(0),
+                allocations: d.allocations.len(),
+                streams: &d.streams,
+                annotations: d
+                    .annotations
+                    .iter()
+                    .take(MAX_ANNOTATIONS)
+                    .map(|a| AnnotationView {
+                        tag: &a.tag,
+                        depth: a.depth,
+                        start_us: a.start_us,
+                        end_us: a.end_us,
+                        start: at(a.start_us),
+                        end: at(a.end_us),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Reply::json(&serde_json::json!({
+        "file": model.file,
+        "format": model.format,
+        "devices": devices,
+        "summary": model.summary,
+    }))
+}
+
+/// The API routes; `Ok(None)` for a path that is not one.
+fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestError> {
+    let reply = match target.path.as_str() {
+        "/api/meta" => meta(model),
+        "/api/timeline" => {
+            let device = device(model, target)?;
+            let window = window(device, target)?;
+            let filter = Filter::from_target(target)?;
+            let limit = target.clamped("limit", 500, 0, MAX_BANDS)? as usize;
+            Reply::json(&lod::timeline(model, device, window, &filter, limit))
+        }
+        "/api/curves" => {
+            let device = device(model, target)?;
+            Reply::json(&lod::curves(device, window(device, target)?))
+        }
+        "/api/state" => {
+            let device = device(model, target)?;
+            Reply::json(&tables::state_view(model, device, index(target)?)?)
+        }
+        "/api/allocation" => {
+            let device = device(model, target)?;
+            let id = target.number("id")?.ok_or(RequestError::BadParameter {
+                name: "id",
+                reason: "missing".into(),
+            })?;
+            let id = usize::try_from(id).unwrap_or(usize::MAX);
+            Reply::json(&tables::allocation_view(model, device, id)?)
+        }
+        "/api/context" => {
+            let id = target.number("id")?.unwrap_or(0);
+            let id = u32::try_from(id).unwrap_or(u32::MAX);
+            Reply::json(&tables::context_view(model, ContextId(id)))
+        }
+        "/api/leaks" => Reply::json(&device(model, target)?.leaks),
+        "/api/breakdown" => {
+            let device = device(model, target)?;
+            let limit = target.clamped("limit", 100, 1, 10_000)? as usize;
+            Reply::json(&tables::breakdown(model, device, index(target)?, limit)?)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(reply))
+}

@@ -1,0 +1,392 @@
+//! `memtrace replay` as a user runs it: exact numbers on a hand-written trace and on the
+//! PyTorch fixtures in `../shared/fixtures/pytorch-snapshots/`, addresses reproduced with
+//! `--exact`, out-of-memory reported under a small capacity, the capacity search, and one-line
+//! errors with exit status 2 on bad arguments and files.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn memtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(args)
+        .output()
+        .expect("memtrace runs")
+}
+
+fn fixtures() -> PathBuf {
+    [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "..",
+        "shared",
+        "fixtures",
+        "pytorch-snapshots",
+    ]
+    .iter()
+    .collect()
+}
+
+fn fixture(name: &str) -> String {
+    let path = fixtures().join(name);
+    assert!(
+        path.exists(),
+        "missing fixture {}: the fixtures live in ../shared/fixtures/pytorch-snapshots/ beside \
+         the workspace root",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+fn scratch(name: &str, contents: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("memtrace-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("scratch file");
+    path.to_string_lossy().into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs `memtrace replay FILE ARGS --json` and parses the report.
+fn replay_json(path: &str, args: &[&str]) -> Value {
+    let mut all = vec!["replay", path];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let output = memtrace(&all);
+    assert!(
+        output.status.success(),
+        "replay {path} {args:?}: {:?} {}",
+        output.status,
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("panicked"));
+    serde_json::from_slice(&output.stdout).expect("replay --json prints JSON")
+}
+
+/// Asserts `memtrace` failed with exit status 2 and one line on stderr starting `memtrace: `.
+fn assert_bad_input(output: &Output, mentions: &str) {
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(output));
+    let err = stderr(output);
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("memtrace: "), "{err:?}");
+    assert!(
+        err.contains(mentions),
+        "{err:?} should mention {mentions:?}"
+    );
+    assert!(!err.contains("panicked"), "{err:?}");
+}
+
+/// Two 20 MiB segments; S0 at 0x7f00_0000_0000 holds an 8 MiB block alive before the trace
+/// began (freed by events 0-1) and a 12 MiB block alive throughout. Then: 4 MiB from the
+/// cached 8 MiB (split), a 6 MiB request that needs the new segment S1, 2 MiB from the 4 MiB
+/// left in S0, the 6 MiB freed, and 3 MiB from the now wholly free S1.
+const TRACE: &str = r#"{"blockpool_trace":1}
+{"event":"free_requested","device":0,"addr":139637976727552,"size":8388608,"requested":8388608,"time_us":1}
+{"event":"free_completed","device":0,"addr":139637976727552,"size":8388608,"requested":8388608,"time_us":2}
+{"event":"alloc","device":0,"addr":139637976727552,"size":4194304,"requested":4194304,"time_us":3}
+{"event":"segment_alloc","device":0,"addr":139638010281984,"size":20971520,"time_us":4}
+{"event":"alloc","device":0,"addr":139638010281984,"size":6291456,"requested":6291456,"time_us":5}
+{"event":"alloc","device":0,"addr":139637980921856,"size":2097152,"requested":2097152,"time_us":6}
+{"event":"free_requested","device":0,"addr":139638010281984,"size":6291456,"requested":6291456,"time_us":7}
+{"event":"free_completed","device":0,"addr":139638010281984,"size":6291456,"requested":6291456,"time_us":8}
+{"event":"alloc","device":0,"addr":139638010281984,"size":3145728,"requested":3145728,"time_us":9}
+{"segment":139637976727552,"device":0,"size":20971520,"pool":"large","blocks":[[139637976727552,4194304,4194304,"active_allocated",0],[139637980921856,2097152,2097152,"active_allocated",0],[139637983019008,2097152,0,"inactive",0],[139637985116160,12582912,12582912,"active_allocated",0]]}
+{"segment":139638010281984,"device":0,"size":20971520,"pool":"large","blocks":[[139638010281984,3145728,3145728,"active_allocated",0],[139638013427712,17825792,0,"inactive",0]]}
+{"end":{"events":9,"segments":2}}
+"#;
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_hand_written_trace_replays_as_it_was_recorded() {
+    let path = scratch("trace.jsonl", TRACE);
+    let report = replay_json(&path, &["--exact"]);
+    assert_eq!(report["format"], "jsonl");
+    assert_eq!(report["device"], 0);
+    assert_eq!(report["events"], 9);
+    assert_eq!(report["mode"], "start");
+    assert_eq!(report["config_source"], "default");
+    assert_eq!(report["capacity_bytes"], 1u64 << 40);
+    let ours = &report["blockpool"];
+    assert_eq!(ours["start"]["adopted_segments"], 1);
+    assert_eq!(ours["start"]["adopted_blocks"], 2);
+    assert_eq!(ours["start"]["adopted_bytes"], 20 * MIB);
+    assert_eq!(ours["allocations"], 4);
+    assert_eq!(ours["frees"], 2);
+    assert_eq!(ours["unmatched_frees"], 0);
+    assert_eq!(ours["peak_reserved_bytes"], 40 * MIB);
+    assert_eq!(ours["peak_allocated_bytes"], 24 * MIB);
+    assert_eq!(ours["device_allocs"], 1);
+    assert_eq!(ours["device_frees"], 0);
+    assert_eq!(ours["retries"], 0);
+    assert_eq!(ours["failed_allocations"], 0);
+    // Reserved first reached 40 MiB with 4 + 12 + 6 MiB allocated.
+    assert_eq!(ours["fragmentation_at_peak"], 0.45);
+    assert_eq!(ours["reserved_at_end_bytes"], 40 * MIB);
+    let exact = &ours["exact"];
+    assert_eq!(exact["allocations"], 4);
+    assert_eq!(exact["matched"], 4, "every block at the address recorded");
+    assert_eq!(exact["share"], 1.0);
+    assert_eq!(exact["segments_placed"], 2);
+    assert_eq!(exact["segments_missed"], 0);
+    let recorded = &report["recorded"];
+    assert_eq!(recorded["segment_allocs"], 1);
+    assert_eq!(recorded["segment_frees"], 0);
+    assert_eq!(recorded["peak_reserved_bytes"], 40 * MIB);
+    assert_eq!(recorded["reserved_at_start_bytes"], 20 * MIB);
+    assert_eq!(report["peak_reserved_ratio"], 1.0);
+    assert_eq!(report["segment_allocs_ratio"], 1.0);
+}
+
+#[test]
+fn the_text_report_sets_blockpool_beside_the_recording() {
+    let path = scratch("text.jsonl", TRACE);
+    let output = memtrace(&["replay", &path, "--exact"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    for line in [
+        ", device 0: 9 events (4 allocations, 2 frees)\n",
+        "config:    PyTorch's defaults (default)\n",
+        "start:     1 segments adopted (20.00 MiB, 2 live blocks), 0 blocks allocated afresh\n",
+        "                           blockpool      recorded    ratio\n",
+        "peak reserved              40.00 MiB     40.00 MiB    1.000\n",
+        "segment allocations                1             1    1.000\n",
+        "fragmentation at peak        45.00 %       45.00 %\n",
+        "out-of-memory                      0\n",
+        "exact addresses:      4 of 4 allocations (100.00 %); 2 segments placed as recorded, 0 not\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn fresh_starts_from_the_live_blocks_alone() {
+    let path = scratch("fresh.jsonl", TRACE);
+    let ours = &replay_json(&path, &["--fresh"])["blockpool"];
+    assert_eq!(ours["start"]["adopted_segments"], 0);
+    assert_eq!(ours["start"]["fresh_blocks"], 2);
+    // 8 + 12 MiB fill one 20 MiB segment exactly; the 6 MiB request needs a second.
+    assert_eq!(ours["device_allocs"], 2);
+    assert_eq!(ours["peak_reserved_bytes"], 40 * MIB);
+    assert_eq!(ours["exact"], Value::Null);
+}
+
+#[test]
+fn a_small_capacity_reports_out_of_memory_and_the_search_finds_the_smallest() {
+    let path = scratch("small.jsonl", TRACE);
+    let report = replay_json(&path, &["--capacity", "30M"]);
+    let ours = &report["blockpool"];
+    assert_eq!(report["capacity_bytes"], 30 * MIB);
+    // The 6 MiB and the 3 MiB request each need a second segment that does not fit; the
+    // cache has no wholly free segment to give back, so each fails after one retry.
+    assert_eq!(ours["failed_allocations"], 2);
+    assert_eq!(ours["allocator_ooms"], 2);
+    assert_eq!(ours["retries"], 2);
+    assert_eq!(ours["unmatched_frees"], 1, "the failed 6 MiB block's free");
+    assert_eq!(ours["peak_reserved_bytes"], 20 * MIB);
+
+    let output = memtrace(&["replay", &path, "--capacity", "30M"]);
+    assert!(output.status.success(), "a report, not a failure");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("out-of-memory                      2\n"),
+        "{text}"
+    );
+
+    let searched = replay_json(&path, &["--capacity", "30M", "--find-capacity"]);
+    let search = &searched["capacity_search"];
+    assert_eq!(search["min_capacity_bytes"], 40 * MIB);
+    assert_eq!(
+        search["replays"], 5,
+        "a binary search over 20 steps of 2 MiB"
+    );
+}
+
+#[test]
+fn a_capacity_below_the_starting_state_counts_its_segments_as_out_of_memory() {
+    let path = scratch("tiny.jsonl", TRACE);
+    let ours = &replay_json(&path, &["--capacity", "4M"])["blockpool"];
+    assert_eq!(ours["start"]["failed_segments"], 1);
+    assert_eq!(ours["start"]["adopted_segments"], 0);
+    assert_eq!(ours["peak_reserved_bytes"], 0);
+    assert_eq!(ours["failed_allocations"], 4);
+}
+
+#[test]
+fn kkaitlyn111_replays_exactly_as_pytorch_ran_it() {
+    let report = replay_json(
+        &fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"),
+        &["--exact", "--find-capacity"],
+    );
+    assert_eq!(report["format"], "pytorch");
+    assert_eq!(report["events"], 4657);
+    let ours = &report["blockpool"];
+    assert_eq!(ours["start"]["adopted_segments"], 227);
+    assert_eq!(ours["start"]["adopted_blocks"], 324);
+    assert_eq!(ours["start"]["adopted_bytes"], 13_763_608_576u64);
+    assert_eq!(ours["start"]["not_adoptable_segments"], 0);
+    assert_eq!(ours["allocations"], 2058);
+    assert_eq!(ours["frees"], 1155);
+    assert_eq!(ours["unmatched_frees"], 0);
+    assert_eq!(ours["peak_reserved_bytes"], 19_667_091_456u64);
+    assert_eq!(ours["device_allocs"], 289);
+    assert_eq!(ours["device_frees"], 0);
+    assert_eq!(ours["retries"], 0);
+    assert_eq!(ours["failed_allocations"], 0);
+    let exact = &ours["exact"];
+    assert_eq!(
+        exact["matched"], 2058,
+        "every allocation at PyTorch's address"
+    );
+    assert_eq!(exact["segments_placed"], 516);
+    assert_eq!(exact["segments_missed"], 0);
+    let recorded = &report["recorded"];
+    assert_eq!(recorded["segment_allocs"], 289);
+    assert_eq!(recorded["peak_reserved_bytes"], 19_667_091_456u64);
+    assert_eq!(report["peak_reserved_ratio"], 1.0);
+    assert_eq!(report["segment_allocs_ratio"], 1.0);
+    // Nothing is freed that a new segment could reuse: the peak is the least that suffices.
+    assert_eq!(
+        report["capacity_search"]["min_capacity_bytes"],
+        19_667_091_456u64.div_ceil(2 * MIB) * 2 * MIB
+    );
+}
+
+#[test]
+fn another_policy_reaches_the_same_peak_on_other_addresses() {
+    let report = replay_json(
+        &fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"),
+        &["--exact", "--config", "max_split_size_mb:20"],
+    );
+    assert_eq!(report["config_source"], "--config");
+    let ours = &report["blockpool"];
+    assert_eq!(ours["peak_reserved_bytes"], 19_667_091_456u64);
+    assert_eq!(ours["device_allocs"], 289);
+    assert_eq!(
+        ours["exact"]["matched"], 1873,
+        "oversize blocks are no longer split, so addresses differ"
+    );
+}
+
+#[test]
+fn maphsge4_and_bcrafton_reproduce_every_address() {
+    let maph = replay_json(
+        &fixture("Maphsge4_select_n_snapshot_1.2M.pickle"),
+        &["--exact"],
+    );
+    assert_eq!(maph["blockpool"]["device_allocs"], 13);
+    assert_eq!(maph["blockpool"]["peak_reserved_bytes"], 2_776_629_248u64);
+    assert_eq!(maph["recorded"]["peak_reserved_bytes"], 2_776_629_248u64);
+    assert_eq!(maph["blockpool"]["exact"]["matched"], 1497);
+    assert_eq!(maph["blockpool"]["exact"]["allocations"], 1497);
+    let bcrafton = replay_json(
+        &fixture("bcrafton_assignment2-systems_memory_snapshot.pickle"),
+        &["--exact"],
+    );
+    assert_eq!(bcrafton["blockpool"]["device_allocs"], 0);
+    assert_eq!(bcrafton["blockpool"]["exact"]["matched"], 2162);
+    assert_eq!(bcrafton["blockpool"]["exact"]["allocations"], 2162);
+}
+
+#[test]
+fn every_fixture_replays_in_every_mode() {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .expect("fixtures directory")
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|e| e == "pickle" || e == "pkl")
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 7, "{names:?}");
+    for path in &names {
+        let path = path.to_string_lossy();
+        for mode in [&[][..], &["--exact"], &["--fresh"], &["--capacity", "64M"]] {
+            let report = replay_json(&path, mode);
+            let ours = &report["blockpool"];
+            if mode.len() < 2 {
+                assert_eq!(ours["unmatched_frees"], 0, "{path} {mode:?}");
+            }
+            if mode.is_empty() {
+                assert_eq!(
+                    report["peak_reserved_ratio"].as_f64().unwrap_or(1.0),
+                    1.0,
+                    "{path}: the compatible policy from the recorded start reaches PyTorch's peak"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_and_files_exit_2_with_one_line() {
+    let path = scratch("args.jsonl", TRACE);
+    assert_bad_input(
+        &memtrace(&["replay", &path, "--config", "max_split_size_mb:abc"]),
+        "`abc` is not a number",
+    );
+    assert_bad_input(
+        &memtrace(&["replay", &path, "--config", "no_such_key:1"]),
+        "--config",
+    );
+    assert_bad_input(
+        &memtrace(&["replay", &path, "--capacity", "12 parsecs"]),
+        "is not a byte count",
+    );
+    assert_bad_input(
+        &memtrace(&["replay", &path, "--device", "3"]),
+        "device 3 has no events or segments in this trace (it has: 0)",
+    );
+    let missing = Path::new(&path).with_file_name("missing.jsonl");
+    assert_bad_input(
+        &memtrace(&["replay", &missing.to_string_lossy()]),
+        "cannot read the trace",
+    );
+    let contradiction = TRACE.replace(
+        r#"{"event":"alloc","device":0,"addr":139637976727552,"size":4194304"#,
+        r#"{"event":"alloc","device":0,"addr":139637985116160,"size":4194304"#,
+    );
+    let bad = scratch("contradiction.jsonl", &contradiction);
+    assert_bad_input(
+        &memtrace(&["replay", &bad]),
+        "cannot rebuild the memory of device 0",
+    );
+}
+
+#[test]
+fn hostile_traces_never_panic() {
+    let lines: Vec<&str> = TRACE.lines().collect();
+    let mut cases = vec![
+        String::new(),
+        "{\"blockpool_trace\":1}\n".to_string(),
+        TRACE.replace("20971520", "18446744073709551615"),
+        TRACE.replace("4194304", "1000"),
+        TRACE.replace("6291456", "0"),
+        TRACE.replace("139637976727552", "1"),
+    ];
+    for cut in 1..lines.len() {
+        cases.push(lines[..cut].join("\n"));
+    }
+    for (i, case) in cases.iter().enumerate() {
+        let path = scratch(&format!("hostile-{i}.jsonl"), case);
+        for mode in [&["--exact"][..], &["--fresh", "--find-capacity"]] {
+            let mut args = vec!["replay", path.as_str()];
+            args.extend_from_slice(mode);
+            let output = memtrace(&args);
+            let err = stderr(&output);
+            assert!(
+                matches!(output.status.code(), Some(0 | 2)),
+                "case {i} {mode:?}: {:?} {err}",
+                output.status
+            );
+            assert!(!err.contains("panicked"), "case {i}: {err}");
+            if output.status.code() == Some(2) {
+                assert_eq!(err.lines().count(), 1, "case {i}: {err}");
+            }
+        }
+    }
+}

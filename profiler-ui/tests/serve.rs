@@ -1,0 +1,393 @@
+//! `memtrace serve` over real HTTP: every route on a trace recorded here with exact values,
+//! malformed and hostile requests (bad parameters, path traversal, other methods, a foreign
+//! `Host`), loopback-only listening, and hostile files and busy ports refused with exit 2.
+
+use blockpool::{
+    annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
+};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memtrace-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// A trace: in `step0`, 1000 bytes (a 1024-byte block) and 3 MiB allocated and freed; then a
+/// 4096-byte block under `leak` that is never freed.
+fn recorded_trace() -> PathBuf {
+    let path = scratch("recorded.jsonl");
+    let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    alloc
+        .record_memory_history(HistorySettings::default())
+        .expect("recording starts");
+    {
+        let _step = annotate("step0");
+        let a = alloc.allocate(0, 1000, StreamId::DEFAULT).expect("fits");
+        let b = alloc.allocate(0, 3 << 20, StreamId::DEFAULT).expect("fits");
+        drop(a);
+        drop(b);
+    }
+    let _leak_tag = annotate("leak");
+    let leak = alloc.allocate(0, 4096, StreamId::DEFAULT).expect("fits");
+    alloc.dump_snapshot(&path).expect("trace written");
+    drop(leak);
+    path
+}
+
+/// A running `memtrace serve`, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    banner: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(file: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(["serve", &file.to_string_lossy(), "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("memtrace starts");
+    let mut banner = String::new();
+    let stdout = child.stdout.take().expect("piped stdout");
+    BufReader::new(stdout)
+        .read_line(&mut banner)
+        .expect("the first line names the address");
+    let port = banner
+        .rsplit_once("http://127.0.0.1:")
+        .and_then(|(_, rest)| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {banner:?}"));
+    Server {
+        child,
+        port,
+        banner,
+    }
+}
+
+struct Reply {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            let body = String::from_utf8_lossy(&self.body);
+            panic!(
+                "{e}: not JSON: {}",
+                body.chars().take(300).collect::<String>()
+            )
+        })
+    }
+}
+
+/// Sends `raw` as is and reads the whole reply.
+fn send(port: u16, raw: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    // A guard against a hang, not a timing assertion.
+    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    stream.write_all(raw).expect("request sent");
+    // Nothing more will come: a server waiting for the rest of a request sees the end.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes);
+    let split = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(bytes.len());
+    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = bytes.get(split + 4..).unwrap_or_default().to_vec();
+    Reply { status, head, body }
+}
+
+fn get(port: u16, target: &str) -> Reply {
+    send(
+        port,
+        // HTTP/1.0: the whole body, never chunked, then the connection closes.
+        format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
+    )
+}
+
+#[test]
+fn every_route_answers_with_exact_values() {
+    let server = serve(&recorded_trace());
+    let port = server.port;
+    assert!(server.banner.starts_with("serving "), "{}", server.banner);
+
+    let page = get(port, "/");
+    assert_eq!(page.status, 200);
+    assert!(page.head.contains("text/html"), "{}", page.head);
+    assert!(page
+        .head
+        .contains("Content-Security-Policy: default-src 'self'"));
+    assert!(String::from_utf8_lossy(&page.body).contains("<canvas id=\"timeline\""));
+    for (path, kind) in [("/app.js", "text/javascript"), ("/style.css", "text/css")] {
+        let asset = get(port, path);
+        assert_eq!(
+            (asset.status, asset.head.contains(kind)),
+            (200, true),
+            "{path}"
+        );
+    }
+
+    let meta = get(port, "/api/meta").json();
+    assert_eq!(meta["format"], "jsonl");
+    let device = &meta["devices"][0];
+    let events = device["events"].as_u64().expect("events");
+    assert_eq!(
+        device["allocations"], 3,
+        "the two step allocations and the leak"
+    );
+    assert_eq!(
+        meta["summary"]["devices"][0]["peak_allocated"]["bytes"],
+        1024 + (3 << 20)
+    );
+
+    // One column per state: every band on its own, nothing summarized.
+    let width = events + 1;
+    let t = get(port, &format!("/api/timeline?width={width}")).json();
+    let mut sizes: Vec<u64> = t["bands"]
+        .as_array()
+        .expect("bands")
+        .iter()
+        .map(|b| b["size"].as_u64().expect("size"))
+        .collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [1024, 4096, 3 << 20]);
+    let total: Vec<u64> = serde_json::from_value(t["total"].clone()).expect("totals");
+    assert_eq!(total.iter().max(), Some(&(1024 + (3 << 20))));
+    assert_eq!(
+        total.last(),
+        Some(&4096),
+        "only the leak is alive at the end"
+    );
+    assert!(t["other"].as_array().expect("other").iter().all(|o| o == 0));
+
+    let narrowed = get(port, &format!("/api/timeline?width={width}&q=LEAK")).json();
+    assert_eq!(
+        narrowed["matched"], 1,
+        "the search is case-insensitive on tags"
+    );
+    assert_eq!(narrowed["bands"][0]["site"], "leak");
+    let big = get(port, "/api/timeline?min_size=2000&max_size=4096").json();
+    assert_eq!(big["matched"], 1);
+
+    let curves = get(port, "/api/curves?width=1").json();
+    assert_eq!(curves["allocated"], serde_json::json!([1024 + (3 << 20)]));
+
+    let first = get(port, "/api/allocation?id=0").json();
+    assert_eq!(first["size"], 1024);
+    assert_eq!(first["requested"], 1000);
+    assert_eq!(first["context"]["tags"], serde_json::json!(["step0"]));
+    let leak = get(port, "/api/allocation?id=2").json();
+    assert_eq!(leak["end"], Value::Null, "alive at the end");
+
+    let leaks = get(port, "/api/leaks").json();
+    assert_eq!(leaks["alive_at_end"][0]["site"], "leak");
+    assert_eq!(leaks["alive_at_end"][0]["bytes"], 4096);
+
+    let peak = device["peak_index"].as_u64().expect("peak");
+    let breakdown = get(port, "/api/breakdown").json();
+    assert_eq!(breakdown["index"], peak);
+    assert_eq!(breakdown["sites"][0]["site"], "step0");
+    assert_eq!(breakdown["sites"][0]["bytes"], 1024 + (3 << 20));
+
+    let state = get(port, &format!("/api/state?index={events}")).json();
+    assert_eq!(state["allocated_bytes"], 4096);
+    let start = get(port, "/api/state?index=0").json();
+    assert_eq!(start["allocated_bytes"], 0);
+    assert_eq!(start["event"], Value::Null);
+
+    let context = get(port, "/api/context?id=999999").json();
+    assert_eq!(
+        context["tags"],
+        serde_json::json!([]),
+        "an unknown context is empty"
+    );
+}
+
+#[test]
+fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
+    let server = serve(&recorded_trace());
+    let port = server.port;
+    for (target, status) in [
+        ("/api/timeline?width=abc", 400),
+        ("/api/timeline?axis=sideways", 400),
+        ("/api/timeline?from=5&to=5", 400),
+        ("/api/timeline?from=99999999999999999999", 400),
+        ("/api/timeline?q=%zz", 400),
+        ("/api/timeline?device=7", 404),
+        ("/api/timeline?device=99999999999", 404),
+        ("/api/state?index=999999", 400),
+        ("/api/allocation", 400),
+        ("/api/allocation?id=99999", 404),
+        ("/api/breakdown?index=18446744073709551615", 400),
+    ] {
+        let reply = get(port, target);
+        assert_eq!(
+            reply.status,
+            status,
+            "{target}: {}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        assert!(
+            reply.json()["error"].is_string(),
+            "{target}: a JSON error message"
+        );
+    }
+    // Huge but valid windows are clamped, not refused.
+    let huge = get(
+        port,
+        "/api/timeline?from=0&to=18446744073709551615&width=999999&limit=999999",
+    );
+    assert_eq!(huge.status, 200);
+    assert_eq!(huge.json()["states"].as_array().map(Vec::len), Some(4000));
+
+    for method in ["POST", "PUT", "DELETE", "OPTIONS"] {
+        let raw = format!("{method} / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        assert_eq!(send(port, raw.as_bytes()).status, 405, "{method}");
+    }
+    let foreign = send(
+        port,
+        b"GET /api/meta HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(foreign.status, 403, "a rebinding page's request is refused");
+
+    for garbage in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"\x00\xff\xfe\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"",
+    ] {
+        let reply = send(port, garbage);
+        assert!(
+            reply.status == 0 || reply.status >= 400,
+            "{garbage:?}: {}",
+            reply.head
+        );
+    }
+    assert_eq!(
+        get(port, "/api/meta").status,
+        200,
+        "still serving after garbage"
+    );
+}
+
+#[test]
+fn no_path_reaches_a_file() {
+    let server = serve(&recorded_trace());
+    for target in [
+        "/../Cargo.toml",
+        "/../../../../../../etc/passwd",
+        "/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+        "/..%2f..%2f..%2fetc%2fpasswd",
+        "/assets/app.js",
+        "/api/../app.js",
+        "/api/..%2f..%2fCargo.toml",
+        "//etc/passwd",
+        "/app.js/",
+        "/index.html%00",
+        "/%5c..%5cCargo.toml",
+        "/profiler-ui/Cargo.toml",
+        "/api",
+        "/api/",
+        "/favicon.ico",
+    ] {
+        let reply = get(server.port, target);
+        assert_eq!(reply.status, 404, "{target}");
+        let body = String::from_utf8_lossy(&reply.body);
+        assert!(
+            !body.contains("[package]") && !body.contains("root:"),
+            "{target}: {body}"
+        );
+    }
+}
+
+#[test]
+fn listens_on_loopback_only() {
+    let server = serve(&recorded_trace());
+    assert!(server
+        .banner
+        .contains(&format!("http://127.0.0.1:{}/", server.port)));
+    assert!(
+        TcpStream::connect(("::1", server.port)).is_err(),
+        "nothing listens on IPv6 loopback, let alone other interfaces"
+    );
+    #[cfg(target_os = "linux")]
+    {
+        // Every listening IPv4 socket on our port is bound to 127.0.0.1 (0100007F).
+        let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+        let port = format!(":{:04X}", server.port);
+        let listening: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                (fields.get(3) == Some(&"0A") && fields.get(1)?.ends_with(&port)).then(|| fields[1])
+            })
+            .collect();
+        assert_eq!(
+            listening,
+            [format!("0100007F{port}")],
+            "bound to 127.0.0.1 alone"
+        );
+    }
+}
+
+#[test]
+fn hostile_files_and_busy_ports_exit_2_with_one_line() {
+    let garbage = scratch("garbage.jsonl");
+    std::fs::write(
+        &garbage,
+        b"{\"blockpool_trace\":1}\n{\"event\":\"alloc\",\"device\":0,\"addr\":1}\n\xff\xfe",
+    )
+    .expect("written");
+    let empty = scratch("empty.bin");
+    std::fs::write(&empty, b"").expect("written");
+    let busy = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("a port");
+    let busy_port = busy.local_addr().expect("address").port().to_string();
+    let trace = recorded_trace();
+    let cases: [(&PathBuf, &str, &str); 4] = [
+        (&garbage, "0", "memtrace: "),
+        (&empty, "0", "memtrace: "),
+        (&scratch("missing.jsonl"), "0", "memtrace: "),
+        (&trace, &busy_port, "cannot listen on 127.0.0.1:"),
+    ];
+    for (file, port, message) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_memtrace"))
+            .args(["serve", &file.to_string_lossy(), "--port", port])
+            .output()
+            .expect("memtrace runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{}: {stderr}",
+            file.display()
+        );
+        assert!(stderr.contains(message), "{}: {stderr}", file.display());
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    drop(busy);
+}
