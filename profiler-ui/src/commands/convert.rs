@@ -3,9 +3,10 @@
 
 use crate::cli::OutputFormat as CliFormat;
 use crate::commands::info::count;
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::trace::file::{load_trace, save_trace, OutputFormat};
+use blockpool::trace::file::{save_trace, OutputFormat};
 use std::path::Path;
 
 /// Runs `memtrace convert`.

@@ -1,4 +1,5 @@
 //! `memtrace demo [--out FILE]`: a training-like workload through blockpool's caching allocator
+//! on the first GPU when CUDA is usable (`BLOCKPOOL_BACKEND=cuda|sim` forces the choice), else
 //! on a simulated 80 GiB device, recorded with annotations, written as a trace and reported.
 //!
 //! The workload: persistent weights and two optimizer moments per layer; per step, activations
@@ -9,6 +10,7 @@
 use crate::commands::info;
 use crate::output::Output;
 use anyhow::Context as _;
+use blockpool::global::{default_backend_for, DefaultBackend, BACKEND_ENV_VAR};
 use blockpool::trace::file::load_trace;
 use blockpool::{
     annotate, format_size, Allocation, AllocatorConfig, CachingAllocator, HistorySettings,
@@ -25,16 +27,21 @@ const SEQUENCE_LENGTHS: [usize; 6] = [512, 1024, 768, 1024, 2048, 640];
 /// Runs `memtrace demo`, writing the trace to `trace`.
 pub fn run(trace: &Path, out: &mut Output) -> anyhow::Result<()> {
     let config = AllocatorConfig::from_env().context("the allocator configuration")?;
-    let sim = SimBackend::new(1, 80 << 30);
-    let alloc = CachingAllocator::new(sim.clone(), config);
+    let requested = std::env::var(BACKEND_ENV_VAR).ok();
+    let backend = default_backend_for(requested.as_deref())?;
+    let device = Device::new(backend)?;
+    let alloc = CachingAllocator::new(device.backend.clone(), config);
     alloc.record_memory_history(HistorySettings {
         max_entries: 1 << 20,
         ..HistorySettings::default()
     })?;
-    out.write("a training-like workload on a simulated 80 GiB device (SimBackend)\n")?;
+    out.write(&format!(
+        "a training-like workload on {}\n",
+        device.description
+    ))?;
     // The weights stay allocated until the trace is written: it ends with them live, as a
     // snapshot taken during training would.
-    let weights = workload(&alloc, &sim, out)?;
+    let weights = workload(&alloc, &device, out)?;
     alloc
         .dump_snapshot(trace)
         .with_context(|| format!("cannot write the trace {}", trace.display()))?;
@@ -52,14 +59,69 @@ pub fn run(trace: &Path, out: &mut Output) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where the demo runs: the backend, its side stream, and how to say so.
+struct Device {
+    backend: DefaultBackend,
+    /// The stream the gradient bucket is all-reduced on.
+    side: StreamId,
+    /// Keeps a CUDA side stream alive while the workload uses it.
+    #[cfg(feature = "cuda")]
+    _cuda_stream: Option<std::sync::Arc<blockpool::cuda::cudarc::driver::CudaStream>>,
+    description: String,
+}
+
+impl Device {
+    /// The demo's device: GPU 0 of a CUDA backend, or a simulated 80 GiB device (the default
+    /// simulated backend's 16 GiB would not hold the workload's 25 GiB peak).
+    fn new(backend: DefaultBackend) -> anyhow::Result<Device> {
+        #[cfg(feature = "cuda")]
+        if let DefaultBackend::Cuda(cuda) = &backend {
+            let stream = cuda
+                .context(0)?
+                .new_stream()
+                .context("cannot create a CUDA stream on GPU 0")?;
+            let description = format!(
+                "GPU 0 ({}, {}) through CUDA",
+                cuda.device_name(0)?,
+                format_size(cuda.total_memory_bytes(0)? as u64)
+            );
+            return Ok(Device {
+                side: blockpool::CudaBackend::stream_id(&stream),
+                backend,
+                _cuda_stream: Some(stream),
+                description,
+            });
+        }
+        drop(backend);
+        Ok(Device {
+            backend: DefaultBackend::Sim(SimBackend::new(1, 80 << 30)),
+            side: StreamId(1),
+            #[cfg(feature = "cuda")]
+            _cuda_stream: None,
+            description: "a simulated 80 GiB device (SimBackend; no usable GPU, or \
+                          BLOCKPOOL_BACKEND=sim)"
+                .into(),
+        })
+    }
+
+    /// Marks the side stream's work done: the simulated stream is advanced; a real stream
+    /// finishes on its own (the demo queues no kernels).
+    fn complete_side_stream(&self) -> anyhow::Result<()> {
+        if let DefaultBackend::Sim(sim) = &self.backend {
+            sim.complete_stream(0, self.side)?;
+        }
+        Ok(())
+    }
+}
+
 fn workload(
-    alloc: &CachingAllocator<SimBackend>,
-    sim: &SimBackend,
+    alloc: &CachingAllocator<DefaultBackend>,
+    device: &Device,
     out: &mut Output,
-) -> anyhow::Result<Vec<Allocation<SimBackend>>> {
+) -> anyhow::Result<Vec<Allocation<DefaultBackend>>> {
     let main = StreamId::DEFAULT;
-    let side = StreamId(1);
-    let mut persistent: Vec<Allocation<SimBackend>> = Vec::new();
+    let side = device.side;
+    let mut persistent: Vec<Allocation<DefaultBackend>> = Vec::new();
     {
         let _init = annotate("init");
         for layer in 0..LAYERS {
@@ -101,7 +163,7 @@ fn workload(
                 drop(activation);
                 drop(grad);
                 if activations.len() == LAYERS {
-                    sim.complete_stream(0, side)?; // the all-reduce finished
+                    device.complete_side_stream()?; // the all-reduce finished
                 }
             }
         }

@@ -3,10 +3,10 @@
 
 use crate::analysis::sites::{sites_in, Site};
 use crate::analysis::timeline::{allocated_peak, memory_series, pick_device, walker};
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::file::load_trace;
 use blockpool::trace::Snapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;

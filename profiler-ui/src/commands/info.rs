@@ -1,10 +1,11 @@
 //! `memtrace info FILE [--json]`: what a trace holds — its format, devices, events per device
 //! by action, segments and blocks at the end, and the time span.
 
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::file::{load_trace, LoadedTrace};
+use blockpool::trace::file::LoadedTrace;
 use blockpool::trace::{Action, BlockState};
 use serde::Serialize;
 use std::collections::BTreeMap;

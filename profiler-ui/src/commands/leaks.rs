@@ -3,10 +3,10 @@
 
 use crate::analysis::leaks::{find_leaks, LeakReport};
 use crate::commands::info::count;
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::file::load_trace;
 use std::fmt::Write as _;
 use std::path::Path;
 

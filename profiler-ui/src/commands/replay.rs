@@ -14,10 +14,11 @@ mod recorded;
 mod start;
 
 use crate::commands::info::count;
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::file::{load_trace, TraceFormat};
+use blockpool::trace::file::TraceFormat;
 use blockpool::trace::{Action, Snapshot};
 use blockpool::AllocatorConfig;
 use capacity::{CapacitySearch, DEFAULT_CAPACITY};

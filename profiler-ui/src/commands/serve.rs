@@ -2,10 +2,10 @@
 //! 127.0.0.1 and prints its address; runs until interrupted. `--open` asks the desktop to open
 //! the page and carries on without it when there is no browser.
 
+use crate::output::load_trace;
 use crate::output::Output;
 use crate::serve::{bind, serve_forever, TraceModel};
 use anyhow::Context as _;
-use blockpool::trace::file::load_trace;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -4,10 +4,10 @@
 
 use crate::analysis::sites::{sites_in, Site};
 use crate::commands::info::{count, seconds};
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::file::load_trace;
 use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};
 use serde::Serialize;
 use std::fmt::Write as _;

@@ -3,10 +3,10 @@
 
 use crate::analysis::timeline::{memory_series, pick_device, Sample};
 use crate::commands::info::count;
+use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::file::load_trace;
 use blockpool::trace::{Action, Snapshot};
 use std::fmt::Write as _;
 use std::path::Path;
