@@ -51,7 +51,9 @@ pub fn run(trace: &Path, out: &mut Output) -> anyhow::Result<()> {
     out.write(&info::render(&info::report(trace, &loaded)))?;
     let shown = trace.display();
     out.write(&format!(
-        "\nlook further:\n  memtrace info {shown}\n  memtrace convert {shown} demo.pickle   \
+        "\nlook further:\n  memtrace serve {shown} --open      # the web viewer\n  \
+         memtrace summary {shown}           # peaks, fragmentation, top sites\n  \
+         memtrace leaks {shown}\n  memtrace convert {shown} demo.pickle   \
          # PyTorch's viewer (pytorch.org/memory_viz)\n  memtrace convert {shown} demo.json     \
          # Perfetto (ui.perfetto.dev)\n"
     ))?;
