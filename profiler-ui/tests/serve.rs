@@ -19,8 +19,15 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// A trace: in `step0`, 1000 bytes (a 1024-byte block) and 3 MiB allocated and freed; then a
-/// 4096-byte block under `leak` that is never freed.
+/// 4096-byte block under `leak` that is never freed. Made once per test process: the tests run
+/// in parallel, and annotations reach every recording allocator of the process, so two traces
+/// made at once would mix (and would race on the file).
 fn recorded_trace() -> PathBuf {
+    static TRACE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TRACE.get_or_init(make_recorded_trace).clone()
+}
+
+fn make_recorded_trace() -> PathBuf {
     let path = scratch("recorded.jsonl");
     let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
     alloc

@@ -73,6 +73,8 @@ fn file_history(snapshot: &Snapshot, device: u32) -> Vec<Resolved> {
 
 #[test]
 fn dumped_snapshot_reads_back_equal_plain_and_gzip() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     let alloc = recording(2, Backtraces::Rust);
     let _tag = annotate("jsonl-dump");
     let a = alloc.allocate(0, 1000, StreamId::DEFAULT).expect("fits");
@@ -114,6 +116,8 @@ fn dumped_snapshot_reads_back_equal_plain_and_gzip() {
 
 #[test]
 fn streamed_file_holds_the_history_of_every_device() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     for name in ["stream.jsonl", "stream.jsonl.gz"] {
         let alloc = recording(2, Backtraces::None);
         let early = alloc.allocate(0, 4096, StreamId::DEFAULT).expect("fits");

@@ -63,6 +63,8 @@ fn export(snapshot: &Snapshot) -> Vec<u8> {
 
 #[test]
 fn a_recorded_run_round_trips_exactly_through_pytorchs_format() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     let snapshot = recorded_run(Backtraces::None, "roundtrip");
     assert_eq!(snapshot.validate(), Ok(()));
     assert_eq!(snapshot.devices(), [0, 1]);
@@ -124,6 +126,8 @@ fn a_recorded_run_round_trips_exactly_through_pytorchs_format() {
 
 #[test]
 fn call_stacks_and_tags_round_trip_and_show_as_frames() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     let snapshot = recorded_run(Backtraces::Rust, "stacks");
     let with_frames = snapshot
         .contexts

@@ -96,6 +96,8 @@ fn assert_rebuilds(last: &Snapshot, checkpoints: &[Checkpoint]) {
 
 #[test]
 fn walking_back_gives_every_intermediate_snapshot_on_two_devices() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     let sim = SimBackend::new(2, 1 << 30);
     let alloc = CachingAllocator::new(sim.clone(), AllocatorConfig::default());
     let early = alloc.allocate(0, 5000, S0).unwrap(); // before the trace
@@ -165,6 +167,8 @@ fn walking_back_gives_every_intermediate_snapshot_on_two_devices() {
 
 #[test]
 fn a_ring_buffer_that_lost_the_start_still_rebuilds_from_its_first_kept_event() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     // Another test's `annotate` lands in every recording allocator and would push one of our
     // four events out of the ring; try again until a run is undisturbed.
     for _ in 0..50 {
@@ -274,6 +278,8 @@ fn every_pytorch_fixture_rebuilds_at_index_zero_and_back_to_its_end_state() {
 
 #[test]
 fn rebuilt_blocks_carry_their_allocation_context_not_the_free_calls() {
+    // Annotations reach every recording allocator: no other test may annotate meanwhile.
+    let _serial = crate::history::annotating();
     let sim = SimBackend::new(1, 1 << 30);
     let alloc = CachingAllocator::new(sim, AllocatorConfig::default());
     alloc
