@@ -10,6 +10,7 @@ mod event;
 pub mod file;
 mod history;
 pub mod jsonl;
+mod lines;
 pub mod perfetto;
 pub mod pickle;
 pub mod pytorch;

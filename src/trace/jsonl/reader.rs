@@ -6,6 +6,7 @@ use super::error::JsonlError;
 use super::format::{Header, ReadReport, FORMAT_VERSION, MAX_LINE_BYTES};
 use super::line::{self, RawLine};
 use crate::backend::StreamId;
+use crate::trace::lines::LineError;
 use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use crate::trace::{Context, ContextId, Frame, SnapshotInvalid, TraceEvent};
 use flate2::bufread::MultiGzDecoder;
@@ -187,21 +188,28 @@ impl<R: BufRead> JsonlReader<R> {
     /// Reads the next line into `buf`: `Some(true)` for a line with its ending, `Some(false)`
     /// for a last line without one, `None` at the end of input.
     fn read_line(&mut self) -> Result<Option<bool>, JsonlError> {
-        self.buf.clear();
         let number = self.line + 1;
-        let mut read_any = false;
-        let mut ended = false;
         let gzip = matches!(self.input, Input::Gzip(_));
-        loop {
-            let available = match self.input.fill_buf() {
-                Ok(available) => available,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // A gzip stream cut short (a crash mid-write) ends the input.
-                Err(e) if gzip && e.kind() == io::ErrorKind::UnexpectedEof => {
-                    self.report.gzip_cut_short = true;
-                    break;
+        let ended =
+            match crate::trace::lines::read_line(&mut self.input, &mut self.buf, MAX_LINE_BYTES) {
+                Ok(None) => return Ok(None),
+                Ok(Some(ended)) => ended,
+                Err(LineError::TooLong) => {
+                    self.line = number;
+                    return Err(JsonlError::LineTooLong {
+                        line: number,
+                        limit_bytes: MAX_LINE_BYTES,
+                    });
                 }
-                Err(source) => {
+                // A gzip stream cut short (a crash mid-write) ends the input.
+                Err(LineError::Io(e)) if gzip && e.kind() == io::ErrorKind::UnexpectedEof => {
+                    self.report.gzip_cut_short = true;
+                    if self.buf.is_empty() {
+                        return Ok(None);
+                    }
+                    false
+                }
+                Err(LineError::Io(source)) => {
                     self.line = number;
                     return Err(JsonlError::Read {
                         line: number,
@@ -209,32 +217,6 @@ impl<R: BufRead> JsonlReader<R> {
                     });
                 }
             };
-            if available.is_empty() {
-                break;
-            }
-            read_any = true;
-            let newline = available.iter().position(|&b| b == b'\n');
-            let content = newline.unwrap_or(available.len());
-            if self.buf.len() + content > MAX_LINE_BYTES {
-                self.line = number;
-                return Err(JsonlError::LineTooLong {
-                    line: number,
-                    limit_bytes: MAX_LINE_BYTES,
-                });
-            }
-            self.buf.extend_from_slice(&available[..content]);
-            match newline {
-                Some(at) => {
-                    self.input.consume(at + 1);
-                    ended = true;
-                    break;
-                }
-                None => self.input.consume(content),
-            }
-        }
-        if !read_any {
-            return Ok(None);
-        }
         self.line = number;
         self.report.lines = number;
         Ok(Some(ended))

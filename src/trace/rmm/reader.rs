@@ -15,7 +15,8 @@
 
 use super::error::{FieldProblem, RmmError, RmmField};
 use super::record::{RmmAction, RmmRecord};
-use std::io::{self, BufRead};
+use crate::trace::lines::LineError;
+use std::io::BufRead;
 use std::iter::FusedIterator;
 use std::num::NonZeroU64;
 
@@ -118,50 +119,29 @@ impl<R: BufRead> RmmReader<R> {
 
     /// Reads the next line into `self.line` without its ending; `false` at the end of input.
     fn read_line(&mut self) -> Result<bool, RmmError> {
-        self.line.clear();
         let number = self.line_number + 1;
-        let mut read_any = false;
-        loop {
-            let available = match self.input.fill_buf() {
-                Ok(available) => available,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    self.line_number = number;
-                    return Err(RmmError::Io {
+        let read = crate::trace::lines::read_line(&mut self.input, &mut self.line, MAX_LINE_BYTES)
+            .map_err(|e| {
+                self.line_number = number;
+                match e {
+                    LineError::TooLong => RmmError::LineTooLong {
+                        line: number,
+                        limit_bytes: MAX_LINE_BYTES,
+                    },
+                    LineError::Io(source) => RmmError::Io {
                         line: number,
                         source,
-                    });
+                    },
                 }
-            };
-            if available.is_empty() {
-                break;
-            }
-            read_any = true;
-            let newline = available.iter().position(|&b| b == b'\n');
-            let content = newline.unwrap_or(available.len());
-            if self.line.len() + content > MAX_LINE_BYTES {
-                self.line_number = number;
-                return Err(RmmError::LineTooLong {
-                    line: number,
-                    limit_bytes: MAX_LINE_BYTES,
-                });
-            }
-            self.line.extend_from_slice(&available[..content]);
-            match newline {
-                Some(at) => {
-                    self.input.consume(at + 1);
-                    break;
-                }
-                None => self.input.consume(content),
-            }
+            })?;
+        if read.is_none() {
+            return Ok(false);
         }
-        if read_any {
-            self.line_number = number;
-        }
+        self.line_number = number;
         if self.line.last() == Some(&b'\r') {
             self.line.pop();
         }
-        Ok(read_any)
+        Ok(true)
     }
 
     fn next_record(&mut self) -> Result<Option<RmmRecord>, RmmError> {

@@ -1,0 +1,82 @@
+//! Reading text files one bounded line at a time, for the trace readers that stream their
+//! input (JSON Lines, RMM's CSV): a line longer than the limit is refused before it is held,
+//! so no input can make a reader hold more than one limit's worth of a line.
+
+use std::io::{self, BufRead};
+
+/// Why [`read_line`] stopped.
+#[derive(Debug)]
+pub(crate) enum LineError {
+    /// The line is longer than the limit.
+    TooLong,
+    /// The input failed; what was read of the line is in the buffer.
+    Io(io::Error),
+}
+
+/// Reads the next line of `input` into `line` (cleared first, without its `\n`), refusing one
+/// of more than `max_bytes`. `Some(true)` for a line with its ending, `Some(false)` for a last
+/// line without one, `None` at the end of the input.
+pub(crate) fn read_line<R: BufRead>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    max_bytes: usize,
+) -> Result<Option<bool>, LineError> {
+    line.clear();
+    let mut read_any = false;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LineError::Io(e)),
+        };
+        if available.is_empty() {
+            return Ok(read_any.then_some(false));
+        }
+        read_any = true;
+        let newline = available.iter().position(|&b| b == b'\n');
+        let content = newline.unwrap_or(available.len());
+        if line.len() + content > max_bytes {
+            return Err(LineError::TooLong);
+        }
+        line.extend_from_slice(&available[..content]);
+        match newline {
+            Some(at) => {
+                input.consume(at + 1);
+                return Ok(Some(true));
+            }
+            None => input.consume(content),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_read_whole_bounded_and_the_last_may_lack_its_ending() {
+        let mut input: &[u8] = b"ab\n\ncdef";
+        let mut line = Vec::new();
+        assert!(matches!(
+            read_line(&mut input, &mut line, 4),
+            Ok(Some(true))
+        ));
+        assert_eq!(line, b"ab");
+        assert!(matches!(
+            read_line(&mut input, &mut line, 4),
+            Ok(Some(true))
+        ));
+        assert_eq!(line, b"");
+        assert!(matches!(
+            read_line(&mut input, &mut line, 4),
+            Ok(Some(false))
+        ));
+        assert_eq!(line, b"cdef");
+        assert!(matches!(read_line(&mut input, &mut line, 4), Ok(None)));
+        let mut long: &[u8] = b"abcde\n";
+        assert!(matches!(
+            read_line(&mut long, &mut line, 4),
+            Err(LineError::TooLong)
+        ));
+    }
+}
