@@ -4,25 +4,15 @@
 use blockpool::{
     annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
+mod common;
+
+use common::{memtrace, scratch};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 const MIB: u64 = 1 << 20;
-
-fn memtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .output()
-        .expect("memtrace runs")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memtrace-analysis-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
 
 /// Four steps; each allocates three 4 MiB activations in `forward`, keeps a 1 MiB `cache`
 /// allocation for good, and frees the activations. Made once: annotations reach every

@@ -1,51 +1,12 @@
 //! `memtrace` as a user runs it: exit codes, one-line errors, exact reports on the PyTorch
 //! fixtures in `../shared/fixtures/pytorch-snapshots/`, and conversions between every format.
 
+mod common;
+
+use common::{fixture, memtrace, scratch, stderr, stdout};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-fn memtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .output()
-        .expect("memtrace runs")
-}
-
-fn fixture(name: &str) -> String {
-    let path: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "shared",
-        "fixtures",
-        "pytorch-snapshots",
-        name,
-    ]
-    .iter()
-    .collect();
-    assert!(
-        path.exists(),
-        "missing fixture {}: the fixtures live in ../shared/fixtures/pytorch-snapshots/ beside \
-         the workspace root",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memtrace-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 /// Runs `memtrace info --json` and parses the report.
 fn info_json(path: &str) -> Value {

@@ -2,16 +2,11 @@
 //! equal to what `blockpool::cuda::probe` says in this process, and on a machine without a
 //! driver (CI) the exact text.
 
-use blockpool::cuda::{probe, Diagnosis};
-use serde_json::Value;
-use std::process::{Command, Output};
+mod common;
 
-fn memtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .output()
-        .expect("memtrace runs")
-}
+use blockpool::cuda::{probe, Diagnosis};
+use common::memtrace;
+use serde_json::Value;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -3,51 +3,17 @@
 //! `--exact`, out-of-memory reported under a small capacity, the capacity search, and one-line
 //! errors with exit status 2 on bad arguments and files.
 
+mod common;
+
+use common::{fixture, fixtures_dir as fixtures, memtrace, stderr};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn memtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .output()
-        .expect("memtrace runs")
-}
-
-fn fixtures() -> PathBuf {
-    [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "shared",
-        "fixtures",
-        "pytorch-snapshots",
-    ]
-    .iter()
-    .collect()
-}
-
-fn fixture(name: &str) -> String {
-    let path = fixtures().join(name);
-    assert!(
-        path.exists(),
-        "missing fixture {}: the fixtures live in ../shared/fixtures/pytorch-snapshots/ beside \
-         the workspace root",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
-}
+use std::process::Output;
 
 fn scratch(name: &str, contents: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("memtrace-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
+    let path = common::scratch(name);
     std::fs::write(&path, contents).expect("scratch file");
     path.to_string_lossy().into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Runs `memtrace replay FILE ARGS --json` and parses the report.

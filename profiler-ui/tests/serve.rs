@@ -5,18 +5,15 @@
 use blockpool::{
     annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
+mod common;
+
+use common::scratch;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("memtrace-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
 
 /// A trace: in `step0`, 1000 bytes (a 1024-byte block) and 3 MiB allocated and freed; then a
 /// 4096-byte block under `leak` that is never freed. Made once per test process: the tests run

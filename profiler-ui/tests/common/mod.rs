@@ -1,0 +1,58 @@
+//! What every `memtrace` test file needs: running the binary, the shared PyTorch fixtures and
+//! a scratch folder. Each test file uses what it needs of it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// Runs `memtrace` with `args` and collects its output.
+pub fn memtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memtrace"))
+        .args(args)
+        .output()
+        .expect("memtrace runs")
+}
+
+/// The folder of the real PyTorch snapshot files, `../shared/fixtures/pytorch-snapshots/`
+/// beside the workspace root (read from there, never copied).
+pub fn fixtures_dir() -> PathBuf {
+    [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "..",
+        "shared",
+        "fixtures",
+        "pytorch-snapshots",
+    ]
+    .iter()
+    .collect()
+}
+
+/// The path of the fixture `name`; a missing one fails the test with its path.
+pub fn fixture(name: &str) -> String {
+    let path = fixtures_dir().join(name);
+    assert!(
+        path.exists(),
+        "missing fixture {}: the fixtures live in ../shared/fixtures/pytorch-snapshots/ beside \
+         the workspace root",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+/// A path named `name` in this test process's own scratch folder.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memtrace-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// What the command printed on stdout.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// What the command printed on stderr.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
