@@ -8,8 +8,6 @@ mod common;
 
 use common::{memtrace, scratch};
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 const MIB: u64 = 1 << 20;
