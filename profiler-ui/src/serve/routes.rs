@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `/`, `/index.html`, `/app.js`, `/style.css` | the page ([`assets`](super::assets)) |
+//! | `/`, `/index.html`, `/app.js`, `/style.css` | the page (the `assets` module) |
 //! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
 //! | `/api/timeline?device&axis&from&to&width&limit` + filter | [`Timeline`](super::lod::Timeline) |
 //! | `/api/curves?device&axis&from&to&width` | [`CurvesWindow`](super::lod::CurvesWindow) |
