@@ -12,7 +12,6 @@ use super::writer::{FileOut, TraceWriter};
 use crate::trace::snapshot::Segment;
 use crate::trace::{ContextId, TraceEvent};
 use parking_lot::{Condvar, Mutex};
-use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
@@ -149,7 +148,7 @@ pub(crate) fn spawn_stream(
                 writer,
                 state: thread_state,
                 source,
-                contexts: HashMap::new(),
+                contexts: Vec::new(),
                 buffers: Vec::new(),
                 batch: Vec::new(),
             };
@@ -184,8 +183,9 @@ struct Pump {
     writer: TraceWriter<FileOut>,
     state: Arc<StreamState>,
     source: Weak<dyn StreamSource>,
-    /// Process-wide context ids to the file's.
-    contexts: HashMap<ContextId, ContextId>,
+    /// Process-wide context ids to the file's, indexed by the process-wide id (ids are handed
+    /// out densely from 1); `None` until first written.
+    contexts: Vec<Option<ContextId>>,
     /// One per device, swapped with the devices' buffers.
     buffers: Vec<Vec<TraceEvent>>,
     batch: Vec<TraceEvent>,
@@ -264,14 +264,18 @@ impl Pump {
         if id == ContextId::NONE {
             return Ok(id);
         }
-        if let Some(&local) = self.contexts.get(&id) {
-            return Ok(local);
+        let index = id.0 as usize;
+        if let Some(Some(local)) = self.contexts.get(index) {
+            return Ok(*local);
         }
         let local = match crate::trace::lookup_context(id) {
             Some(context) => self.writer.context(&context)?,
             None => ContextId::NONE,
         };
-        self.contexts.insert(id, local);
+        if index >= self.contexts.len() {
+            self.contexts.resize(index + 1, None);
+        }
+        self.contexts[index] = Some(local);
         Ok(local)
     }
 
