@@ -361,29 +361,45 @@ function row(cells, header) {
 }
 
 async function loadTables() {
-  const leaks = await getJSON(`/api/leaks?device=${view.device}`);
+  view.leaks = await getJSON(`/api/leaks?device=${view.device}`);
+  view.breakdown = await getJSON(`/api/breakdown?device=${view.device}`);
+  drawTables();
+}
+
+// Whether a table row's site passes the search box (the same text search as the bands'
+// tags and stacks, on the site's name).
+function siteMatches(site) {
+  const q = $('search').value.trim().toLowerCase();
+  return !q || site.toLowerCase().includes(q);
+}
+
+function drawTables() {
+  const leaks = view.leaks;
+  const b = view.breakdown;
+  if (!leaks || !b) return;
   const body = $('leaks').tBodies[0];
   body.replaceChildren();
   const group = (title) => { const tr = el('tr', undefined, 'group'); const th = el('th', title); th.colSpan = 3; tr.append(th); body.append(tr); };
   group('alive at the end of the trace, allocated during it');
   body.append(row([['site'], ['bytes', true], ['blocks', true]], true));
-  for (const s of leaks.alive_at_end.slice(0, 200)) body.append(row([[s.site], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
-  if (!leaks.alive_at_end.length) body.append(row([['none']]));
+  const alive = leaks.alive_at_end.filter((s) => siteMatches(s.site));
+  for (const s of alive.slice(0, 200)) body.append(row([[s.site], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
+  if (!alive.length) body.append(row([['none']]));
   group(`growing across steps (${leaks.steps.length} steps)`);
   body.append(row([['site'], ['growth', true], ['per step', true]], true));
-  for (const g of leaks.growing.slice(0, 200)) {
+  const growing = leaks.growing.filter((g) => siteMatches(g.site));
+  for (const g of growing.slice(0, 200)) {
     body.append(row([[g.site], [fmtBytes(g.growth_bytes), true], [g.bytes_per_step.map(fmtBytes).join(' → '), true]]));
   }
-  if (!leaks.growing.length) body.append(row([['none']]));
+  if (!growing.length) body.append(row([['none']]));
 
-  const b = await getJSON(`/api/breakdown?device=${view.device}`);
   const bb = $('breakdown').tBodies[0];
   bb.replaceChildren();
   const caption = el('tr', undefined, 'group');
   const th = el('th', `event ${b.index}: ${fmtBytes(b.allocated_bytes)} allocated`);
   th.colSpan = 4; caption.append(th); bb.append(caption);
   bb.append(row([['site'], ['bytes', true], ['share', true], ['blocks', true]], true));
-  for (const s of b.sites) {
+  for (const s of b.sites.filter((site) => siteMatches(site.site))) {
     const share = b.allocated_bytes ? ((100 * s.bytes) / b.allocated_bytes).toFixed(1) + '%' : '';
     bb.append(row([[s.site], [fmtBytes(s.bytes), true], [share, true], [String(s.blocks), true]]));
   }
@@ -493,6 +509,7 @@ async function main() {
   $('reset').addEventListener('click', () => { [view.from, view.to] = fullWindow(); refresh(); });
   const refilter = debounce(refresh, 200);
   for (const id of ['search', 'min-size', 'max-size']) $(id).addEventListener('input', refilter);
+  $('search').addEventListener('input', drawTables);
   $('stream').addEventListener('change', refresh);
   $('state-index').addEventListener('change', () => loadState(Number($('state-index').value)));
   $('state-peak').addEventListener('click', () => loadState(null));

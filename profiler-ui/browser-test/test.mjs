@@ -74,6 +74,12 @@ try {
   const sites = await page.evaluate(() => window.memtrace.bandRects().map((r) => r.site));
   check('search narrows the bands', after > 0 && after < before && sites.every((s) => s.includes('leaky_cache')),
     `${before} -> ${after} allocations, sites ${[...new Set(sites)].join(', ')}`);
+  // ... and the tables: every site row left in the breakdown names the search.
+  const rows = await page.evaluate(() => [...document.querySelectorAll('#breakdown tbody tr')]
+    .filter((tr) => tr.children.length === 4 && tr.children[0].tagName === 'TD')
+    .map((tr) => tr.children[0].textContent));
+  check('search narrows the tables', rows.length > 0 && rows.every((s) => s.includes('leaky')),
+    rows.join(', '));
   await page.fill('#search', '');
   await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.matched) === n, before, { timeout: 10000 });
 
