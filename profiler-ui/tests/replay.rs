@@ -356,3 +356,39 @@ fn hostile_traces_never_panic() {
         }
     }
 }
+
+/// A segment emptied by `empty_cache` (its `segment_free`) and a new one allocated after.
+const EMPTIED_TRACE: &str = r#"{"blockpool_trace":1}
+{"event":"segment_alloc","device":0,"addr":139637976727552,"size":20971520,"time_us":1}
+{"event":"alloc","device":0,"addr":139637976727552,"size":6291456,"requested":6291456,"time_us":2}
+{"event":"free_requested","device":0,"addr":139637976727552,"size":6291456,"requested":6291456,"time_us":3}
+{"event":"free_completed","device":0,"addr":139637976727552,"size":6291456,"requested":6291456,"time_us":4}
+{"event":"segment_free","device":0,"addr":139637976727552,"size":20971520,"time_us":5}
+{"event":"segment_alloc","device":0,"addr":139638010281984,"size":20971520,"time_us":6}
+{"event":"alloc","device":0,"addr":139638010281984,"size":6291456,"requested":6291456,"time_us":7}
+{"segment":139638010281984,"device":0,"size":20971520,"pool":"large","blocks":[[139638010281984,6291456,6291456,"active_allocated",0],[139638016573440,14680064,0,"inactive",0]]}
+{"end":{"events":7,"segments":1}}
+"#;
+
+#[test]
+fn a_segment_free_in_the_trace_empties_the_replayed_cache() {
+    let path = scratch("emptied.jsonl", EMPTIED_TRACE);
+    let report = replay_json(&path, &[]);
+    let ours = &report["blockpool"];
+    assert_eq!(ours["empty_cache_calls"], 1);
+    // Without emptying the cache, the second allocation would reuse the first segment.
+    assert_eq!(ours["device_allocs"], 2);
+    assert_eq!(ours["device_frees"], 1);
+    assert_eq!(ours["reserved_at_end_bytes"], 20 * MIB);
+    let recorded = &report["recorded"];
+    assert_eq!(recorded["segment_allocs"], 2);
+    assert_eq!(recorded["segment_frees"], 1);
+    assert_eq!(report["segment_allocs_ratio"], 1.0);
+    let text = String::from_utf8_lossy(&memtrace(&["replay", &path]).stdout).into_owned();
+    assert!(
+        text.contains(
+            "empty_cache calls                  1  (one per run of segment_free in the trace)\n"
+        ),
+        "{text}"
+    );
+}

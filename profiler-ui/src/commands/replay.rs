@@ -413,6 +413,14 @@ fn render_table(text: &mut String, report: &ReplayReport) {
         let _ = writeln!(text, "{}", row.trim_end());
     }
     let _ = writeln!(text, "{:<22}{:>14}", "retries", count(ours.retries));
+    if ours.empty_cache_calls > 0 {
+        let _ = writeln!(
+            text,
+            "{:<22}{:>14}  (one per run of segment_free in the trace)",
+            "empty_cache calls",
+            count(ours.empty_cache_calls)
+        );
+    }
     let _ = writeln!(
         text,
         "{:<22}{:>14}",

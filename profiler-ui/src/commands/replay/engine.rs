@@ -75,6 +75,10 @@ pub struct Outcome {
     pub device_frees: u64,
     /// Allocations that released the whole cache and tried again (`num_alloc_retries`).
     pub retries: u64,
+    /// `empty_cache` calls replayed: one for each run of `segment_free` events the trace shows
+    /// (PyTorch frees segments only when its cache is emptied, by `empty_cache` or by an
+    /// allocation's retry; the replayed allocator then empties its own cache too).
+    pub empty_cache_calls: u64,
     /// Out-of-memory failures the allocator counted (`num_ooms`).
     pub allocator_ooms: u64,
     /// Bytes in segments at the end.
@@ -184,7 +188,15 @@ pub fn run(
     };
     replay.start(&workload.start)?;
     let mut next_segment: Option<u64> = None;
+    let mut releasing = false;
     for (index, event) in workload.events.iter().enumerate() {
+        let release = event.action == Action::SegmentFree;
+        if release && !releasing {
+            replay
+                .empty_cache()
+                .with_context(|| format!("replay stopped at event {index}"))?;
+        }
+        releasing = release;
         match event.action {
             Action::SegmentAlloc => next_segment = Some(event.addr),
             Action::Alloc => {
@@ -340,6 +352,14 @@ impl Replay {
             let unused = totals.reserved_bytes.saturating_sub(totals.allocated_bytes);
             outcome.fragmentation_at_peak = unused as f64 / totals.reserved_bytes as f64;
         }
+        Ok(())
+    }
+
+    /// Empties the replayed allocator's cache, as the trace's run of `segment_free` shows
+    /// PyTorch did.
+    fn empty_cache(&mut self) -> anyhow::Result<()> {
+        self.allocator.empty_cache()?;
+        self.outcome.empty_cache_calls += 1;
         Ok(())
     }
 
