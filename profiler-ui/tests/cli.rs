@@ -400,3 +400,22 @@ fn every_reading_subcommand_refuses_corrupt_and_hostile_files_with_exit_2() {
     }
     assert!(!Path::new("/tmp/memtrace-must-not-run").exists());
 }
+
+#[test]
+fn summary_of_a_file_without_times_says_so_once() {
+    let output = memtrace(&[
+        "summary",
+        &fixture("Maphsge4_select_n_snapshot_1.2M.pickle"),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("  events:    4,496 (no times recorded)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  peak allocated   2.24 GiB at event 4,488\n"),
+        "{text}"
+    );
+    assert!(!text.contains("0.000000 s"), "{text}");
+}

@@ -280,13 +280,22 @@ pub fn render(report: &SummaryReport) -> String {
         let _ = writeln!(text, "devices:   none (no segments, no events)");
     }
     for d in &report.devices {
+        // Traces without times (old PyTorch files) say so once instead of "0.000000 s" each.
+        let timed = d.span_us > 0;
+        let at = |us: u64| {
+            if timed {
+                format!(" ({})", seconds(us))
+            } else {
+                String::new()
+            }
+        };
         let _ = writeln!(text, "device {}", d.device);
-        let _ = writeln!(
-            text,
-            "  events:    {} over {}",
-            count(d.events as u64),
-            seconds(d.span_us)
-        );
+        let span = if timed {
+            format!("over {}", seconds(d.span_us))
+        } else {
+            "(no times recorded)".to_string()
+        };
+        let _ = writeln!(text, "  events:    {} {span}", count(d.events as u64));
         for (name, peak) in [
             ("allocated", &d.peak_allocated),
             ("reserved", &d.peak_reserved),
@@ -294,10 +303,10 @@ pub fn render(report: &SummaryReport) -> String {
         ] {
             let _ = writeln!(
                 text,
-                "  peak {name:<9} {:>10} at event {} ({})",
+                "  peak {name:<9} {:>10} at event {}{}",
                 format_size(peak.bytes),
                 count(peak.index as u64),
-                seconds(peak.time_us)
+                at(peak.time_us)
             );
         }
         let _ = writeln!(
@@ -333,9 +342,9 @@ pub fn render(report: &SummaryReport) -> String {
         for oom in &d.out_of_memory {
             let _ = writeln!(
                 text,
-                "  out of memory at event {} ({}): {}",
+                "  out of memory at event {}{}: {}",
                 count(oom.index as u64),
-                seconds(oom.time_us),
+                at(oom.time_us),
                 oom.explanation
             );
         }
