@@ -8,7 +8,7 @@
 //! (`step3/forward/attn` is `forward/attn`), so the same code is one site in every step.
 
 use super::sites::{site_name, site_within_step, sites_named_by, Site};
-use super::timeline::walker;
+use super::timeline::{steps, walker};
 use blockpool::trace::{Action, BlockState, Snapshot};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
@@ -43,42 +43,27 @@ pub struct Growth {
 
 /// Finds the leaks of `device`.
 pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport> {
-    let mut walker = walker(snapshot, device)?;
     // Addresses allocated during the trace and not yet freed.
     let mut allocated_here: HashSet<u64> = HashSet::new();
-    let mut steps: Vec<String> = Vec::new();
-    let mut per_step: Vec<Vec<Site>> = Vec::new();
-    let mut current_step: Option<String> = None;
-    while let Some(event) = walker.step() {
-        let (action, addr, context) = (event.action, event.addr, event.context);
-        match action {
+    for event in snapshot.device_events(device) {
+        match event.action {
             Action::Alloc => {
-                allocated_here.insert(addr);
+                allocated_here.insert(event.addr);
             }
             Action::FreeCompleted => {
-                allocated_here.remove(&addr);
-            }
-            Action::Annotate => {
-                let outermost = snapshot
-                    .contexts
-                    .get(context)
-                    .and_then(|c| c.tags.first())
-                    .map(|t| t.to_string());
-                if outermost != current_step {
-                    if let Some(step) = current_step.take() {
-                        steps.push(step);
-                        per_step.push(sites_named_by(snapshot, &walker.state(), site_within_step));
-                    }
-                    current_step = outermost;
-                }
+                allocated_here.remove(&event.addr);
             }
             _ => {}
         }
     }
-    if let Some(step) = current_step {
-        steps.push(step);
+    let mut walker = walker(snapshot, device)?;
+    let steps = steps(snapshot, device);
+    let mut per_step = Vec::with_capacity(steps.len());
+    for step in &steps {
+        walker.seek(step.end)?;
         per_step.push(sites_named_by(snapshot, &walker.state(), site_within_step));
     }
+    walker.seek(walker.len())?;
     let end = walker.state();
     let mut alive = Vec::new();
     let mut alive_from_before_bytes = 0u64;
@@ -99,7 +84,7 @@ pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport
         alive_at_end,
         alive_from_before_bytes,
         growing: growing(&per_step),
-        steps,
+        steps: steps.into_iter().map(|s| s.tag).collect(),
     })
 }
 

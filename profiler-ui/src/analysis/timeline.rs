@@ -2,7 +2,7 @@
 //! event, the peaks, and which state a `--at EVENT` / `--peak` option names.
 
 use anyhow::Context as _;
-use blockpool::trace::{MemoryTotals, Snapshot, StateWalker};
+use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
 use serde::Serialize;
 
 /// The memory of a device after some of its events.
@@ -130,4 +130,46 @@ pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u
             .copied()
             .context("the trace has no devices: no segments and no events"),
     }
+}
+
+/// A top-level annotation: its tag and the state indices it spans.
+pub struct Step {
+    /// The outermost tag.
+    pub tag: String,
+    /// State index where it begins.
+    pub start: usize,
+    /// State index where it ends.
+    pub end: usize,
+}
+
+/// The outermost annotation tags of `device` as index ranges (the steps of a training loop
+/// annotated `step0`, `step1`, ...), in order; stretches with no tag are not steps.
+pub fn steps(snapshot: &Snapshot, device: u32) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut open: Option<(String, usize)> = None;
+    let events: Vec<_> = snapshot.device_events(device).collect();
+    for (i, event) in events.iter().enumerate() {
+        if event.action != Action::Annotate {
+            continue;
+        }
+        let outermost = snapshot
+            .contexts
+            .get(event.context)
+            .and_then(|c| c.tags.first())
+            .map(|t| t.to_string());
+        if open.as_ref().map(|o| &o.0) != outermost.as_ref() {
+            if let Some((tag, start)) = open.take() {
+                steps.push(Step { tag, start, end: i });
+            }
+            open = outermost.map(|t| (t, i));
+        }
+    }
+    if let Some((tag, start)) = open {
+        steps.push(Step {
+            tag,
+            start,
+            end: events.len(),
+        });
+    }
+    steps
 }

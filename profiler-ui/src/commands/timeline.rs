@@ -1,13 +1,12 @@
 //! `memtrace timeline FILE --out F.svg [--device N]`: allocated, reserved and requested memory
 //! over time as an SVG chart, with the outermost annotations (steps) marked.
 
-use crate::analysis::timeline::{memory_series, pick_device, Sample};
+use crate::analysis::timeline::{memory_series, pick_device, steps, Sample, Step};
 use crate::commands::info::count;
 use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::format_size;
-use blockpool::trace::{Action, Snapshot};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -41,47 +40,6 @@ pub fn run(file: &Path, svg: &Path, device: Option<u32>, out: &mut Output) -> an
     ))?;
     out.flush()?;
     Ok(())
-}
-
-/// A top-level annotation: its tag and the state indices it spans.
-pub struct Step {
-    /// The outermost tag.
-    pub tag: String,
-    /// State index where it begins.
-    pub start: usize,
-    /// State index where it ends.
-    pub end: usize,
-}
-
-/// The outermost annotation tags of `device` as index ranges.
-pub fn steps(snapshot: &Snapshot, device: u32) -> Vec<Step> {
-    let mut steps = Vec::new();
-    let mut open: Option<(String, usize)> = None;
-    let events: Vec<_> = snapshot.device_events(device).collect();
-    for (i, event) in events.iter().enumerate() {
-        if event.action != Action::Annotate {
-            continue;
-        }
-        let outermost = snapshot
-            .contexts
-            .get(event.context)
-            .and_then(|c| c.tags.first())
-            .map(|t| t.to_string());
-        if open.as_ref().map(|o| &o.0) != outermost.as_ref() {
-            if let Some((tag, start)) = open.take() {
-                steps.push(Step { tag, start, end: i });
-            }
-            open = outermost.map(|t| (t, i));
-        }
-    }
-    if let Some((tag, start)) = open {
-        steps.push(Step {
-            tag,
-            start,
-            end: events.len(),
-        });
-    }
-    steps
 }
 
 /// The chart. The x axis is time when the events carry distinct times, else the event index.
