@@ -7,7 +7,7 @@ use super::caching::{CachingAllocator, Shared};
 use super::history::push_segments;
 use crate::backend::Backend;
 use crate::trace::jsonl::{
-    self, spawn_stream, FileOut, Header, HistoryStream, JsonlError, StreamSource, StreamState,
+    self, create_file, spawn_stream, Header, HistoryStream, JsonlError, StreamSource, StreamState,
     TraceWriter,
 };
 use crate::trace::snapshot::Segment;
@@ -85,7 +85,7 @@ impl<B: Backend> CachingAllocator<B> {
             Some(shared.config.to_string()),
         );
         let mut writer =
-            TraceWriter::new(FileOut::create(path)?, &header).map_err(JsonlError::Write)?;
+            TraceWriter::new(create_file(path)?, &header).map_err(JsonlError::Write)?;
         writer.flush().map_err(JsonlError::Write)?;
         let state = Arc::new(StreamState::default());
         *shared.stream.lock() = Some(Arc::clone(&state));

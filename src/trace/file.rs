@@ -3,8 +3,11 @@
 //! not, into a [`Snapshot`]; [`save_trace`] writes one in any format blockpool writes.
 
 use super::snapshot::Snapshot;
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use std::fmt;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The formats blockpool reads.
@@ -256,21 +259,63 @@ pub(crate) fn describe_head(sniffed: Sniffed, head: &[u8]) -> String {
     format!("it starts with \"{shown}\"")
 }
 
-/// Creates `path` for writing, gzip-compressed when its name ends in `.gz`.
-pub fn create_output(path: &Path) -> Result<Box<dyn Write>, TraceFileError> {
-    let file = std::fs::File::create(path).map_err(io_error(path))?;
-    let buffered = io::BufWriter::with_capacity(1 << 16, file);
-    let gz = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
-    Ok(if gz {
-        Box::new(flate2::write::GzEncoder::new(
-            buffered,
-            flate2::Compression::default(),
-        ))
-    } else {
-        Box::new(buffered)
-    })
+/// A trace file being written: plain, or gzip when its name ends in `.gz`.
+pub(crate) enum FileOut {
+    Plain(BufWriter<File>),
+    Gzip(BufWriter<GzEncoder<File>>),
+}
+
+impl FileOut {
+    /// Creates (or truncates) the file at `path`.
+    pub(crate) fn create(path: &Path) -> io::Result<FileOut> {
+        let file = File::create(path)?;
+        // Fast compression: traces compress well even so, and writing keeps up with events.
+        let gzip = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+        Ok(if gzip {
+            FileOut::Gzip(BufWriter::with_capacity(
+                1 << 16,
+                GzEncoder::new(file, Compression::fast()),
+            ))
+        } else {
+            FileOut::Plain(BufWriter::with_capacity(1 << 16, file))
+        })
+    }
+
+    /// Flushes everything and ends the gzip stream, reporting any error (dropping instead
+    /// would lose them).
+    pub(crate) fn close(self) -> io::Result<()> {
+        match self {
+            FileOut::Plain(out) => out.into_inner().map_err(|e| e.into_error())?.sync_data(),
+            FileOut::Gzip(out) => out
+                .into_inner()
+                .map_err(|e| e.into_error())?
+                .finish()?
+                .sync_data(),
+        }
+    }
+}
+
+impl Write for FileOut {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            FileOut::Plain(out) => out.write(buf),
+            FileOut::Gzip(out) => out.write(buf),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            FileOut::Plain(out) => out.write_all(buf),
+            FileOut::Gzip(out) => out.write_all(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            FileOut::Plain(out) => out.flush(),
+            FileOut::Gzip(out) => out.flush(),
+        }
+    }
 }
 
 impl OutputFormat {
@@ -339,7 +384,7 @@ pub fn save_trace(
     path: &Path,
     format: OutputFormat,
 ) -> Result<(), TraceFileError> {
-    let mut out = create_output(path)?;
+    let mut out = FileOut::create(path).map_err(io_error(path))?;
     match format {
         OutputFormat::Jsonl => super::jsonl::write_snapshot(snapshot, &mut out),
         OutputFormat::PytorchPickle => super::pytorch::write_pytorch_snapshot(snapshot, &mut out),
@@ -348,11 +393,8 @@ pub fn save_trace(
             super::rmm::write_rmm_csv(&super::rmm::snapshot_to_rmm(snapshot), &mut out)
         }
     }
-    .and_then(|()| out.flush())
-    .map_err(io_error(path))?;
-    // Dropping a gzip encoder finishes the stream; do it here so errors are reported.
-    drop(out);
-    Ok(())
+    .and_then(|()| out.close())
+    .map_err(io_error(path))
 }
 
 #[cfg(test)]

@@ -75,5 +75,5 @@ pub use format::{Header, ReadReport, FORMAT_VERSION, MAX_LINE_BYTES};
 pub use reader::{load, read_snapshot, JsonlReader, Record};
 pub(crate) use sink::{spawn_stream, StreamSource, StreamState};
 pub use sink::{HistoryStream, StreamSummary, FLUSH_INTERVAL};
-pub(crate) use writer::FileOut;
+pub(crate) use writer::create_file;
 pub use writer::{save, write_snapshot, TraceWriter};

@@ -8,7 +8,8 @@
 //! writing with no allocator lock held.
 
 use super::error::JsonlError;
-use super::writer::{FileOut, TraceWriter};
+use super::writer::TraceWriter;
+use crate::trace::file::FileOut;
 use crate::trace::snapshot::Segment;
 use crate::trace::{ContextId, TraceEvent};
 use parking_lot::{Condvar, Mutex};

@@ -4,12 +4,10 @@
 
 use super::error::JsonlError;
 use super::format::Header;
+use crate::trace::file::FileOut;
 use crate::trace::snapshot::{pool_name, Segment, Snapshot};
 use crate::trace::{Context, ContextId, Frame, TraceEvent};
-use flate2::write::GzEncoder;
-use flate2::Compression;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -256,68 +254,17 @@ pub fn write_snapshot<W: Write>(snapshot: &Snapshot, out: W) -> io::Result<()> {
     Ok(())
 }
 
-/// A trace file being written: plain, or gzip when its name ends in `.gz`.
-pub(crate) enum FileOut {
-    Plain(BufWriter<File>),
-    Gzip(BufWriter<GzEncoder<File>>),
-}
-
-impl FileOut {
-    /// Creates (or truncates) the file at `path`.
-    pub(crate) fn create(path: &Path) -> Result<FileOut, JsonlError> {
-        let file = File::create(path).map_err(|source| JsonlError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        // Fast compression: traces compress well even so, and writing keeps up with events.
-        let gzip = path.extension().is_some_and(|e| e == "gz");
-        Ok(if gzip {
-            FileOut::Gzip(BufWriter::with_capacity(
-                1 << 16,
-                GzEncoder::new(file, Compression::fast()),
-            ))
-        } else {
-            FileOut::Plain(BufWriter::with_capacity(1 << 16, file))
-        })
-    }
-
-    /// Flushes everything and ends the gzip stream.
-    pub(crate) fn close(self) -> io::Result<()> {
-        match self {
-            FileOut::Plain(out) => out.into_inner().map_err(|e| e.into_error())?.sync_data(),
-            FileOut::Gzip(out) => out
-                .into_inner()
-                .map_err(|e| e.into_error())?
-                .finish()?
-                .sync_data(),
-        }
-    }
-}
-
-impl Write for FileOut {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            FileOut::Plain(out) => out.write(buf),
-            FileOut::Gzip(out) => out.write(buf),
-        }
-    }
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            FileOut::Plain(out) => out.write_all(buf),
-            FileOut::Gzip(out) => out.write_all(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            FileOut::Plain(out) => out.flush(),
-            FileOut::Gzip(out) => out.flush(),
-        }
-    }
+/// Creates (or truncates) the trace file at `path`: plain, or gzip when its name ends in `.gz`.
+pub(crate) fn create_file(path: &Path) -> Result<FileOut, JsonlError> {
+    FileOut::create(path).map_err(|source| JsonlError::Open {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Writes `snapshot` to the file at `path`, gzip-compressed when the name ends in `.gz`.
 pub fn save(snapshot: &Snapshot, path: impl AsRef<Path>) -> Result<(), JsonlError> {
-    let mut out = FileOut::create(path.as_ref())?;
+    let mut out = create_file(path.as_ref())?;
     write_snapshot(snapshot, &mut out).map_err(JsonlError::Write)?;
     out.close().map_err(JsonlError::Write)
 }
