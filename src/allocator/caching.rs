@@ -47,7 +47,10 @@ impl Drop for CallbacksRunning {
 
 /// A block-pool caching allocator with PyTorch's semantics, over every device of `B`.
 ///
-/// Cloning is cheap and shares the allocator.
+/// Cloning is cheap and shares the allocator. When the last clone and the last handle are
+/// gone, every cached segment goes back to the backend (after waiting for pending deferred
+/// frees), so dropping an allocator leaks no device memory; only raw allocations from
+/// [`malloc`](Self::malloc) never given to [`free`](Self::free) are left, with a warning.
 ///
 /// ```
 /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};

@@ -290,6 +290,32 @@ fn empty_cache_releases_only_wholly_free_segments() {
     valid(&alloc, &sim);
 }
 
+#[test]
+fn dropping_the_allocator_gives_every_cached_segment_back() {
+    let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
+    let small = alloc.allocate(0, 4096, S0).unwrap();
+    let large = alloc.allocate(0, 40 * MIB, S0).unwrap();
+    let used_elsewhere = alloc.allocate(0, 8 * MIB, S0).unwrap();
+    used_elsewhere.record_stream(S1).unwrap();
+    drop((small, large, used_elsewhere));
+    let raw = alloc.malloc(0, 1000, S2).unwrap();
+    assert_eq!(sim.segment_count(0), 4);
+    drop(alloc);
+    assert_eq!(
+        sim.segment_count(0),
+        1,
+        "only the raw allocation's segment, never freed, is left to the backend"
+    );
+    assert_eq!(sim.allocated_bytes(0), 2 * MIB);
+    let calls = sim.calls(0);
+    assert_eq!(calls.segment_frees, 3);
+    assert_eq!(
+        calls.event_syncs, 1,
+        "the other stream's use was waited for first"
+    );
+    assert_ne!(raw, 0);
+}
+
 /// The case PyTorch users hit: small tensors split a large cached segment, so a later large
 /// request finds the memory reserved but unusable, and fails. `max_split_size_mb` relieves it.
 #[test]
