@@ -124,6 +124,11 @@ impl DriverApi for LibCuda {
     }
 
     fn library_path(&self) -> Option<String> {
+        // `is_culib_present` closed the library again; cudarc's loader keeps it open, so the
+        // file is mapped while `/proc/self/maps` is read.
+        // SAFETY: called only after `library_present` returned true, so `culib` loads the
+        // library instead of panicking; loading runs only the library's initializers.
+        let _library = unsafe { sys::culib() };
         loaded_library_path()
     }
 
