@@ -1,0 +1,248 @@
+//! The GPU tests without a GPU: this binary runs itself again with the fake driver library
+//! (`fake-libcuda`) first in `LD_LIBRARY_PATH`, so the CUDA backend, `DeviceBuffer` and the
+//! pinned cache go through cudarc and real driver calls, checked by a driver that answers with
+//! the real codes. Kernels are what the fake cannot run: the two tests that launch one run on
+//! real GPUs only (`scripts/gpu-check.sh`).
+//!
+//! The `on_fake` tests use the fake's knobs and counters, so they are ignored like the GPU
+//! tests and run only in that second process.
+
+use std::process::Command;
+
+use blockpool::backend::CudaBackend;
+use blockpool::cuda::DeviceBuffer;
+use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
+use fake_libcuda::FakeCudaCounts;
+
+use crate::MIB;
+
+/// The tests that launch kernels, which the fake driver cannot run.
+const KERNEL_TESTS: [&str; 2] = [
+    "buffers::buffers_are_kernel_arguments",
+    "buffers::a_block_used_on_another_stream_waits_for_its_event_before_reuse",
+];
+
+/// Every ignored test of this binary but the kernel ones.
+const EXPECTED_PASSES: usize = 8 + 4;
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_gpu_tests_pass_on_the_fake_driver() {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut command = Command::new(exe);
+    command
+        .args(["--ignored", "--test-threads=1", "--exact"])
+        .env(
+            fake_libcuda::LIBRARY_PATH_VARIABLE,
+            fake_libcuda::library_path_with_fake(
+                std::env::var_os(fake_libcuda::LIBRARY_PATH_VARIABLE).as_deref(),
+            ),
+        )
+        .env("BLOCKPOOL_FAKE_CUDA_MEMORY_MIB", "4096");
+    for name in KERNEL_TESTS {
+        command.args(["--skip", name]);
+    }
+    let output = command.output().expect("run the GPU tests again");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the GPU tests failed on the fake driver:\n{stdout}\n{stderr}"
+    );
+    let summary = format!("test result: ok. {EXPECTED_PASSES} passed; 0 failed; 0 ignored");
+    assert!(
+        stdout.contains(&summary),
+        "expected `{summary}` from the fake-driver run:\n{stdout}"
+    );
+}
+
+/// The fake driver's counters; panics when the loaded driver is not the fake.
+fn counts() -> FakeCudaCounts {
+    // SAFETY: a backend was created before every call, so the driver library is loaded and
+    // `culib` returns it instead of panicking.
+    let library = unsafe { cudarc::driver::sys::culib() };
+    // SAFETY: the fake exports the symbol with this signature (`fake-libcuda/src/driver.rs`).
+    let function = unsafe {
+        library.get::<unsafe extern "C" fn(*mut FakeCudaCounts) -> u32>(fake_libcuda::COUNTS_SYMBOL)
+    }
+    .expect("this test runs on the fake driver only: the loaded libcuda has no counters");
+    let mut counts = FakeCudaCounts::default();
+    // SAFETY: `counts` is a live, writable struct of the layout the fake writes.
+    let code = unsafe { function(&mut counts) };
+    assert_eq!(code, 0, "the counters call failed");
+    counts
+}
+
+/// A caching allocator over the fake driver, with the counters before it allocated.
+fn fake_allocator() -> (CachingAllocator<CudaBackend>, FakeCudaCounts) {
+    let backend = CudaBackend::new().expect("the fake driver loads");
+    let before = counts();
+    (
+        CachingAllocator::new(backend, AllocatorConfig::default()),
+        before,
+    )
+}
+
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_everything_goes_back_to_the_driver() {
+    let (alloc, before) = fake_allocator();
+    assert_eq!(
+        alloc.backend().device_name(0).unwrap(),
+        "blockpool fake GPU 0"
+    );
+    {
+        let ctx = alloc.backend().context(0).unwrap();
+        let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+        let mut x = DeviceBuffer::<u32>::alloc_zeros(&alloc, 0, 1 << 16, &a).unwrap();
+        x.copy_from_host(&vec![3; 1 << 16]).unwrap();
+        x.record_stream(&b).unwrap();
+        let big = alloc.allocate(0, 64 * MIB, StreamId::DEFAULT).unwrap();
+        let during = counts();
+        assert_eq!(during.device_allocs - before.device_allocs, 2, "{during:?}");
+        assert_eq!(
+            during.live_bytes,
+            (2 + 64) as u64 * MIB as u64,
+            "{during:?}"
+        );
+        drop((x, big));
+        b.synchronize().unwrap();
+    }
+    alloc.empty_cache().unwrap();
+    let after = counts();
+    assert_eq!(after.live_allocations, 0, "segments left: {after:?}");
+    assert_eq!(after.device_frees - before.device_frees, 2, "{after:?}");
+    assert_eq!(after.live_streams, 0, "streams left: {after:?}");
+    assert_eq!(
+        after.errors, before.errors,
+        "a driver call failed: {after:?}"
+    );
+    drop(alloc);
+    let end = counts();
+    assert_eq!(
+        end.live_events, 0,
+        "the event pool was not destroyed: {end:?}"
+    );
+    assert_eq!(
+        end.retained_contexts, 0,
+        "a primary context is still retained: {end:?}"
+    );
+    assert_eq!(end.errors, before.errors, "a driver call failed: {end:?}");
+}
+
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_a_block_used_on_another_stream_waits_for_its_event() {
+    let (alloc, before) = fake_allocator();
+    let ctx = alloc.backend().context(0).unwrap();
+    let (home, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
+    home.synchronize().unwrap();
+    let ptr = buf.ptr();
+    set_event_delay(u32::MAX); // the other stream is busy until synchronized
+    buf.record_stream(&other).unwrap();
+    drop(buf);
+    let busy = alloc
+        .allocate(0, 8192, CudaBackend::stream_id(&home))
+        .unwrap();
+    assert_ne!(busy.ptr(), ptr, "handed out while the other stream used it");
+    drop(busy);
+    other.synchronize().unwrap();
+    let after = alloc
+        .allocate(0, 8192, CudaBackend::stream_id(&home))
+        .unwrap();
+    assert_eq!(after.ptr(), ptr, "reused once the other stream finished");
+    set_event_delay(0);
+    let counts = counts();
+    assert_eq!(counts.errors, before.errors, "{counts:?}");
+    assert_eq!(
+        counts.device_allocs - before.device_allocs,
+        1,
+        "one small segment"
+    );
+}
+
+/// How many times each recorded event answers not-ready before completing.
+fn set_event_delay(queries: u32) {
+    // SAFETY: as in `counts`: the library is loaded.
+    let library = unsafe { cudarc::driver::sys::culib() };
+    // SAFETY: the fake exports the symbol with this signature.
+    let function = unsafe {
+        library.get::<unsafe extern "C" fn(u32) -> u32>(b"blockpoolFakeCudaSetEventDelay")
+    }
+    .expect("this test runs on the fake driver only");
+    // SAFETY: takes a plain integer.
+    let code = unsafe { function(queries) };
+    assert_eq!(code, 0, "setting the event delay failed");
+}
+
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
+    let (alloc, before) = fake_allocator();
+    // The fake device has 4 GiB: 3 GiB cached, then 3.5 GiB asked for.
+    let cached = alloc.allocate(0, 3072 * MIB, StreamId::DEFAULT).unwrap();
+    drop(cached);
+    let big = alloc.allocate(0, 3584 * MIB, StreamId::DEFAULT).unwrap();
+    let stats = alloc.memory_stats(0).unwrap();
+    assert_eq!(stats["num_alloc_retries"], 1, "{stats:?}");
+    assert_eq!(
+        stats["num_device_free"], 1,
+        "the cached 3 GiB went back: {stats:?}"
+    );
+    // Now the driver itself has no room and nothing is cached: a typed OOM with the numbers.
+    let err = alloc
+        .allocate(0, 1024 * MIB, StreamId::DEFAULT)
+        .unwrap_err();
+    let blockpool::Error::OutOfMemory(oom) = &err else {
+        panic!("expected an out-of-memory error, got {err:?}");
+    };
+    let message = err.to_string();
+    for part in [
+        "tried to allocate 1024.00 MiB",
+        "total capacity of 4.00 GiB of which 512.00 MiB is free", // the driver's cuMemGetInfo
+        "3.50 GiB is allocated by blockpool",
+    ] {
+        assert!(message.contains(part), "`{part}` not in: {message}");
+    }
+    assert_eq!(oom.device, 0);
+    assert_eq!(alloc.memory_stats(0).unwrap()["num_ooms"], 1);
+    alloc.check_invariants(0).unwrap();
+    drop(big);
+    alloc.empty_cache().unwrap();
+    let after = counts();
+    assert_eq!(after.live_allocations, 0, "{after:?}");
+    assert!(
+        after.errors > before.errors,
+        "the driver refused at least once"
+    );
+}
+
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_pinned_cache_reuses_host_memory_after_its_event() {
+    use blockpool::host::HostCachingAllocator;
+    let backend = CudaBackend::new().expect("the fake driver loads");
+    let host = HostCachingAllocator::new(backend.clone());
+    let ctx = backend.context(0).unwrap();
+    let stream = ctx.new_stream().unwrap();
+    let id = CudaBackend::stream_id(&stream);
+    let before = counts();
+    let block = host.allocate(100_000).unwrap();
+    let ptr = block.ptr();
+    block.record_event(0, id).unwrap();
+    set_event_delay(u32::MAX);
+    drop(block);
+    let again = host.allocate(100_000).unwrap();
+    assert_ne!(again.ptr(), ptr, "reused before the copy's event completed");
+    drop(again);
+    set_event_delay(0);
+    stream.synchronize().unwrap();
+    let third = host.allocate(100_000).unwrap();
+    assert_eq!(host.stats().num_host_alloc, 2, "a cached block is reused");
+    drop(third);
+    host.empty_cache().unwrap();
+    let after = counts();
+    assert_eq!(after.live_host_allocations, before.live_host_allocations);
+    assert_eq!(after.errors, before.errors, "{after:?}");
+}

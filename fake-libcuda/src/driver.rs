@@ -1,0 +1,1007 @@
+//! A fake NVIDIA driver: the subset of the CUDA driver API that blockpool and cudarc's safe
+//! layer call, with device memory backed by host memory. Built into `libcuda.so` by the build
+//! script; see the crate docs (`lib.rs`) for what it models and its knobs.
+//!
+//! Every entry point returns a code from the driver's own list (cudarc reads the result as an
+//! enum, so an unknown code would be undefined behaviour on its side) and never unwinds.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::{Mutex, MutexGuard};
+
+/// `CUresult` values this driver returns.
+mod code {
+    pub const SUCCESS: u32 = 0;
+    pub const INVALID_VALUE: u32 = 1;
+    pub const OUT_OF_MEMORY: u32 = 2;
+    pub const NOT_INITIALIZED: u32 = 3;
+    pub const NO_DEVICE: u32 = 100;
+    pub const INVALID_DEVICE: u32 = 101;
+    pub const INVALID_CONTEXT: u32 = 201;
+    pub const INVALID_HANDLE: u32 = 400;
+    pub const NOT_READY: u32 = 600;
+    pub const ILLEGAL_ADDRESS: u32 = 700;
+    pub const NOT_SUPPORTED: u32 = 801;
+    pub const UNKNOWN: u32 = 999;
+}
+
+/// Names and descriptions for `cuGetErrorName` / `cuGetErrorString`, NUL-terminated.
+const ERRORS: [(u32, &str, &str); 12] = [
+    (code::SUCCESS, "CUDA_SUCCESS\0", "no error\0"),
+    (
+        code::INVALID_VALUE,
+        "CUDA_ERROR_INVALID_VALUE\0",
+        "invalid argument\0",
+    ),
+    (
+        code::OUT_OF_MEMORY,
+        "CUDA_ERROR_OUT_OF_MEMORY\0",
+        "out of memory\0",
+    ),
+    (
+        code::NOT_INITIALIZED,
+        "CUDA_ERROR_NOT_INITIALIZED\0",
+        "initialization error\0",
+    ),
+    (
+        code::NO_DEVICE,
+        "CUDA_ERROR_NO_DEVICE\0",
+        "no CUDA-capable device is detected\0",
+    ),
+    (
+        code::INVALID_DEVICE,
+        "CUDA_ERROR_INVALID_DEVICE\0",
+        "invalid device ordinal\0",
+    ),
+    (
+        code::INVALID_CONTEXT,
+        "CUDA_ERROR_INVALID_CONTEXT\0",
+        "invalid device context\0",
+    ),
+    (
+        code::INVALID_HANDLE,
+        "CUDA_ERROR_INVALID_HANDLE\0",
+        "invalid resource handle\0",
+    ),
+    (
+        code::NOT_READY,
+        "CUDA_ERROR_NOT_READY\0",
+        "device not ready\0",
+    ),
+    (
+        code::ILLEGAL_ADDRESS,
+        "CUDA_ERROR_ILLEGAL_ADDRESS\0",
+        "an illegal memory access was encountered\0",
+    ),
+    (
+        code::NOT_SUPPORTED,
+        "CUDA_ERROR_NOT_SUPPORTED\0",
+        "operation not supported\0",
+    ),
+    (code::UNKNOWN, "CUDA_ERROR_UNKNOWN\0", "unknown error\0"),
+];
+
+/// `CUdevice_attribute` values with an answer other than 0.
+const ATTRIBUTE_MULTIPROCESSOR_COUNT: c_uint = 16;
+const ATTRIBUTE_UNIFIED_ADDRESSING: c_uint = 41;
+const ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
+const ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
+const ATTRIBUTE_MEMORY_POOLS_SUPPORTED: c_uint = 115;
+
+/// Alignment of device and host allocations (the real driver gives at least 256 bytes).
+const ALIGNMENT: usize = 4096;
+
+/// Handle values: opaque non-null numbers, never dereferenced.
+const CONTEXT_BASE: usize = 0x1000_0000;
+const STREAM_BASE: usize = 0x2000_0000;
+const EVENT_BASE: usize = 0x3000_0000;
+const POOL_BASE: usize = 0x4000_0000;
+const HANDLE_STEP: usize = 16;
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`, usable like the null stream.
+const STREAM_LEGACY: usize = 0x1;
+const STREAM_PER_THREAD: usize = 0x2;
+
+/// What `blockpoolFakeCudaCounts` fills in (the crate's `FakeCudaCounts`).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Counts {
+    live_allocations: u64,
+    live_bytes: u64,
+    live_host_allocations: u64,
+    live_events: u64,
+    live_streams: u64,
+    retained_contexts: u64,
+    device_allocs: u64,
+    device_frees: u64,
+    event_records: u64,
+    errors: u64,
+}
+
+/// A device: its memory and its primary context's reference count.
+struct Device {
+    capacity: usize,
+    used: usize,
+    primary_refs: u32,
+}
+
+/// Device memory: host memory of the same size.
+struct Allocation {
+    device: usize,
+    size: usize,
+}
+
+struct Event {
+    device: usize,
+    /// The stream of the last record, if any.
+    stream: Option<usize>,
+    /// How many more `cuEventQuery` calls answer not-ready.
+    pending: u32,
+}
+
+struct Driver {
+    devices: Vec<Device>,
+    driver_version: c_int,
+    event_delay: u32,
+    allocations: BTreeMap<u64, Allocation>,
+    host: HashMap<usize, usize>,
+    events: HashMap<usize, Event>,
+    /// Stream handle -> device.
+    streams: HashMap<usize, usize>,
+    next_handle: usize,
+    counts: Counts,
+}
+
+/// Knob values read at `cuInit`.
+struct Knobs {
+    devices: usize,
+    memory_mib: usize,
+    driver_version: c_int,
+    init_error: u32,
+    event_delay: u32,
+}
+
+static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
+
+thread_local! {
+    /// This thread's context stack (context handles), top last.
+    static CONTEXTS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+fn lock() -> MutexGuard<'static, Option<Driver>> {
+    DRIVER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `f` on the initialized driver; counts failures.
+fn with_driver(f: impl FnOnce(&mut Driver) -> Result<(), u32>) -> u32 {
+    let mut guard = lock();
+    let Some(driver) = guard.as_mut() else {
+        return code::NOT_INITIALIZED;
+    };
+    match f(driver) {
+        Ok(()) => code::SUCCESS,
+        Err(code) => {
+            driver.counts.errors += 1;
+            code
+        }
+    }
+}
+
+fn knob<T: std::str::FromStr>(name: &str, default: T) -> Result<T, u32> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(value) => value.trim().parse().map_err(|_| {
+            eprintln!("fake libcuda: {name}={value:?} is not a number");
+            code::INVALID_VALUE
+        }),
+    }
+}
+
+fn read_knobs() -> Result<Knobs, u32> {
+    let knobs = Knobs {
+        devices: knob("BLOCKPOOL_FAKE_CUDA_DEVICES", 1)?,
+        memory_mib: knob("BLOCKPOOL_FAKE_CUDA_MEMORY_MIB", 4096)?,
+        driver_version: knob("BLOCKPOOL_FAKE_CUDA_DRIVER_VERSION", 12080)?,
+        init_error: knob("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", code::SUCCESS)?,
+        event_delay: knob("BLOCKPOOL_FAKE_CUDA_EVENT_DELAY", 0)?,
+    };
+    if knobs.init_error != code::SUCCESS && !ERRORS.iter().any(|e| e.0 == knobs.init_error) {
+        eprintln!(
+            "fake libcuda: BLOCKPOOL_FAKE_CUDA_INIT_ERROR={} is not a code this driver knows",
+            knobs.init_error
+        );
+        return Err(code::INVALID_VALUE);
+    }
+    Ok(knobs)
+}
+
+/// Writes `value` through an out-pointer the caller passed; null is `CUDA_ERROR_INVALID_VALUE`.
+fn write<T>(out: *mut T, value: T) -> Result<(), u32> {
+    if out.is_null() {
+        return Err(code::INVALID_VALUE);
+    }
+    // SAFETY: the caller of the driver entry point passed `out` as a writable `T` (the API's
+    // contract for out-parameters); it is non-null.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+fn context_handle(device: usize) -> usize {
+    CONTEXT_BASE + device * HANDLE_STEP
+}
+
+impl Driver {
+    fn new(knobs: &Knobs) -> Driver {
+        let device = || Device {
+            capacity: knobs.memory_mib << 20,
+            used: 0,
+            primary_refs: 0,
+        };
+        Driver {
+            devices: (0..knobs.devices).map(|_| device()).collect(),
+            driver_version: knobs.driver_version,
+            event_delay: knobs.event_delay,
+            allocations: BTreeMap::new(),
+            host: HashMap::new(),
+            events: HashMap::new(),
+            streams: HashMap::new(),
+            next_handle: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    fn device(&self, ordinal: c_int) -> Result<usize, u32> {
+        usize::try_from(ordinal)
+            .ok()
+            .filter(|&d| d < self.devices.len())
+            .ok_or(code::INVALID_DEVICE)
+    }
+
+    /// The device of a live (retained) primary context handle.
+    fn context_device(&self, handle: usize) -> Result<usize, u32> {
+        let offset = handle
+            .checked_sub(CONTEXT_BASE)
+            .ok_or(code::INVALID_CONTEXT)?;
+        let device = offset / HANDLE_STEP;
+        match self.devices.get(device) {
+            Some(d) if offset % HANDLE_STEP == 0 && d.primary_refs > 0 => Ok(device),
+            _ => Err(code::INVALID_CONTEXT),
+        }
+    }
+
+    /// The device of this thread's current context, which must be live.
+    fn current_device(&self) -> Result<usize, u32> {
+        let top = CONTEXTS.with(|stack| stack.borrow().last().copied());
+        self.context_device(top.ok_or(code::INVALID_CONTEXT)?)
+    }
+
+    /// The device of a stream handle: the null/legacy/per-thread stream is the current
+    /// context's.
+    fn stream_device(&self, stream: usize) -> Result<usize, u32> {
+        match stream {
+            0 | STREAM_LEGACY | STREAM_PER_THREAD => self.current_device(),
+            s => self.streams.get(&s).copied().ok_or(code::INVALID_HANDLE),
+        }
+    }
+
+    fn new_handle(&mut self, base: usize) -> usize {
+        self.next_handle += 1;
+        base + self.next_handle * HANDLE_STEP
+    }
+
+    fn allocate(&mut self, size: usize) -> Result<u64, u32> {
+        let device = self.current_device()?;
+        if size == 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        let d = &self.devices[device];
+        if size > d.capacity - d.used {
+            return Err(code::OUT_OF_MEMORY);
+        }
+        let layout = std::alloc::Layout::from_size_align(size, ALIGNMENT)
+            .map_err(|_| code::OUT_OF_MEMORY)?;
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return Err(code::OUT_OF_MEMORY);
+        }
+        self.devices[device].used += size;
+        self.allocations
+            .insert(ptr as u64, Allocation { device, size });
+        self.counts.device_allocs += 1;
+        Ok(ptr as u64)
+    }
+
+    fn free(&mut self, ptr: u64) -> Result<(), u32> {
+        self.current_device()?;
+        let allocation = self.allocations.remove(&ptr).ok_or(code::INVALID_VALUE)?;
+        self.devices[allocation.device].used -= allocation.size;
+        let layout = std::alloc::Layout::from_size_align(allocation.size, ALIGNMENT)
+            .map_err(|_| code::UNKNOWN)?;
+        // SAFETY: `ptr` came from `std::alloc::alloc` with this layout in `allocate` and was
+        // still in `allocations`, from which it is now removed.
+        unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
+        self.counts.device_frees += 1;
+        Ok(())
+    }
+
+    /// Checks that `[ptr, ptr + len)` lies inside one live allocation.
+    fn check_range(&self, ptr: u64, len: usize) -> Result<(), u32> {
+        let (&start, allocation) = self
+            .allocations
+            .range(..=ptr)
+            .next_back()
+            .ok_or(code::ILLEGAL_ADDRESS)?;
+        let end = ptr.checked_add(len as u64).ok_or(code::ILLEGAL_ADDRESS)?;
+        if end > start + allocation.size as u64 {
+            return Err(code::ILLEGAL_ADDRESS);
+        }
+        Ok(())
+    }
+
+    /// Marks every event recorded on `device` (on `stream`, when given) complete.
+    fn complete_events(&mut self, device: usize, stream: Option<usize>) {
+        for event in self.events.values_mut() {
+            if event.device == device && (stream.is_none() || event.stream == stream) {
+                event.pending = 0;
+            }
+        }
+    }
+
+    fn counts(&self) -> Counts {
+        Counts {
+            live_allocations: self.allocations.len() as u64,
+            live_bytes: self.allocations.values().map(|a| a.size as u64).sum(),
+            live_host_allocations: self.host.len() as u64,
+            live_events: self.events.len() as u64,
+            live_streams: self.streams.len() as u64,
+            retained_contexts: self.devices.iter().map(|d| u64::from(d.primary_refs)).sum(),
+            ..self.counts
+        }
+    }
+}
+
+// ---- initialization and version ----
+
+/// `cuInit`.
+#[no_mangle]
+pub extern "C" fn cuInit(flags: c_uint) -> u32 {
+    if flags != 0 {
+        return code::INVALID_VALUE;
+    }
+    let knobs = match read_knobs() {
+        Ok(knobs) => knobs,
+        Err(code) => return code,
+    };
+    if knobs.init_error != code::SUCCESS {
+        return knobs.init_error;
+    }
+    let mut guard = lock();
+    if guard.is_none() {
+        *guard = Some(Driver::new(&knobs));
+    }
+    code::SUCCESS
+}
+
+/// `cuDriverGetVersion`; needs no `cuInit`.
+///
+/// # Safety
+/// `version` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
+    let value = match read_knobs() {
+        Ok(knobs) => knobs.driver_version,
+        Err(code) => return code,
+    };
+    let value = lock().as_ref().map_or(value, |d| d.driver_version);
+    match write(version, value) {
+        Ok(()) => code::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// One of the entry's static texts.
+type Pick = fn(&(u32, &'static str, &'static str)) -> &'static str;
+
+fn error_text(error: u32, text: *mut *const c_char, pick: Pick) -> u32 {
+    match ERRORS.iter().find(|e| e.0 == error) {
+        Some(entry) => match write(text, pick(entry).as_ptr().cast()) {
+            Ok(()) => code::SUCCESS,
+            Err(code) => code,
+        },
+        None => {
+            let _ = write(text, std::ptr::null());
+            code::INVALID_VALUE
+        }
+    }
+}
+
+/// `cuGetErrorName`: a static NUL-terminated name.
+///
+/// # Safety
+/// `name` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorName(error: u32, name: *mut *const c_char) -> u32 {
+    error_text(error, name, |e| e.1)
+}
+
+/// `cuGetErrorString`: a static NUL-terminated description.
+///
+/// # Safety
+/// `text` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(error: u32, text: *mut *const c_char) -> u32 {
+    error_text(error, text, |e| e.2)
+}
+
+// ---- devices ----
+
+/// `cuDeviceGetCount`.
+///
+/// # Safety
+/// `count` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
+    with_driver(|d| write(count, d.devices.len() as c_int))
+}
+
+/// `cuDeviceGet`: the device handle is its ordinal.
+///
+/// # Safety
+/// `device` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
+    with_driver(|d| {
+        let ordinal = d.device(ordinal)?;
+        write(device, ordinal as c_int)
+    })
+}
+
+/// `cuDeviceGetName`: `blockpool fake GPU <n>`, cut to `len` with its NUL.
+///
+/// # Safety
+/// `name` is null or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> u32 {
+    with_driver(|d| {
+        let device = d.device(device)?;
+        let len = usize::try_from(len).map_err(|_| code::INVALID_VALUE)?;
+        if name.is_null() || len == 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        let text = format!("blockpool fake GPU {device}");
+        let n = text.len().min(len - 1);
+        // SAFETY: the caller gave `len` writable bytes at `name`; `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), name.cast::<u8>(), n);
+            name.add(n).write(0);
+        }
+        Ok(())
+    })
+}
+
+/// `cuDeviceGetAttribute`: compute capability 9.0, 132 multiprocessors, memory pools and
+/// unified addressing supported, 0 for everything else.
+///
+/// # Safety
+/// `value` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attribute: c_uint,
+    device: c_int,
+) -> u32 {
+    with_driver(|d| {
+        d.device(device)?;
+        let answer = match attribute {
+            ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
+            ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
+            ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+            ATTRIBUTE_MEMORY_POOLS_SUPPORTED | ATTRIBUTE_UNIFIED_ADDRESSING => 1,
+            _ => 0,
+        };
+        write(value, answer)
+    })
+}
+
+/// `cuDeviceTotalMem_v2`.
+///
+/// # Safety
+/// `bytes` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -> u32 {
+    with_driver(|d| {
+        let device = d.device(device)?;
+        write(bytes, d.devices[device].capacity)
+    })
+}
+
+// ---- contexts ----
+
+/// `cuDevicePrimaryCtxRetain`.
+///
+/// # Safety
+/// `context` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut *mut c_void, device: c_int) -> u32 {
+    with_driver(|d| {
+        let device = d.device(device)?;
+        write(context, context_handle(device) as *mut c_void)?;
+        d.devices[device].primary_refs += 1;
+        Ok(())
+    })
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {
+    with_driver(|d| {
+        let device = d.device(device)?;
+        let refs = &mut d.devices[device].primary_refs;
+        *refs = refs.checked_sub(1).ok_or(code::INVALID_CONTEXT)?;
+        Ok(())
+    })
+}
+
+/// `cuCtxGetCurrent`: null when the thread has none.
+///
+/// # Safety
+/// `context` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(context: *mut *mut c_void) -> u32 {
+    with_driver(|_| {
+        let top = CONTEXTS.with(|stack| stack.borrow().last().copied());
+        write(context, top.unwrap_or(0) as *mut c_void)
+    })
+}
+
+/// `cuCtxSetCurrent`: replaces the top of the stack (null pops it).
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(context: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let handle = context as usize;
+        if handle != 0 {
+            d.context_device(handle)?;
+        }
+        CONTEXTS.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            stack.pop();
+            if handle != 0 {
+                stack.push(handle);
+            }
+        });
+        Ok(())
+    })
+}
+
+/// `cuCtxPushCurrent_v2`.
+#[no_mangle]
+pub extern "C" fn cuCtxPushCurrent_v2(context: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let handle = context as usize;
+        d.context_device(handle)?;
+        CONTEXTS.with(|stack| stack.borrow_mut().push(handle));
+        Ok(())
+    })
+}
+
+/// `cuCtxPopCurrent_v2`.
+///
+/// # Safety
+/// `context` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxPopCurrent_v2(context: *mut *mut c_void) -> u32 {
+    with_driver(|_| {
+        let popped = CONTEXTS.with(|stack| stack.borrow_mut().pop());
+        let popped = popped.ok_or(code::INVALID_CONTEXT)?;
+        if !context.is_null() {
+            write(context, popped as *mut c_void)?;
+        }
+        Ok(())
+    })
+}
+
+/// `cuCtxGetDevice`.
+///
+/// # Safety
+/// `device` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
+    with_driver(|d| {
+        let current = d.current_device()?;
+        write(device, current as c_int)
+    })
+}
+
+/// `cuCtxSynchronize`: completes every event of the current device.
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> u32 {
+    with_driver(|d| {
+        let device = d.current_device()?;
+        d.complete_events(device, None);
+        Ok(())
+    })
+}
+
+// ---- memory ----
+
+/// `cuMemGetInfo_v2` of the current device.
+///
+/// # Safety
+/// `free` and `total` are null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
+    with_driver(|d| {
+        let device = &d.devices[d.current_device()?];
+        write(free, device.capacity - device.used)?;
+        write(total, device.capacity)
+    })
+}
+
+/// `cuMemAlloc_v2` on the current device.
+///
+/// # Safety
+/// `ptr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(ptr: *mut u64, size: usize) -> u32 {
+    with_driver(|d| {
+        if ptr.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let address = d.allocate(size)?;
+        write(ptr, address)
+    })
+}
+
+/// `cuMemFree_v2`.
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(ptr: u64) -> u32 {
+    with_driver(|d| d.free(ptr))
+}
+
+/// `cuMemAllocAsync`: allocates at once (all work here is synchronous).
+///
+/// # Safety
+/// `ptr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        if ptr.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let address = d.allocate(size)?;
+        write(ptr, address)
+    })
+}
+
+/// `cuMemFreeAsync`: frees at once.
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(ptr: u64, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.free(ptr)
+    })
+}
+
+/// `cuDeviceGetDefaultMemPool`.
+///
+/// # Safety
+/// `pool` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut *mut c_void, device: c_int) -> u32 {
+    with_driver(|d| {
+        let device = d.device(device)?;
+        write(pool, (POOL_BASE + device * HANDLE_STEP) as *mut c_void)
+    })
+}
+
+/// `cuMemPoolSetAttribute`: accepted for a default pool, without effect.
+#[no_mangle]
+pub extern "C" fn cuMemPoolSetAttribute(
+    pool: *mut c_void,
+    _attribute: c_uint,
+    value: *mut c_void,
+) -> u32 {
+    with_driver(|d| {
+        let offset = (pool as usize)
+            .checked_sub(POOL_BASE)
+            .ok_or(code::INVALID_HANDLE)?;
+        if offset % HANDLE_STEP != 0 || offset / HANDLE_STEP >= d.devices.len() || value.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+/// `cuMemHostAlloc`: page-aligned host memory.
+///
+/// # Safety
+/// `ptr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, _flags: c_uint) -> u32 {
+    with_driver(|d| {
+        d.current_device()?;
+        if size == 0 || ptr.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let layout = std::alloc::Layout::from_size_align(size, ALIGNMENT)
+            .map_err(|_| code::OUT_OF_MEMORY)?;
+        // SAFETY: `layout` has a non-zero size.
+        let address = unsafe { std::alloc::alloc(layout) };
+        if address.is_null() {
+            return Err(code::OUT_OF_MEMORY);
+        }
+        d.host.insert(address as usize, size);
+        write(ptr, address.cast())
+    })
+}
+
+/// `cuMemFreeHost`.
+#[no_mangle]
+pub extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let size = d.host.remove(&(ptr as usize)).ok_or(code::INVALID_VALUE)?;
+        let layout =
+            std::alloc::Layout::from_size_align(size, ALIGNMENT).map_err(|_| code::UNKNOWN)?;
+        // SAFETY: `ptr` came from `std::alloc::alloc` with this layout in `cuMemHostAlloc` and
+        // was live in `host`, from which it is now removed.
+        unsafe { std::alloc::dealloc(ptr.cast(), layout) };
+        Ok(())
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2`: copies at once.
+///
+/// # Safety
+/// `src` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    len: usize,
+    stream: *mut c_void,
+) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(dst, len)?;
+        if src.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: `dst..dst+len` is inside a live allocation (checked) and the caller gave
+        // `len` readable bytes at `src`.
+        unsafe { std::ptr::copy(src.cast::<u8>(), dst as *mut u8, len) };
+        Ok(())
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2`: copies at once.
+///
+/// # Safety
+/// `dst` is writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: u64,
+    len: usize,
+    stream: *mut c_void,
+) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(src, len)?;
+        if dst.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: `src..src+len` is inside a live allocation (checked) and the caller gave
+        // `len` writable bytes at `dst`.
+        unsafe { std::ptr::copy(src as *const u8, dst.cast::<u8>(), len) };
+        Ok(())
+    })
+}
+
+/// `cuMemcpyDtoDAsync_v2`: copies at once.
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(src, len)?;
+        d.check_range(dst, len)?;
+        // SAFETY: both ranges are inside live allocations (checked).
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    })
+}
+
+/// `cuMemsetD8Async`: sets at once.
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, len: usize, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(dst, len)?;
+        // SAFETY: the range is inside a live allocation (checked).
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
+        Ok(())
+    })
+}
+
+// ---- streams and events ----
+
+/// `cuStreamCreate` on the current device.
+///
+/// # Safety
+/// `stream` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, _flags: c_uint) -> u32 {
+    with_driver(|d| {
+        let device = d.current_device()?;
+        if stream.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let handle = d.new_handle(STREAM_BASE);
+        d.streams.insert(handle, device);
+        write(stream, handle as *mut c_void)
+    })
+}
+
+/// `cuStreamDestroy_v2`.
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.streams
+            .remove(&(stream as usize))
+            .map(drop)
+            .ok_or(code::INVALID_HANDLE)
+    })
+}
+
+/// `cuStreamSynchronize`: completes the events recorded on the stream.
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let device = d.stream_device(stream as usize)?;
+        d.complete_events(device, Some(stream as usize));
+        Ok(())
+    })
+}
+
+/// `cuStreamWaitEvent`: both must be live and of one device.
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent(
+    stream: *mut c_void,
+    event: *mut c_void,
+    _flags: c_uint,
+) -> u32 {
+    with_driver(|d| {
+        let device = d.stream_device(stream as usize)?;
+        let event = d
+            .events
+            .get(&(event as usize))
+            .ok_or(code::INVALID_HANDLE)?;
+        if event.device != device {
+            return Err(code::INVALID_HANDLE);
+        }
+        Ok(())
+    })
+}
+
+/// `cuEventCreate` on the current device.
+///
+/// # Safety
+/// `event` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) -> u32 {
+    with_driver(|d| {
+        let device = d.current_device()?;
+        if event.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let handle = d.new_handle(EVENT_BASE);
+        d.events.insert(
+            handle,
+            Event {
+                device,
+                stream: None,
+                pending: 0,
+            },
+        );
+        write(event, handle as *mut c_void)
+    })
+}
+
+/// `cuEventRecord`: the event and the stream must be of one device.
+#[no_mangle]
+pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let device = d.stream_device(stream as usize)?;
+        let delay = d.event_delay;
+        let event = d
+            .events
+            .get_mut(&(event as usize))
+            .ok_or(code::INVALID_HANDLE)?;
+        if event.device != device {
+            return Err(code::INVALID_HANDLE);
+        }
+        event.stream = Some(stream as usize);
+        event.pending = delay;
+        d.counts.event_records += 1;
+        Ok(())
+    })
+}
+
+/// `cuEventQuery`: not ready for the first `BLOCKPOOL_FAKE_CUDA_EVENT_DELAY` queries after a
+/// record, then complete.
+#[no_mangle]
+pub extern "C" fn cuEventQuery(event: *mut c_void) -> u32 {
+    let mut guard = lock();
+    let Some(driver) = guard.as_mut() else {
+        return code::NOT_INITIALIZED;
+    };
+    match driver.events.get_mut(&(event as usize)) {
+        None => {
+            driver.counts.errors += 1;
+            code::INVALID_HANDLE
+        }
+        Some(event) if event.pending > 0 => {
+            event.pending -= 1;
+            code::NOT_READY
+        }
+        Some(_) => code::SUCCESS,
+    }
+}
+
+/// `cuEventSynchronize`: completes the event.
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let event = d
+            .events
+            .get_mut(&(event as usize))
+            .ok_or(code::INVALID_HANDLE)?;
+        event.pending = 0;
+        Ok(())
+    })
+}
+
+/// `cuEventDestroy_v2`.
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.events
+            .remove(&(event as usize))
+            .map(drop)
+            .ok_or(code::INVALID_HANDLE)
+    })
+}
+
+// ---- what the fake cannot do ----
+
+/// `cuModuleLoadData`: the fake runs no kernels.
+#[no_mangle]
+pub extern "C" fn cuModuleLoadData(_module: *mut *mut c_void, _image: *const c_void) -> u32 {
+    with_driver(|_| Err(code::NOT_SUPPORTED))
+}
+
+// ---- the fake's own ----
+
+/// Fills in what is live and how many calls were made (`FakeCudaCounts` in the crate).
+///
+/// # Safety
+/// `counts` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn blockpoolFakeCudaCounts(counts: *mut Counts) -> u32 {
+    with_driver(|d| write(counts, d.counts()))
+}
+
+/// Sets how many times each event recorded from now on answers not-ready before completing
+/// (`BLOCKPOOL_FAKE_CUDA_EVENT_DELAY` at run time); `u32::MAX` keeps events pending until
+/// their stream, their context or the event itself is synchronized.
+#[no_mangle]
+pub extern "C" fn blockpoolFakeCudaSetEventDelay(queries: u32) -> u32 {
+    with_driver(|d| {
+        d.event_delay = queries;
+        Ok(())
+    })
+}
