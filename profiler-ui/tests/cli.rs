@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fixture, memtrace, scratch, stderr, stdout};
+use common::{fixture, memtrace, memtrace_with_env, scratch, stderr, stdout};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -235,7 +235,11 @@ fn a_closed_stdout_ends_quietly_with_status_0() {
 #[test]
 fn demo_writes_a_trace_that_info_reads_back_exactly() {
     let trace = scratch("demo.jsonl.gz");
-    let output = memtrace(&["demo", "--out", trace.to_str().unwrap()]);
+    // The simulated device, also on a machine with a GPU (tests/fake_driver.rs runs it on one).
+    let output = memtrace_with_env(
+        &["demo", "--out", trace.to_str().unwrap()],
+        &[("BLOCKPOOL_BACKEND", "sim")],
+    );
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(

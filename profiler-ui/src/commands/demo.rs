@@ -1,6 +1,8 @@
 //! `memtrace demo [--out FILE]`: a training-like workload through blockpool's caching allocator
 //! on the first GPU when CUDA is usable (`BLOCKPOOL_BACKEND=cuda|sim` forces the choice), else
 //! on a simulated 80 GiB device, recorded with annotations, written as a trace and reported.
+//! On a GPU the model is narrowed until its peak, measured first on a simulated device, fits
+//! in 80% of the GPU's free memory.
 //!
 //! The workload: persistent weights and two optimizer moments per layer; per step, activations
 //! allocated layer by layer in the forward pass and freed in the backward pass, small scratch
@@ -19,7 +21,13 @@ use blockpool::{
 use std::path::Path;
 
 const LAYERS: usize = 24;
-const HIDDEN: usize = 4096;
+/// Hidden sizes tried, widest first: the simulated device runs the first, a GPU the widest
+/// whose peak fits.
+const WIDTHS: [usize; 7] = [4096, 2048, 1024, 512, 256, 128, 64];
+/// Share of a GPU's free memory the demo's peak may reserve.
+const GPU_SHARE: f64 = 0.8;
+/// The simulated device, big enough for the widest model's 24.90 GiB peak.
+const SIM_CAPACITY: usize = 80 << 30;
 const BATCH: usize = 8;
 const BYTES_PER_ELEMENT: usize = 2;
 const SEQUENCE_LENGTHS: [usize; 6] = [512, 1024, 768, 1024, 2048, 640];
@@ -41,7 +49,7 @@ pub fn run(trace: &Path, out: &mut Output) -> anyhow::Result<()> {
     ))?;
     // The weights stay allocated until the trace is written: it ends with them live, as a
     // snapshot taken during training would.
-    let weights = workload(&alloc, &device, out)?;
+    let weights = workload(&alloc, &device, &mut |line| out.write(&line))?;
     alloc
         .dump_snapshot(trace)
         .with_context(|| format!("cannot write the trace {}", trace.display()))?;
@@ -70,40 +78,63 @@ struct Device {
     #[cfg(feature = "cuda")]
     _cuda_stream: Option<std::sync::Arc<blockpool::cuda::cudarc::driver::CudaStream>>,
     description: String,
+    /// The model's hidden size.
+    hidden: usize,
 }
 
 impl Device {
-    /// The demo's device: GPU 0 of a CUDA backend, or a simulated 80 GiB device (the default
-    /// simulated backend's 16 GiB would not hold the workload's 25 GiB peak).
+    /// The demo's device: GPU 0 of a CUDA backend, with the widest model that fits, or a
+    /// simulated 80 GiB device (the default simulated backend's 16 GiB would not hold the
+    /// widest model's 25 GiB peak).
     fn new(backend: DefaultBackend) -> anyhow::Result<Device> {
         #[cfg(feature = "cuda")]
         if let DefaultBackend::Cuda(cuda) = &backend {
+            let free = blockpool::Backend::mem_get_info(cuda, 0)?.free_bytes;
+            let budget = (free as f64 * GPU_SHARE) as u64;
+            let (hidden, peak) = widest_fitting(budget)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "GPU 0 has {} free, too little for the demo's smallest model; free some \
+                     memory or run it on the simulated device with {BACKEND_ENV_VAR}=sim",
+                    format_size(free as u64)
+                )
+            })?;
             let stream = cuda
                 .context(0)?
                 .new_stream()
                 .context("cannot create a CUDA stream on GPU 0")?;
             let description = format!(
-                "GPU 0 ({}, {}) through CUDA",
+                "GPU 0 ({}, {}) through CUDA, hidden size {hidden}: its peak of {} on a \
+                 simulated device fits in 80% of the {} free",
                 cuda.device_name(0)?,
-                format_size(cuda.total_memory_bytes(0)? as u64)
+                format_size(cuda.total_memory_bytes(0)? as u64),
+                format_size(peak),
+                format_size(free as u64),
             );
             return Ok(Device {
                 side: blockpool::CudaBackend::stream_id(&stream),
                 backend,
                 _cuda_stream: Some(stream),
                 description,
+                hidden,
             });
         }
         drop(backend);
-        Ok(Device {
-            backend: DefaultBackend::Sim(SimBackend::new(1, 80 << 30)),
+        Ok(Device::simulated(
+            WIDTHS[0],
+            "a simulated 80 GiB device (SimBackend; no usable GPU, or BLOCKPOOL_BACKEND=sim)",
+        ))
+    }
+
+    /// A simulated device of [`SIM_CAPACITY`] running a model of `hidden` width.
+    fn simulated(hidden: usize, description: &str) -> Device {
+        Device {
+            backend: DefaultBackend::Sim(SimBackend::new(1, SIM_CAPACITY)),
             side: StreamId(1),
             #[cfg(feature = "cuda")]
             _cuda_stream: None,
-            description: "a simulated 80 GiB device (SimBackend; no usable GPU, or \
-                          BLOCKPOOL_BACKEND=sim)"
-                .into(),
-        })
+            description: description.into(),
+            hidden,
+        }
     }
 
     /// Marks the side stream's work done: the simulated stream is advanced; a real stream
@@ -116,12 +147,33 @@ impl Device {
     }
 }
 
+/// The widest model whose peak reserved bytes, measured by running it on a simulated device
+/// with the same allocator settings, is at most `budget`; with that peak.
+#[cfg(feature = "cuda")]
+fn widest_fitting(budget: u64) -> anyhow::Result<Option<(usize, u64)>> {
+    let config = AllocatorConfig::from_env().context("the allocator configuration")?;
+    for hidden in WIDTHS {
+        let device = Device::simulated(hidden, "sizing run");
+        let alloc = CachingAllocator::new(device.backend.clone(), config.clone());
+        let weights = workload(&alloc, &device, &mut |_| Ok(()))?;
+        let peak = alloc.memory_stats(0)?["reserved_bytes.all.peak"] as u64;
+        drop(weights);
+        if peak <= budget {
+            return Ok(Some((hidden, peak)));
+        }
+    }
+    Ok(None)
+}
+
+/// Runs the workload, giving each step's summary line to `report`; returns the allocations
+/// that stay (weights, moments, biases).
 fn workload(
     alloc: &CachingAllocator<DefaultBackend>,
     device: &Device,
-    out: &mut Output,
+    report: &mut dyn FnMut(String) -> std::io::Result<()>,
 ) -> anyhow::Result<Vec<Allocation<DefaultBackend>>> {
     let main = StreamId::DEFAULT;
+    let hidden = device.hidden;
     let side = device.side;
     let mut persistent: Vec<Allocation<DefaultBackend>> = Vec::new();
     {
@@ -130,9 +182,9 @@ fn workload(
             let _layer = annotate(&format!("layer{layer}"));
             for _ in 0..3 {
                 // The weight and two Adam moments.
-                persistent.push(alloc.allocate(0, HIDDEN * HIDDEN * BYTES_PER_ELEMENT, main)?);
+                persistent.push(alloc.allocate(0, hidden * hidden * BYTES_PER_ELEMENT, main)?);
             }
-            persistent.push(alloc.allocate(0, HIDDEN * BYTES_PER_ELEMENT, main)?);
+            persistent.push(alloc.allocate(0, hidden * BYTES_PER_ELEMENT, main)?);
         }
     }
     for (step, seq_len) in SEQUENCE_LENGTHS.into_iter().enumerate() {
@@ -143,10 +195,10 @@ fn workload(
             let _forward = annotate("forward");
             for layer in 0..LAYERS {
                 let _layer = annotate(&format!("layer{layer}"));
-                activations.push(alloc.allocate(0, tokens * HIDDEN * BYTES_PER_ELEMENT, main)?);
+                activations.push(alloc.allocate(0, tokens * hidden * BYTES_PER_ELEMENT, main)?);
                 activations.push(alloc.allocate(
                     0,
-                    tokens * 4 * HIDDEN * BYTES_PER_ELEMENT,
+                    tokens * 4 * hidden * BYTES_PER_ELEMENT,
                     main,
                 )?);
                 // Norm statistics that die at once.
@@ -170,7 +222,7 @@ fn workload(
             }
         }
         let stats = alloc.memory_stats(0)?;
-        out.write(&format!(
+        report(format!(
             "step {step}: seq_len {seq_len:>4}  peak allocated {:>9}  peak reserved {:>9}  \
              device allocs {}\n",
             format_size(stats["allocated_bytes.all.peak"] as u64),

@@ -7,8 +7,15 @@ use std::process::{Command, Output};
 
 /// Runs `memtrace` with `args` and collects its output.
 pub fn memtrace(args: &[&str]) -> Output {
+    memtrace_with_env(args, &[])
+}
+
+/// Runs `memtrace` with `args` and the environment variables `env` set, and collects its
+/// output.
+pub fn memtrace_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memtrace"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("memtrace runs")
 }
