@@ -5,6 +5,9 @@
 #   scripts/gpu-check.sh build   # here: compile in release, copy the binaries into .gpu/
 #   scripts/gpu-check.sh run     # there: run .gpu/*, logs and a results table into $OUT
 #                                # (or .gpu/results/ when OUT is unset)
+#   scripts/gpu-check.sh selftest  # here, no GPU: `run` against the fake driver library
+#                                  # (.gpu/fake/libcuda.so), to check this script end to end;
+#                                  # the kernel tests are skipped and the timings are not a GPU's
 #
 # `run` takes under 5 minutes: the tests are capped at 150 s and the benchmark at 110 s.
 # It exits 0 only when every GPU test passed and the benchmark ran on a GPU.
@@ -39,6 +42,21 @@ for line in sys.stdin:
     fi
 }
 
+# The OUT_DIR of the build script of package $1, from cargo's JSON messages on stdin.
+out_dir_of() {
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    # A path package id ends in ".../<folder>#<version>".
+    if m.get("reason") == "build-script-executed" and "/" + sys.argv[1] + "#" in m.get("package_id", ""):
+        print(m["out_dir"])
+' "$1"
+}
+
 build() {
     cd "$ROOT"
     command -v cargo >/dev/null 2>&1 || die "cargo is needed to build"
@@ -58,6 +76,14 @@ build() {
         executable_of cuda | tail -n 1)"
     [[ -n "$bench" && -x "$bench" ]] || die "cargo built no executable for the cuda benchmark"
     cp "$bench" "$BENCH_BIN"
+
+    echo "gpu-check: building the fake driver library (for selftest)..."
+    local out_dir
+    out_dir="$(cargo build --release -p fake-libcuda --message-format=json |
+        out_dir_of fake-libcuda | tail -n 1)"
+    [[ -n "$out_dir" && -f "$out_dir/driver/libcuda.so" ]] || die "cargo built no fake libcuda.so"
+    mkdir -p "$GPU_DIR/fake"
+    cp "$out_dir/driver/libcuda.so" "$GPU_DIR/fake/libcuda.so"
 
     # Debug info is of no use on the GPU machine and makes the copy large.
     if command -v strip >/dev/null 2>&1; then
@@ -83,7 +109,12 @@ run() {
     trap 'rm -rf "$CRITERION_TMP"' EXIT
 
     local gpu="no GPU found (nvidia-smi missing)"
-    if command -v nvidia-smi >/dev/null 2>&1; then
+    local skip=(--skip fake_driver::on_fake)
+    if [[ -n "${GPU_CHECK_SELFTEST:-}" ]]; then
+        gpu="fake driver (selftest: the kernel tests are skipped, timings are not a GPU's)"
+        skip=(--skip buffers::buffers_are_kernel_arguments
+            --skip buffers::a_block_used_on_another_stream_waits_for_its_event_before_reuse)
+    elif command -v nvidia-smi >/dev/null 2>&1; then
         nvidia-smi >"$out/nvidia-smi.log" 2>&1 || true
         gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
             head -n 1 || true)"
@@ -93,8 +124,9 @@ run() {
 
     echo "gpu-check: GPU tests..."
     local tests_rc=0
-    # The `on_fake` tests need the fake driver's counters; `cargo test` runs them without a GPU.
-    timeout 150 "$TESTS_BIN" --ignored --test-threads=1 --nocapture --skip fake_driver::on_fake \
+    # On a GPU, the `on_fake` tests (they need the fake driver's counters) are skipped; `cargo
+    # test` runs them without a GPU.
+    timeout 150 "$TESTS_BIN" --ignored --test-threads=1 --nocapture --exact "${skip[@]}" \
         >"$out/gpu-tests.log" 2>&1 ||
         tests_rc=$?
     echo "gpu-check: CUDA benchmark..."
@@ -154,11 +186,24 @@ run() {
     return $status
 }
 
+selftest() {
+    [[ -f "$GPU_DIR/fake/libcuda.so" ]] ||
+        die "no fake driver in .gpu/fake/: run 'scripts/gpu-check.sh build' first"
+    LD_LIBRARY_PATH="$GPU_DIR/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPU_CHECK_SELFTEST=1 run
+    local size table="${OUT:-$GPU_DIR/results}/results.md"
+    for size in 4KiB 1MiB 64MiB; do
+        grep -q "^| $size | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]*x | [0-9.]*x |$" "$table" ||
+            die "selftest: the results table has no complete row for $size"
+    done
+    echo "gpu-check: selftest passed"
+}
+
 case "${1:-}" in
 build) build ;;
 run) run ;;
+selftest) selftest ;;
 *)
-    echo "usage: scripts/gpu-check.sh build|run" >&2
+    echo "usage: scripts/gpu-check.sh build|run|selftest" >&2
     exit 2
     ;;
 esac
