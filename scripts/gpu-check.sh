@@ -189,7 +189,9 @@ run() {
 selftest() {
     [[ -f "$GPU_DIR/fake/libcuda.so" ]] ||
         die "no fake driver in .gpu/fake/: run 'scripts/gpu-check.sh build' first"
-    LD_LIBRARY_PATH="$GPU_DIR/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPU_CHECK_SELFTEST=1 run
+    # Two fake devices, so the two-device test runs too.
+    LD_LIBRARY_PATH="$GPU_DIR/fake${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" GPU_CHECK_SELFTEST=1 \
+        BLOCKPOOL_FAKE_CUDA_DEVICES=2 run
     local size table="${OUT:-$GPU_DIR/results}/results.md"
     for size in 4KiB 1MiB 64MiB; do
         grep -q "^| $size | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]*x | [0-9.]*x |$" "$table" ||

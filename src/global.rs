@@ -94,7 +94,10 @@ pub enum DefaultAllocatorError {
     /// The driver works and reports GPUs, but opening them failed (for example a GPU held by
     /// another process in exclusive compute mode). A machine with GPUs never falls back to the
     /// simulated device silently.
-    #[error("CUDA looks usable, but its devices could not be opened: {error}")]
+    #[error(
+        "CUDA looks usable, but its devices could not be opened: {error} (BLOCKPOOL_BACKEND=sim \
+         uses the simulated device instead)"
+    )]
     CudaBackend {
         /// What the CUDA backend said.
         error: BackendError,

@@ -16,6 +16,7 @@ mod code {
     pub const INVALID_VALUE: u32 = 1;
     pub const OUT_OF_MEMORY: u32 = 2;
     pub const NOT_INITIALIZED: u32 = 3;
+    pub const DEVICE_UNAVAILABLE: u32 = 46;
     pub const NO_DEVICE: u32 = 100;
     pub const INVALID_DEVICE: u32 = 101;
     pub const INVALID_CONTEXT: u32 = 201;
@@ -27,7 +28,7 @@ mod code {
 }
 
 /// Names and descriptions for `cuGetErrorName` / `cuGetErrorString`, NUL-terminated.
-const ERRORS: [(u32, &str, &str); 12] = [
+const ERRORS: [(u32, &str, &str); 13] = [
     (code::SUCCESS, "CUDA_SUCCESS\0", "no error\0"),
     (
         code::INVALID_VALUE,
@@ -43,6 +44,11 @@ const ERRORS: [(u32, &str, &str); 12] = [
         code::NOT_INITIALIZED,
         "CUDA_ERROR_NOT_INITIALIZED\0",
         "initialization error\0",
+    ),
+    (
+        code::DEVICE_UNAVAILABLE,
+        "CUDA_ERROR_DEVICE_UNAVAILABLE\0",
+        "CUDA-capable device(s) is/are busy or unavailable\0",
     ),
     (
         code::NO_DEVICE,
@@ -144,6 +150,8 @@ struct Driver {
     devices: Vec<Device>,
     driver_version: c_int,
     event_delay: u32,
+    /// What `cuDevicePrimaryCtxRetain` answers instead of a context, if not success.
+    retain_error: u32,
     allocations: BTreeMap<u64, Allocation>,
     host: HashMap<usize, usize>,
     events: HashMap<usize, Event>,
@@ -159,6 +167,7 @@ struct Knobs {
     memory_mib: usize,
     driver_version: c_int,
     init_error: u32,
+    retain_error: u32,
     event_delay: u32,
 }
 
@@ -206,14 +215,17 @@ fn read_knobs() -> Result<Knobs, u32> {
         memory_mib: knob("BLOCKPOOL_FAKE_CUDA_MEMORY_MIB", 4096)?,
         driver_version: knob("BLOCKPOOL_FAKE_CUDA_DRIVER_VERSION", 12080)?,
         init_error: knob("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", code::SUCCESS)?,
+        retain_error: knob("BLOCKPOOL_FAKE_CUDA_RETAIN_ERROR", code::SUCCESS)?,
         event_delay: knob("BLOCKPOOL_FAKE_CUDA_EVENT_DELAY", 0)?,
     };
-    if knobs.init_error != code::SUCCESS && !ERRORS.iter().any(|e| e.0 == knobs.init_error) {
-        eprintln!(
-            "fake libcuda: BLOCKPOOL_FAKE_CUDA_INIT_ERROR={} is not a code this driver knows",
-            knobs.init_error
-        );
-        return Err(code::INVALID_VALUE);
+    for (name, value) in [
+        ("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", knobs.init_error),
+        ("BLOCKPOOL_FAKE_CUDA_RETAIN_ERROR", knobs.retain_error),
+    ] {
+        if !ERRORS.iter().any(|e| e.0 == value) {
+            eprintln!("fake libcuda: {name}={value} is not a code this driver knows");
+            return Err(code::INVALID_VALUE);
+        }
     }
     Ok(knobs)
 }
@@ -244,6 +256,7 @@ impl Driver {
             devices: (0..knobs.devices).map(|_| device()).collect(),
             driver_version: knobs.driver_version,
             event_delay: knobs.event_delay,
+            retain_error: knobs.retain_error,
             allocations: BTreeMap::new(),
             host: HashMap::new(),
             events: HashMap::new(),
@@ -529,6 +542,9 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut *mut c_void, device: c_int) -> u32 {
     with_driver(|d| {
         let device = d.device(device)?;
+        if d.retain_error != code::SUCCESS {
+            return Err(d.retain_error);
+        }
         write(context, context_handle(device) as *mut c_void)?;
         d.devices[device].primary_refs += 1;
         Ok(())

@@ -18,6 +18,7 @@
 //! | `BLOCKPOOL_FAKE_CUDA_MEMORY_MIB` | 4096 | memory of each device |
 //! | `BLOCKPOOL_FAKE_CUDA_DRIVER_VERSION` | 12080 | what `cuDriverGetVersion` says |
 //! | `BLOCKPOOL_FAKE_CUDA_INIT_ERROR` | 0 | the code `cuInit` returns (100: no device) |
+//! | `BLOCKPOOL_FAKE_CUDA_RETAIN_ERROR` | 0 | the code `cuDevicePrimaryCtxRetain` returns (46: device busy) |
 //! | `BLOCKPOOL_FAKE_CUDA_EVENT_DELAY` | 0 | `cuEventQuery` answers not-ready this many times per record |
 //!
 //! # Its own entry points

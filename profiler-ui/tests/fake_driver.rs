@@ -142,3 +142,34 @@ fn demo_on_a_gpu_too_small_says_what_to_do() {
          some memory or run it on the simulated device with BLOCKPOOL_BACKEND=sim\n"
     );
 }
+
+#[test]
+fn a_busy_gpu_is_diagnosed_and_the_demo_says_what_to_do() {
+    let busy = [("BLOCKPOOL_FAKE_CUDA_RETAIN_ERROR", "46")]; // CUDA_ERROR_DEVICE_UNAVAILABLE
+    let output = on_fake(&["doctor"], &busy);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    for line in [
+        "device 0:       blockpool fake GPU 0, compute capability 9.0, 4.00 GiB total, \
+         unusable: cuDevicePrimaryCtxRetain failed with CUDA_ERROR_DEVICE_UNAVAILABLE (46)\n",
+        "CUDA:           unusable: no usable NVIDIA GPU\n",
+        "advice:         Run `nvidia-smi` to see whether the GPUs are used by another process",
+    ] {
+        assert!(text.contains(line), "`{line}` not in:\n{text}");
+    }
+    // The demo does not fall back to the simulated device on a machine with a GPU by itself.
+    let output = on_fake(&["demo", "--out", "unused.jsonl"], &busy);
+    assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
+    let message = stderr(&output);
+    assert!(
+        message.starts_with(
+            "memtrace: CUDA looks usable, but its devices could not be opened: driver error 46 \
+             (CUDA_ERROR_DEVICE_UNAVAILABLE) on device 0"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("(BLOCKPOOL_BACKEND=sim uses the simulated device instead)\n"),
+        "{message}"
+    );
+}

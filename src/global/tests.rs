@@ -177,7 +177,8 @@ fn usable_cuda_that_fails_to_open_is_an_error_in_both_modes() {
     assert_eq!(
         failed.to_string(),
         "CUDA looks usable, but its devices could not be opened: driver error 46 \
-         (CUDA_ERROR_DEVICE_UNAVAILABLE) on device 0: busy"
+         (CUDA_ERROR_DEVICE_UNAVAILABLE) on device 0: busy (BLOCKPOOL_BACKEND=sim uses the \
+         simulated device instead)"
     );
 }
 

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
-use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
+use blockpool::{AllocatorConfig, BackendError, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 
 use crate::MIB;
@@ -22,38 +22,50 @@ const KERNEL_TESTS: [&str; 2] = [
     "buffers::a_block_used_on_another_stream_waits_for_its_event_before_reuse",
 ];
 
-/// Every ignored test of this binary but the kernel ones.
-const EXPECTED_PASSES: usize = 8 + 4;
+/// The test that needs two devices, skipped in the one-device run.
+const TWO_DEVICE_TEST: &str = "fake_driver::on_fake_two_devices_have_a_pool_each";
+
+/// Ignored tests of this binary that are not kernel tests: 8 GPU tests and 6 `on_fake` ones.
+const NON_KERNEL_TESTS: usize = 8 + 6;
 
 #[test]
 #[cfg(target_os = "linux")]
 fn the_gpu_tests_pass_on_the_fake_driver() {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut command = Command::new(exe);
-    command
-        .args(["--ignored", "--test-threads=1", "--exact"])
-        .env(
-            fake_libcuda::LIBRARY_PATH_VARIABLE,
-            fake_libcuda::library_path_with_fake(
-                std::env::var_os(fake_libcuda::LIBRARY_PATH_VARIABLE).as_deref(),
-            ),
-        )
-        .env("BLOCKPOOL_FAKE_CUDA_MEMORY_MIB", "4096");
-    for name in KERNEL_TESTS {
-        command.args(["--skip", name]);
+    // One device, then two (`bad_input_is_refused_with_typed_errors` takes the other branch).
+    for devices in [1, 2] {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut command = Command::new(exe);
+        command
+            .args(["--ignored", "--test-threads=1", "--exact"])
+            .env(
+                fake_libcuda::LIBRARY_PATH_VARIABLE,
+                fake_libcuda::library_path_with_fake(
+                    std::env::var_os(fake_libcuda::LIBRARY_PATH_VARIABLE).as_deref(),
+                ),
+            )
+            .env("BLOCKPOOL_FAKE_CUDA_MEMORY_MIB", "4096")
+            .env("BLOCKPOOL_FAKE_CUDA_DEVICES", devices.to_string());
+        for name in KERNEL_TESTS {
+            command.args(["--skip", name]);
+        }
+        let mut expected = NON_KERNEL_TESTS;
+        if devices == 1 {
+            command.args(["--skip", TWO_DEVICE_TEST]);
+            expected -= 1;
+        }
+        let output = command.output().expect("run the GPU tests again");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "the GPU tests failed on the fake driver with {devices} device(s):\n{stdout}\n{stderr}"
+        );
+        let summary = format!("test result: ok. {expected} passed; 0 failed; 0 ignored");
+        assert!(
+            stdout.contains(&summary),
+            "expected `{summary}` from the fake-driver run with {devices} device(s):\n{stdout}"
+        );
     }
-    let output = command.output().expect("run the GPU tests again");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the GPU tests failed on the fake driver:\n{stdout}\n{stderr}"
-    );
-    let summary = format!("test result: ok. {EXPECTED_PASSES} passed; 0 failed; 0 ignored");
-    assert!(
-        stdout.contains(&summary),
-        "expected `{summary}` from the fake-driver run:\n{stdout}"
-    );
 }
 
 /// The fake driver's counters; panics when the loaded driver is not the fake.
@@ -101,7 +113,7 @@ fn on_fake_everything_goes_back_to_the_driver() {
         let during = counts();
         assert_eq!(during.device_allocs - before.device_allocs, 2, "{during:?}");
         assert_eq!(
-            during.live_bytes,
+            during.live_bytes - before.live_bytes,
             (2 + 64) as u64 * MIB as u64,
             "{during:?}"
         );
@@ -110,21 +122,29 @@ fn on_fake_everything_goes_back_to_the_driver() {
     }
     alloc.empty_cache().unwrap();
     let after = counts();
-    assert_eq!(after.live_allocations, 0, "segments left: {after:?}");
+    assert_eq!(
+        after.live_allocations, before.live_allocations,
+        "segments left: {after:?}"
+    );
     assert_eq!(after.device_frees - before.device_frees, 2, "{after:?}");
-    assert_eq!(after.live_streams, 0, "streams left: {after:?}");
+    assert_eq!(
+        after.live_streams, before.live_streams,
+        "streams left: {after:?}"
+    );
     assert_eq!(
         after.errors, before.errors,
         "a driver call failed: {after:?}"
     );
+    let devices = alloc.device_count() as u64;
     drop(alloc);
     let end = counts();
     assert_eq!(
-        end.live_events, 0,
+        end.live_events, before.live_events,
         "the event pool was not destroyed: {end:?}"
     );
     assert_eq!(
-        end.retained_contexts, 0,
+        end.retained_contexts,
+        before.retained_contexts - devices,
         "a primary context is still retained: {end:?}"
     );
     assert_eq!(end.errors, before.errors, "a driver call failed: {end:?}");
@@ -198,9 +218,12 @@ fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
         panic!("expected an out-of-memory error, got {err:?}");
     };
     let message = err.to_string();
+    // What the driver's cuMemGetInfo says is free: 4 GiB less 3.5 GiB and what earlier tests
+    // of this process left stranded.
+    let free = blockpool::format_size((512 * MIB) as u64 - before.live_bytes);
     for part in [
         "tried to allocate 1024.00 MiB",
-        "total capacity of 4.00 GiB of which 512.00 MiB is free", // the driver's cuMemGetInfo
+        &format!("total capacity of 4.00 GiB of which {free} is free"),
         "3.50 GiB is allocated by blockpool",
     ] {
         assert!(message.contains(part), "`{part}` not in: {message}");
@@ -211,10 +234,12 @@ fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
     drop(big);
     alloc.empty_cache().unwrap();
     let after = counts();
-    assert_eq!(after.live_allocations, 0, "{after:?}");
-    assert!(
-        after.errors > before.errors,
-        "the driver refused at least once"
+    assert_eq!(after.live_allocations, before.live_allocations, "{after:?}");
+    assert_eq!(
+        after.errors - before.errors,
+        3,
+        "the driver refused 3.5 GiB once (then the cache went back), and 1 GiB twice (before \
+         and after freeing the cache, which was empty)"
     );
 }
 
@@ -244,5 +269,99 @@ fn on_fake_pinned_cache_reuses_host_memory_after_its_event() {
     host.empty_cache().unwrap();
     let after = counts();
     assert_eq!(after.live_host_allocations, before.live_host_allocations);
+    assert_eq!(after.errors, before.errors, "{after:?}");
+}
+
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_a_destroyed_stream_is_a_typed_driver_error() {
+    let (alloc, before) = fake_allocator();
+    let gone = alloc.backend().context(0).unwrap().new_stream().unwrap();
+    let gone_id = CudaBackend::stream_id(&gone);
+    drop(gone); // cudarc destroys the stream
+    let block = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
+    block.record_stream(gone_id).unwrap();
+    // Freeing records an event on every stream that used the block: the driver refuses.
+    let err = block.free().unwrap_err();
+    match &err {
+        Error::Backend(BackendError::Driver { code, name, .. }) => {
+            assert_eq!(
+                (*code, name.as_str()),
+                (400, "CUDA_ERROR_INVALID_HANDLE"),
+                "{err}"
+            );
+        }
+        other => panic!("expected the driver's error, got {other:?}"),
+    }
+    // The allocator stays valid; the block stays out of reach (a stream may still use it).
+    alloc.check_invariants(0).unwrap();
+    let next = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
+    assert_ne!(next.ptr(), 0);
+    let after = counts();
+    assert_eq!(
+        after.errors - before.errors,
+        1,
+        "exactly the one refusal: {after:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs the fake driver with two devices: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_two_devices_have_a_pool_each() {
+    let (alloc, before) = fake_allocator();
+    assert_eq!(alloc.device_count(), 2);
+    let streams: Vec<_> = (0..2)
+        .map(|d| alloc.backend().context(d).unwrap().new_stream().unwrap())
+        .collect();
+    let free_before: Vec<usize> = (0..2)
+        .map(|d| alloc.mem_get_info(d).unwrap().free_bytes)
+        .collect();
+    // Interleaved, so the backend switches the current context at every call.
+    let mut buffers = Vec::new();
+    for round in 0..3u32 {
+        for (device, stream) in streams.iter().enumerate() {
+            let values = vec![round * 10 + device as u32; 1000 * (device + 1)];
+            buffers.push(DeviceBuffer::from_host(&alloc, device, &values, stream).unwrap());
+        }
+    }
+    for (i, buffer) in buffers.iter().enumerate() {
+        let (round, device) = (i as u32 / 2, i % 2);
+        assert_eq!(
+            buffer.to_vec().unwrap(),
+            vec![round * 10 + device as u32; 1000 * (device + 1)]
+        );
+    }
+    for (device, free_before) in free_before.into_iter().enumerate() {
+        let stats = alloc.memory_stats(device).unwrap();
+        assert_eq!(
+            stats["allocation.all.current"], 3,
+            "device {device}: {stats:?}"
+        );
+        assert_eq!(
+            stats["num_device_alloc"], 1,
+            "one small segment on device {device}"
+        );
+        let free = alloc.mem_get_info(device).unwrap().free_bytes;
+        assert_eq!(
+            free_before - free,
+            2 * MIB,
+            "cuMemGetInfo in device {device}'s context sees its own segment"
+        );
+    }
+    let wrong = DeviceBuffer::<u32>::alloc_zeros(&alloc, 1, 16, &streams[0]).unwrap_err();
+    assert!(
+        matches!(
+            wrong,
+            blockpool::BufferError::WrongDevice {
+                buffer_device: 1,
+                other_device: 0
+            }
+        ),
+        "{wrong:?}"
+    );
+    drop(buffers);
+    alloc.empty_cache().unwrap();
+    let after = counts();
+    assert_eq!(after.live_allocations, before.live_allocations, "{after:?}");
     assert_eq!(after.errors, before.errors, "{after:?}");
 }
