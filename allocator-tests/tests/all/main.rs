@@ -1,4 +1,5 @@
 //! One test binary with a module per area.
+mod expandable;
 mod fixtures;
 mod history;
 mod host;
