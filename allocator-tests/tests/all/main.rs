@@ -1,5 +1,6 @@
 //! One test binary with a module per area.
 mod expandable;
+mod expandable_model;
 mod fixtures;
 mod history;
 mod host;
