@@ -490,7 +490,8 @@ impl Backend for SimBackend {
         !self.inner.host_backed && device < self.inner.devices.len()
     }
 
-    /// A fake range aligned to [`MAPPING_GRANULARITY`] from the device's address range, never
+    /// A fake range aligned to [`MAPPING_GRANULARITY`], first fit from the device's reservation
+    /// window (`0x1000_0000_0000_0000 + device * 2^52`, apart from its segments' window), never
     /// overlapping a segment or another range (2 MiB of unused space follow each). The size
     /// must be a non-zero multiple of the granularity. Host-backed devices refuse with
     /// [`BackendError::Unsupported`]: real bytes behind a range mapped chunk by chunk would

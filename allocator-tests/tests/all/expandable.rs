@@ -3,14 +3,14 @@
 //!
 //! With a 64 MiB device, an expandable segment reserves 1 1/8 of the capacity rounded up to
 //! its unit: 80 MiB for the large pool (20 MiB units), 72 MiB for the small pool (2 MiB units).
-//! The simulator places each reserved range first fit from `BASE`, 2 MiB aligned, with 2 MiB of
-//! unused space after it.
+//! The simulator places each reserved range first fit from `BASE` (its reservation window),
+//! 2 MiB aligned, with 2 MiB of unused space after it.
 
 use blockpool::pool::BlockState;
 use blockpool::trace::Action;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId};
 
-const BASE: u64 = 0x7f00_0000_0000;
+const BASE: u64 = 0x1000_0000_0000_0000;
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
 const S1: StreamId = StreamId(1);

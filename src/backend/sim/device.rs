@@ -33,6 +33,8 @@ pub(super) struct Device {
     segments: BTreeMap<u64, Segment>,
     /// Reserved address ranges by address, with what is mapped in them (`vmm.rs`).
     pub(super) reservations: BTreeMap<u64, Reservation>,
+    /// Unused address space for reservations, start -> end (exclusive); empty when host-backed.
+    pub(super) free_vmm_ranges: BTreeMap<u64, u64>,
     streams: HashMap<StreamId, Stream>,
     /// Countdowns of injected allocation failures: (allocations left, fail as out-of-memory).
     alloc_faults: Vec<(u64, bool)>,
@@ -89,6 +91,7 @@ impl Device {
             free_ranges,
             segments: BTreeMap::new(),
             reservations: BTreeMap::new(),
+            free_vmm_ranges: super::vmm::address_window(index, host_backed),
             streams: HashMap::new(),
             alloc_faults: Vec::new(),
             record_faults: Vec::new(),
@@ -256,28 +259,6 @@ impl Device {
         self.in_use_bytes = self.in_use_bytes.saturating_sub(size_bytes);
     }
 
-    /// Takes the lowest free fake range of `footprint` bytes starting at a multiple of `align`;
-    /// `None` when none fits (always on a host-backed device, which has no fake range).
-    pub(super) fn take_fake_range(&mut self, footprint: u64, align: u64) -> Option<u64> {
-        let (start, end, ptr) = self.free_ranges.iter().find_map(|(&start, &end)| {
-            let ptr = round_up(start, align)?;
-            (ptr.checked_add(footprint)? <= end).then_some((start, end, ptr))
-        })?;
-        self.free_ranges.remove(&start);
-        if start < ptr {
-            self.free_ranges.insert(start, ptr);
-        }
-        if ptr + footprint < end {
-            self.free_ranges.insert(ptr + footprint, end);
-        }
-        Some(ptr)
-    }
-
-    /// Gives `start..end` back to the free fake ranges.
-    pub(super) fn give_back_fake_range(&mut self, start: u64, end: u64) {
-        self.release_range(start, end);
-    }
-
     /// Takes the lowest free fake range that fits `size_bytes` at the alignment `cudaMalloc`
     /// gives it; `None` when none does.
     fn place_fake(&mut self, size_bytes: usize) -> Option<(u64, Segment)> {
@@ -304,7 +285,7 @@ impl Device {
             }
             self.placement.missed += 1;
         }
-        let ptr = self.take_fake_range(footprint, align)?;
+        let ptr = take_range(&mut self.free_ranges, footprint, align)?;
         let range_end = ptr + footprint;
         let segment = Segment {
             size_bytes,
@@ -341,17 +322,8 @@ impl Device {
     }
 
     /// Gives `start..end` back to the free fake ranges, merged with its neighbours.
-    fn release_range(&mut self, mut start: u64, mut end: u64) {
-        if let Some((&before, &before_end)) = self.free_ranges.range(..start).next_back() {
-            if before_end == start {
-                self.free_ranges.remove(&before);
-                start = before;
-            }
-        }
-        if let Some(after_end) = self.free_ranges.remove(&end) {
-            end = after_end;
-        }
-        self.free_ranges.insert(start, end);
+    fn release_range(&mut self, start: u64, end: u64) {
+        give_back_range(&mut self.free_ranges, start, end);
     }
 
     /// The host bytes `addr..addr + len`, which must lie inside one live segment.
@@ -467,6 +439,37 @@ impl Stream {
         self.completed = self.completed.max(target);
         done
     }
+}
+
+/// Takes the lowest range of `footprint` bytes starting at a multiple of `align` out of `free`
+/// (start -> end, exclusive); `None` when none fits.
+pub(super) fn take_range(free: &mut BTreeMap<u64, u64>, footprint: u64, align: u64) -> Option<u64> {
+    let (start, end, ptr) = free.iter().find_map(|(&start, &end)| {
+        let ptr = round_up(start, align)?;
+        (ptr.checked_add(footprint)? <= end).then_some((start, end, ptr))
+    })?;
+    free.remove(&start);
+    if start < ptr {
+        free.insert(start, ptr);
+    }
+    if ptr + footprint < end {
+        free.insert(ptr + footprint, end);
+    }
+    Some(ptr)
+}
+
+/// Gives `start..end` back to `free`, merged with its neighbours.
+pub(super) fn give_back_range(free: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
+    if let Some((&before, &before_end)) = free.range(..start).next_back() {
+        if before_end == start {
+            free.remove(&before);
+            start = before;
+        }
+    }
+    if let Some(after_end) = free.remove(&end) {
+        end = after_end;
+    }
+    free.insert(start, end);
 }
 
 /// `value` rounded up to a multiple of `align` (a power of two); `None` on overflow.

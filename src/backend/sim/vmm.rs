@@ -1,6 +1,8 @@
 //! Virtual memory management as the simulated device plays it, for expandable segments:
-//! reserved address ranges (fake addresses, carved from the same per-device range as fake
-//! segments, so neither ever overlaps the other) and the chunks mapped into them.
+//! reserved address ranges and the chunks mapped into them. Ranges are fake addresses from a
+//! window of their own, `0x1000_0000_0000_0000 + device * 2^52` (4 PiB per device), apart from
+//! the fake segments' window, so neither ever overlaps the other and a device of any capacity
+//! can reserve 1 1/8 of it per stream and pool, as PyTorch's allocator does.
 //!
 //! Mapped bytes count against the device's capacity exactly as segment bytes do, and the
 //! injected allocation faults (countdowns and the out-of-memory limit) apply to each map as to
@@ -12,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::device::Device;
+use super::device::{give_back_range, take_range, Device};
 use crate::backend::BackendError;
 
 /// Granularity of reservations and mappings, in bytes (2 MiB, the driver's usual
@@ -22,6 +24,23 @@ pub const MAPPING_GRANULARITY: usize = 2 << 20;
 /// Unused address space left after each reservation, in bytes, so that two ranges never touch
 /// and the mapped memory of one can never look contiguous with another's.
 const GUARD_BYTES: u64 = MAPPING_GRANULARITY as u64;
+
+/// Start of device 0's reservation window; device `d` starts `d` times [`VMM_SPAN`] higher.
+pub(super) const VMM_BASE: u64 = 0x1000_0000_0000_0000;
+/// Size of each device's reservation window, in bytes (4 PiB).
+pub(super) const VMM_SPAN: u64 = 1 << 52;
+
+/// The reservation window of device `index`: empty when host-backed or past the address space.
+pub(super) fn address_window(index: usize, host_backed: bool) -> BTreeMap<u64, u64> {
+    let start = u64::try_from(index)
+        .ok()
+        .and_then(|i| i.checked_mul(VMM_SPAN))
+        .and_then(|offset| offset.checked_add(VMM_BASE));
+    match start.and_then(|s| Some((s, s.checked_add(VMM_SPAN)?))) {
+        Some((start, end)) if !host_backed => BTreeMap::from([(start, end)]),
+        _ => BTreeMap::new(),
+    }
+}
 
 /// One reserved address range.
 pub(super) struct Reservation {
@@ -68,12 +87,15 @@ impl Device {
                 device,
                 requested_bytes: size_bytes,
             })?;
-        let ptr = self
-            .take_fake_range(footprint, MAPPING_GRANULARITY as u64)
-            .ok_or(BackendError::OutOfMemory {
-                device,
-                requested_bytes: size_bytes,
-            })?;
+        let ptr = take_range(
+            &mut self.free_vmm_ranges,
+            footprint,
+            MAPPING_GRANULARITY as u64,
+        )
+        .ok_or(BackendError::OutOfMemory {
+            device,
+            requested_bytes: size_bytes,
+        })?;
         self.reservations.insert(
             ptr,
             Reservation {
@@ -110,7 +132,7 @@ impl Device {
             return Err(error);
         }
         if let Some(reservation) = self.reservations.remove(&ptr) {
-            self.give_back_fake_range(ptr, reservation.range_end);
+            give_back_range(&mut self.free_vmm_ranges, ptr, reservation.range_end);
         }
         self.calls.address_releases += 1;
         Ok(())
@@ -224,17 +246,20 @@ mod tests {
         let sim = SimBackend::new(1, 64 << 20);
         assert!(sim.supports_expandable_segments(0));
         assert!(!sim.supports_expandable_segments(1), "no device 1");
-        let base = 0x7f00_0000_0000;
+        let base = super::VMM_BASE;
         let range = sim.reserve_address_range(0, 8 * G)?;
         assert_eq!(range, base);
         let segment = sim.alloc_segment(0, G)?;
-        assert_eq!(
-            segment,
-            base + 9 * G as u64,
-            "after the range and its guard"
-        );
+        assert_eq!(segment, 0x7f00_0000_0000, "segments have their own window");
         let second = sim.reserve_address_range(0, 2 * G)?;
-        assert_eq!(second, base + 10 * G as u64);
+        assert_eq!(second, base + 9 * G as u64, "after the range and its guard");
+        let two = SimBackend::new(2, 1 << 40);
+        let huge = two.reserve_address_range(1, 9 << 37)?;
+        assert_eq!(
+            huge,
+            base + super::VMM_SPAN,
+            "device 1's window holds 1 1/8 TiB"
+        );
         assert_eq!(sim.allocated_bytes(0), G, "reserving takes no memory");
         sim.release_address_range(0, range, 8 * G)?;
         assert_eq!(
