@@ -107,21 +107,42 @@ pub(super) struct Shared<B: Backend> {
 impl<B: Backend> CachingAllocator<B> {
     /// An allocator over every device of `backend`. Nothing is allocated until asked for.
     ///
-    /// `expandable_segments` and `release_lock_on_cudamalloc` are accepted but not yet acted
-    /// on: segments are fixed-size and the device lock is held while a segment is allocated
-    /// (said once through `tracing` at warn level).
+    /// With `expandable_segments:True`, devices whose backend cannot map memory
+    /// ([`Backend::supports_expandable_segments`]) fall back to fixed segments, said once
+    /// through `tracing` at warn level; when no device can, the configuration the allocator
+    /// reports (in snapshots and traces) has expandable segments off, as PyTorch's does.
+    /// `release_lock_on_cudamalloc` is accepted but not yet acted on: the device lock is held
+    /// while a segment is allocated.
     pub fn new(backend: B, config: AllocatorConfig) -> Self {
-        if config.expandable_segments() {
+        let device_count = backend.device_count();
+        let unsupported: Vec<DeviceIndex> = (0..device_count)
+            .filter(|&d| config.expandable_segments() && !backend.supports_expandable_segments(d))
+            .collect();
+        if !unsupported.is_empty() {
             tracing::warn!(
-                "expandable_segments is accepted but not implemented yet; using fixed segments"
+                "expandable_segments:True, but the {} backend cannot map memory on device(s) \
+                 {unsupported:?}; those use fixed segments",
+                backend.name()
             );
         }
         if config.release_lock_on_cudamalloc() {
             tracing::warn!("release_lock_on_cudamalloc is accepted but has no effect yet");
         }
-        let devices = (0..backend.device_count())
-            .map(|d| Mutex::new(DeviceAllocator::new(d, config.clone())))
+        let devices = (0..device_count)
+            .map(|d| {
+                let device_config = if unsupported.contains(&d) {
+                    config.without_expandable_segments()
+                } else {
+                    config.clone()
+                };
+                Mutex::new(DeviceAllocator::new(d, device_config))
+            })
             .collect();
+        let config = if device_count > 0 && unsupported.len() == device_count {
+            config.without_expandable_segments()
+        } else {
+            config
+        };
         CachingAllocator {
             shared: Arc::new(Shared {
                 backend,

@@ -13,6 +13,7 @@ mod sim;
 pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties, MIN_DRIVER_VERSION};
 pub use sim::{
     SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault, SimHostCalls, HOST_PAGE,
+    MAPPING_GRANULARITY,
 };
 
 use std::fmt;
@@ -125,6 +126,60 @@ pub enum BackendError {
         /// The backend it was given to.
         backend: &'static str,
     },
+    /// The backend cannot do `what` on this device (for example expandable segments on a
+    /// backend or driver without virtual memory management). Never fits: check
+    /// [`Backend::supports_expandable_segments`] first, or turn `expandable_segments` off.
+    #[error(
+        "device {device} does not support {what}; turn expandable_segments off (the allocator \
+         falls back to fixed segments on its own when the backend says it cannot map memory)"
+    )]
+    Unsupported {
+        /// Device of the refused call.
+        device: DeviceIndex,
+        /// What was asked for, such as `"reserving address ranges"`.
+        what: &'static str,
+    },
+    /// A call named a reserved address range this backend did not hand out, or gave it with
+    /// another size (an allocator bug).
+    #[error("device {device} has no reserved address range at {ptr:#x} of {size_bytes} bytes")]
+    UnknownAddressRange {
+        /// Device of the call.
+        device: DeviceIndex,
+        /// Address passed.
+        ptr: u64,
+        /// Size passed, in bytes.
+        size_bytes: usize,
+    },
+    /// An address range was released while memory is still mapped in it (an allocator bug:
+    /// unmap every chunk first).
+    #[error(
+        "device {device} cannot release the address range at {ptr:#x}: {mapped_bytes} bytes are \
+         still mapped in it; unmap them first"
+    )]
+    AddressRangeInUse {
+        /// Device of the call.
+        device: DeviceIndex,
+        /// Address of the range.
+        ptr: u64,
+        /// Bytes still mapped inside it.
+        mapped_bytes: usize,
+    },
+    /// A map or unmap named memory that cannot be mapped or unmapped there (an allocator bug):
+    /// outside every reserved range, overlapping a mapping, not exactly one earlier mapping,
+    /// empty, or not aligned to the mapping granularity.
+    #[error("device {device} cannot {what} {size_bytes} bytes at {ptr:#x}: {reason}")]
+    BadMapping {
+        /// Device of the call.
+        device: DeviceIndex,
+        /// `"map"` or `"unmap"`.
+        what: &'static str,
+        /// Address passed.
+        ptr: u64,
+        /// Size passed, in bytes.
+        size_bytes: usize,
+        /// Why it was refused.
+        reason: &'static str,
+    },
     /// Any other driver error, with the driver's own code and name.
     #[error("driver error {code} ({name}) on device {device}: {message}")]
     Driver {
@@ -205,4 +260,85 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Returns host memory obtained from [`Backend::alloc_host`] with the same size.
     fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError>;
+
+    /// Whether `device` can back expandable segments: reserved virtual address ranges that are
+    /// mapped to physical memory chunk by chunk. Defaults to false.
+    ///
+    /// When false, an allocator configured with `expandable_segments:True` falls back to
+    /// fixed segments (and says so once through `tracing` at warn level), as PyTorch does
+    /// when the driver lacks virtual memory management.
+    fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
+        let _ = device;
+        false
+    }
+
+    /// Reserves `size_bytes` of virtual address space on `device` (no memory behind it yet)
+    /// and returns its start (`cuMemAddressReserve`).
+    ///
+    /// The default fails with [`BackendError::Unsupported`].
+    fn reserve_address_range(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+    ) -> Result<u64, BackendError> {
+        let _ = size_bytes;
+        Err(BackendError::Unsupported {
+            device,
+            what: "reserving address ranges",
+        })
+    }
+
+    /// Frees a range from [`Backend::reserve_address_range`] (same size); nothing may be mapped
+    /// in it (`cuMemAddressFree`).
+    ///
+    /// The default fails with [`BackendError::Unsupported`].
+    fn release_address_range(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let _ = (ptr, size_bytes);
+        Err(BackendError::Unsupported {
+            device,
+            what: "releasing address ranges",
+        })
+    }
+
+    /// Creates `size_bytes` of physical memory and maps it read/write at `ptr`, inside a
+    /// reserved range (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`). Out of memory is the
+    /// retryable [`BackendError::OutOfMemory`].
+    ///
+    /// The allocator maps in units of its pool's segment size (2 MiB for the small pool,
+    /// 20 MiB for the large one), one call per unit. The default fails with
+    /// [`BackendError::Unsupported`].
+    fn map_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let _ = (ptr, size_bytes);
+        Err(BackendError::Unsupported {
+            device,
+            what: "mapping memory",
+        })
+    }
+
+    /// Unmaps and frees exactly one earlier [`Backend::map_memory`]`(ptr, size_bytes)`
+    /// (`cuMemUnmap`, `cuMemRelease`).
+    ///
+    /// The default fails with [`BackendError::Unsupported`].
+    fn unmap_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let _ = (ptr, size_bytes);
+        Err(BackendError::Unsupported {
+            device,
+            what: "unmapping memory",
+        })
+    }
 }

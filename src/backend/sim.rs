@@ -27,10 +27,12 @@ mod host;
 mod placement;
 #[cfg(test)]
 mod tests;
+mod vmm;
 
 use device::Device;
 use host::HostMemory;
 pub use host::{SimHostCalls, HOST_PAGE};
+pub use vmm::MAPPING_GRANULARITY;
 
 /// Capacity of every device when the builder is not given one, in bytes (16 GiB).
 const DEFAULT_CAPACITY: usize = 16 << 30;
@@ -127,6 +129,21 @@ pub struct SimCalls {
     pub events_released: u64,
     /// Calls to [`Backend::mem_get_info`].
     pub mem_info_queries: u64,
+    /// Address ranges reserved ([`Backend::reserve_address_range`]).
+    pub address_reservations: u64,
+    /// Address ranges released ([`Backend::release_address_range`]).
+    pub address_releases: u64,
+    /// Memory mapped into reserved ranges ([`Backend::map_memory`]) that succeeded.
+    pub maps: u64,
+    /// Maps that failed, for any reason (out of memory, injected, a bad range).
+    pub failed_maps: u64,
+    /// Mappings undone ([`Backend::unmap_memory`]).
+    pub unmaps: u64,
+    /// Unmaps refused because no such mapping exists.
+    pub failed_unmaps: u64,
+    /// Reservations and releases refused (bad size, out of address space, unknown range,
+    /// memory still mapped).
+    pub failed_vmm_calls: u64,
 }
 
 /// An event recorded on a simulated stream: the `ticket`-th event recorded there.
@@ -350,6 +367,18 @@ impl SimBackend {
         self.device(device).map_or(0, |d| d.lock().segment_count())
     }
 
+    /// Bytes mapped into reserved address ranges on `device` (included in
+    /// [`SimBackend::allocated_bytes`]; 0 for a device that does not exist).
+    pub fn mapped_bytes(&self, device: DeviceIndex) -> usize {
+        self.device(device).map_or(0, |d| d.lock().mapped_bytes())
+    }
+
+    /// Number of reserved address ranges on `device` (0 for a device that does not exist).
+    pub fn address_range_count(&self, device: DeviceIndex) -> usize {
+        self.device(device)
+            .map_or(0, |d| d.lock().reservation_count())
+    }
+
     fn device(&self, device: DeviceIndex) -> Result<&Mutex<Device>, BackendError> {
         self.inner
             .devices
@@ -453,6 +482,68 @@ impl Backend for SimBackend {
 
     fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
         self.inner.host.lock().free(ptr, size_bytes)
+    }
+
+    /// True for an existing device with fake addresses; false when host-backed (see
+    /// [`SimBackend::reserve_address_range`](Backend::reserve_address_range)).
+    fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
+        !self.inner.host_backed && device < self.inner.devices.len()
+    }
+
+    /// A fake range aligned to [`MAPPING_GRANULARITY`], first fit from the device's reservation
+    /// window (`0x1000_0000_0000_0000 + device * 2^52`, apart from its segments' window), never
+    /// overlapping a segment or another range (2 MiB of unused space follow each). The size
+    /// must be a non-zero multiple of the granularity. Host-backed devices refuse with
+    /// [`BackendError::Unsupported`]: real bytes behind a range mapped chunk by chunk would
+    /// need host virtual memory calls, which the simulator does not make.
+    fn reserve_address_range(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+    ) -> Result<u64, BackendError> {
+        let mut dev = self.device(device)?.lock();
+        if self.inner.host_backed {
+            dev.calls.failed_vmm_calls += 1;
+            return Err(BackendError::Unsupported {
+                device,
+                what: "expandable segments in host-backed mode (build the SimBackend without \
+                       host_backed to use them)",
+            });
+        }
+        dev.reserve(size_bytes)
+    }
+
+    fn release_address_range(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?
+            .lock()
+            .release_reservation(ptr, size_bytes)
+    }
+
+    /// Mapped bytes count against the capacity and the injected limit, and each map counts
+    /// down the injected allocation faults, exactly as a segment allocation does. Address and
+    /// size must be multiples of [`MAPPING_GRANULARITY`] inside one reserved range, over
+    /// nothing mapped.
+    fn map_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?.lock().map(ptr, size_bytes)
+    }
+
+    fn unmap_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?.lock().unmap(ptr, size_bytes)
     }
 }
 

@@ -90,8 +90,21 @@ impl AllocatorConfig {
         self.garbage_collection_threshold
     }
     /// Whether expandable segments were asked for.
+    ///
+    /// They are used where the backend supports them
+    /// ([`Backend::supports_expandable_segments`](crate::backend::Backend::supports_expandable_segments));
+    /// elsewhere the allocator falls back to fixed segments and says so once.
     pub fn expandable_segments(&self) -> bool {
         self.expandable_segments
+    }
+
+    /// This configuration with expandable segments off, as an allocator runs it on a device
+    /// that cannot map memory.
+    pub(crate) fn without_expandable_segments(&self) -> AllocatorConfig {
+        AllocatorConfig {
+            expandable_segments: false,
+            ..self.clone()
+        }
     }
     /// Whether the device lock is released around segment allocation.
     pub fn release_lock_on_cudamalloc(&self) -> bool {

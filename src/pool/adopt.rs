@@ -248,6 +248,7 @@ impl<E> DeviceAllocator<E> {
         self.segments.insert(
             addr,
             Segment {
+                expandable: false,
                 size: segment.size,
                 head,
                 context: ContextId::NONE,

@@ -46,6 +46,11 @@ pub(crate) struct Block {
     pub requested: usize,
     pub stream: StreamId,
     pub small: bool,
+    /// Whether the block lies in an expandable segment.
+    pub expandable: bool,
+    /// Whether memory is mapped behind the block: always for fixed segments; an unmapped
+    /// block of an expandable segment is `Free`, never handed out and in no free list.
+    pub mapped: bool,
     pub state: BlockState,
     pub prev: Option<BlockId>,
     pub next: Option<BlockId>,
@@ -79,6 +84,8 @@ impl Block {
             requested: 0,
             stream,
             small,
+            expandable: false,
+            mapped: true,
             state: BlockState::Free,
             prev,
             next,
@@ -86,6 +93,11 @@ impl Block {
             event_count: 0,
             gc_count_base,
         }
+    }
+
+    /// Whether the block is cached for reuse: free with memory behind it.
+    pub fn is_cached(&self) -> bool {
+        self.state == BlockState::Free && self.mapped
     }
 
     pub fn is_split(&self) -> bool {

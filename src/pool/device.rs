@@ -7,6 +7,7 @@
 //! (`events.rs`).
 
 use super::block::{Block, BlockArena, BlockId, BlockState};
+use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
 use super::history::History;
 use super::sizing;
@@ -53,7 +54,10 @@ pub struct AllocatedBlock {
 /// Segment bookkeeping: enough to walk its blocks and to find it by address.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Segment {
+    /// Size in bytes; for an expandable segment, of its whole reserved address range.
     pub size: usize,
+    /// Whether the segment is an expandable one (`expandable.rs`).
+    pub expandable: bool,
     pub head: BlockId,
     /// Context of the call that allocated the segment, when history keeps contexts.
     pub context: ContextId,
@@ -85,6 +89,8 @@ pub struct DeviceAllocator<E> {
     next_alloc_id: u64,
     /// Recorded events and contexts; `None` while history is off (boxed: it is rarely on).
     pub(crate) history: Option<Box<History>>,
+    /// Expandable segments: whether they are on, and the unmapped blocks (`expandable.rs`).
+    pub(crate) expandable: Expandable,
 }
 
 impl<E> DeviceAllocator<E> {
@@ -95,6 +101,7 @@ impl<E> DeviceAllocator<E> {
             max_split_size: config.max_split_size() as i64,
             ..DeviceStats::default()
         };
+        let config_expandable = config.expandable_segments();
         DeviceAllocator {
             device,
             fraction: config.per_process_memory_fraction(),
@@ -110,6 +117,7 @@ impl<E> DeviceAllocator<E> {
             total_bytes: None,
             next_alloc_id: 0,
             history: None,
+            expandable: Expandable::new(config_expandable),
         }
     }
 
@@ -128,7 +136,8 @@ impl<E> DeviceAllocator<E> {
         &self.config
     }
 
-    /// Bytes reserved from the device (sum of segment sizes).
+    /// Bytes reserved from the device: sizes of fixed segments plus bytes mapped into
+    /// expandable segments.
     pub fn reserved_bytes(&self) -> usize {
         self.reserved
     }
@@ -256,11 +265,12 @@ impl<E> DeviceAllocator<E> {
         let max_split = self.config.max_split_size();
         let rounding_margin = self.config.max_non_split_rounding_size();
         let gc_on = self.gc_enabled();
-        let pool = self.pool(small);
         if gc_on {
-            pool.lookups += 1;
+            self.pool(small).lookups += 1;
         }
+        let pool = self.pool_ref(small);
         let key = pool.best_fit(stream, rounded)?;
+        let key = self.prefer_less_expandable(key);
         // Never hand an oversize block to a request that could be served by splitting.
         if rounded < max_split && key.size >= max_split {
             return None;
@@ -295,9 +305,14 @@ impl<E> DeviceAllocator<E> {
             block.next,
         );
         let already_split = block.is_split();
+        // PyTorch leaves expandable segments out of the inactive-split statistics: their free
+        // whole units can always be unmapped.
+        let counts_split = !block.expandable;
+        let expandable = block.expandable;
         // With no slot left for a remainder, the whole block is handed out instead.
         let split =
-            sizing::should_split(old_size, rounded, small, &self.config) && self.blocks.has_room();
+            sizing::should_split(old_size, rounded, small, self.expandable.on, &self.config)
+                && self.blocks.has_room();
         let size = if split {
             let rest_size = old_size - rounded;
             let rest_key = FreeKey {
@@ -306,14 +321,16 @@ impl<E> DeviceAllocator<E> {
                 addr: addr + rounded as u64,
                 id,
             };
-            let rest = self.blocks.insert(Block::free(
+            let mut rest = Block::free(
                 rest_key.addr,
                 rest_size,
                 stream,
                 small,
                 (Some(id), old_next),
                 self.pool_ref(small).lookups,
-            ));
+            );
+            rest.expandable = expandable;
+            let rest = self.blocks.insert(rest);
             let rest = rest.ok_or(TOO_MANY_BLOCKS)?;
             if let Some(next) = old_next {
                 self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(rest);
@@ -327,7 +344,9 @@ impl<E> DeviceAllocator<E> {
                 Some(key) => self.replace_cached(small, &key, rest_key)?,
                 None => self.pool(small).insert(rest_key),
             }
-            if already_split {
+            if !counts_split {
+                // Expandable segments stay out of the inactive-split statistics.
+            } else if already_split {
                 // An inactive split block shrinks by the part handed out.
                 decrease(&mut self.stats.inactive_split_bytes, small, rounded as u64);
             } else {
@@ -346,7 +365,7 @@ impl<E> DeviceAllocator<E> {
             if let Some(key) = cached {
                 self.remove_cached(small, &key)?;
             }
-            if already_split {
+            if already_split && counts_split {
                 decrease(&mut self.stats.inactive_split_bytes, small, old_size as u64);
                 decrease(&mut self.stats.inactive_split, small, 1);
             }
@@ -451,6 +470,7 @@ impl<E> DeviceAllocator<E> {
         let lookups = self.pool_ref(small).lookups;
         let block = self.blocks.get_mut(merged).ok_or(NO_BLOCK)?;
         block.gc_count_base = lookups;
+        let counts_split = !block.expandable;
         if block.is_split() {
             net_blocks += 1;
             net_bytes += size as i64;
@@ -474,8 +494,10 @@ impl<E> DeviceAllocator<E> {
         }
 
         let stats = &mut self.stats;
-        apply_net(&mut stats.inactive_split, small, net_blocks);
-        apply_net(&mut stats.inactive_split_bytes, small, net_bytes);
+        if counts_split {
+            apply_net(&mut stats.inactive_split, small, net_blocks);
+            apply_net(&mut stats.inactive_split_bytes, small, net_bytes);
+        }
         decrease(&mut stats.active, small, 1);
         decrease(&mut stats.active_bytes, small, original_size as u64);
         decrease(&mut stats.requested_bytes, small, requested as u64);
@@ -488,11 +510,11 @@ impl<E> DeviceAllocator<E> {
         let id = id?;
         self.blocks
             .get(id)
-            .filter(|b| b.state == BlockState::Free)
+            .filter(|b| b.is_cached())
             .map(|b| Self::free_key(id, b))
     }
 
-    fn remove_cached(&mut self, small: bool, key: &FreeKey) -> Result<()> {
+    pub(crate) fn remove_cached(&mut self, small: bool, key: &FreeKey) -> Result<()> {
         if self.pool(small).remove(key) {
             Ok(())
         } else {
@@ -500,7 +522,12 @@ impl<E> DeviceAllocator<E> {
         }
     }
 
-    fn replace_cached(&mut self, small: bool, old: &FreeKey, new: FreeKey) -> Result<()> {
+    pub(crate) fn replace_cached(
+        &mut self,
+        small: bool,
+        old: &FreeKey,
+        new: FreeKey,
+    ) -> Result<()> {
         if self.pool(small).replace(old, new) {
             Ok(())
         } else {
@@ -509,7 +536,7 @@ impl<E> DeviceAllocator<E> {
     }
 
     /// Merges `upper`, the block right after `lower`, into `lower`.
-    fn absorb_next(&mut self, lower: BlockId, upper: BlockId) -> Result<()> {
+    pub(crate) fn absorb_next(&mut self, lower: BlockId, upper: BlockId) -> Result<()> {
         let upper_block = self.blocks.remove(upper).ok_or(NO_BLOCK)?;
         if let Some(next) = upper_block.next {
             self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(lower);

@@ -391,6 +391,19 @@ impl FreeList {
         Some(unpack(stream, key, id))
     }
 
+    /// The cached block right after `key` on its stream, in (size, address) order.
+    pub fn next_after(&self, key: &FreeKey) -> Option<FreeKey> {
+        let list = self.stream(key.stream)?;
+        let class = class_of(key.size);
+        let after = pack(key.size, key.addr).checked_add(1)?;
+        if let Some((packed, id)) = list.class(class).and_then(|c| c.ceiling(after)) {
+            return Some(unpack(key.stream, packed, id));
+        }
+        let next = list.next_class(class)?;
+        let (packed, id) = list.class(next)?.first()?;
+        Some(unpack(key.stream, packed, id))
+    }
+
     /// The largest cached block on `stream` smaller than `size` bytes.
     pub fn largest_below(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
         let list = self.stream(stream)?;
@@ -548,6 +561,7 @@ mod tests {
         BestFit(u64, usize),
         LargestBelow(u64, usize),
         Replace(usize, usize, u64),
+        NextAfter(usize),
     }
 
     fn size() -> impl Strategy<Value = usize> {
@@ -562,6 +576,7 @@ mod tests {
             3 => (0u64..3, size()).prop_map(|(s, z)| Op::BestFit(s, z)),
             1 => (0u64..3, size()).prop_map(|(s, z)| Op::LargestBelow(s, z)),
             2 => (any::<usize>(), size(), 0u64..1_000).prop_map(|(i, z, a)| Op::Replace(i, z, a * 4096)),
+            1 => any::<usize>().prop_map(Op::NextAfter),
         ]
     }
 
@@ -602,6 +617,12 @@ mod tests {
                         reference.remove(&old);
                         reference.insert(new);
                         prop_assert!(list.replace(&old, new));
+                    }
+                    Op::NextAfter(i) => {
+                        if reference.is_empty() { continue; }
+                        let k = *reference.iter().nth(i % reference.len()).unwrap();
+                        let want = reference.range(k..).nth(1).filter(|n| n.stream == k.stream).copied();
+                        prop_assert_eq!(list.next_after(&k).map(|n| (n.size, n.addr)), want.map(|n| (n.size, n.addr)));
                     }
                     Op::LargestBelow(s, z) => {
                         let want = reference.iter().rev().find(|k| k.stream.0 == s && k.size < z).copied();

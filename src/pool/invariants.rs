@@ -46,8 +46,10 @@ fn add(array: &mut [i64; 3], small: bool, amount: usize) {
 }
 
 impl<E> DeviceAllocator<E> {
-    /// Checks that blocks tile their segments without overlap, that no two free neighbours are
-    /// left unmerged, that the free lists hold exactly the free blocks, that pending blocks
+    /// Checks that blocks tile their segments without overlap, that no two free neighbours (nor
+    /// two unmapped ones) are left unmerged, that unmapped blocks are free whole units of
+    /// expandable segments kept in their unmapped set and nowhere else, that reserved bytes are
+    /// fixed segments plus mapped memory, that the free lists hold exactly the free blocks, that pending blocks
     /// wait on as many events as are queued, and that every current statistic equals what the
     /// block state implies.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
@@ -63,6 +65,8 @@ impl<E> DeviceAllocator<E> {
         let mut free_blocks = [0usize; 2];
         let mut pending_event_count = 0usize;
         let mut reserved = 0usize;
+        let mut mapped = 0usize;
+        let mut unmapped_blocks = [0usize; 2];
         let mut previous_end = 0u64;
 
         for (&addr, segment) in &self.segments {
@@ -70,7 +74,9 @@ impl<E> DeviceAllocator<E> {
                 return fail(format!("segment {addr:#x} overlaps the segment before it"));
             }
             previous_end = addr + segment.size as u64;
-            reserved += segment.size;
+            if !segment.expandable {
+                reserved += segment.size;
+            }
             let Some(head) = self.blocks.get(segment.head) else {
                 return fail(format!("segment {addr:#x} has no head block"));
             };
@@ -78,12 +84,17 @@ impl<E> DeviceAllocator<E> {
             if head.prev.is_some() {
                 return fail(format!("head block of segment {addr:#x} has a predecessor"));
             }
-            add(&mut expected.segment, small, 1);
-            add(&mut expected.reserved_bytes, small, segment.size);
-            if segment.size >= max_split {
-                expected.oversize_segments += 1;
+            if !segment.expandable {
+                add(&mut expected.segment, small, 1);
+                add(&mut expected.reserved_bytes, small, segment.size);
+                if segment.size >= max_split {
+                    expected.oversize_segments += 1;
+                }
             }
-            let split = head.next.is_some();
+            // Expandable segments stay out of the inactive-split statistics, as in PyTorch.
+            let split = head.next.is_some() && !segment.expandable;
+            let unit = super::expandable::unit(small) as u64;
+            let mut prev_unmapped = false;
             let mut cursor = Some(segment.head);
             let mut prev: Option<BlockId> = None;
             let mut offset = addr;
@@ -113,6 +124,57 @@ impl<E> DeviceAllocator<E> {
                         "block at {:#x} has size {}",
                         block.addr, block.size
                     ));
+                }
+                if block.expandable != segment.expandable {
+                    return fail(format!(
+                        "block at {:#x} disagrees with its segment on being expandable",
+                        block.addr
+                    ));
+                }
+                if !block.mapped {
+                    if !segment.expandable || block.state != BlockState::Free {
+                        return fail(format!(
+                            "unmapped block at {:#x} is {:?} in a {} segment",
+                            block.addr,
+                            block.state,
+                            if segment.expandable {
+                                "expandable"
+                            } else {
+                                "fixed"
+                            }
+                        ));
+                    }
+                    if prev_unmapped {
+                        return fail(format!(
+                            "unmapped block at {:#x} was not merged with its unmapped neighbour",
+                            block.addr
+                        ));
+                    }
+                    if (block.addr - addr) % unit != 0 || block.size as u64 % unit != 0 {
+                        return fail(format!(
+                            "unmapped block at {:#x} ({} bytes) is not whole {unit}-byte units",
+                            block.addr, block.size
+                        ));
+                    }
+                    let set = &self.expandable.unmapped[usize::from(small)];
+                    if set.get(&(stream, block.addr)) != Some(&id) {
+                        return fail(format!(
+                            "unmapped block at {:#x} is missing from its unmapped set",
+                            block.addr
+                        ));
+                    }
+                    unmapped_blocks[usize::from(small)] += 1;
+                    prev_unmapped = true;
+                    prev_free = false;
+                    offset += block.size as u64;
+                    prev = Some(id);
+                    cursor = block.next;
+                    continue;
+                }
+                prev_unmapped = false;
+                if segment.expandable {
+                    mapped += block.size;
+                    add(&mut expected.reserved_bytes, small, block.size);
                 }
                 let is_free = block.state == BlockState::Free;
                 if is_free && prev_free {
@@ -193,6 +255,23 @@ impl<E> DeviceAllocator<E> {
                 ));
             }
         }
+        for (small, set) in [(false, 0usize), (true, 1)] {
+            let held = self.expandable.unmapped[set].len();
+            if held != unmapped_blocks[set] {
+                return fail(format!(
+                    "{} pool unmapped set holds {held} entries for {} unmapped blocks",
+                    if small { "small" } else { "large" },
+                    unmapped_blocks[set]
+                ));
+            }
+        }
+        if mapped != self.expandable.mapped_bytes {
+            return fail(format!(
+                "{} bytes are counted as mapped but expandable segments map {mapped}",
+                self.expandable.mapped_bytes
+            ));
+        }
+        reserved += mapped;
         let queued = self.pending_events() + self.stranded_events;
         if queued != pending_event_count {
             return fail(format!(
@@ -201,7 +280,7 @@ impl<E> DeviceAllocator<E> {
         }
         if reserved != self.reserved {
             return fail(format!(
-                "reserved is {} but segments sum to {reserved}",
+                "reserved is {} but fixed segments and mapped memory sum to {reserved}",
                 self.reserved
             ));
         }

@@ -7,6 +7,7 @@ mod adopt;
 mod block;
 mod device;
 mod events;
+mod expandable;
 mod free_list;
 mod history;
 mod invariants;

@@ -85,18 +85,19 @@ impl<E> DeviceAllocator<E> {
         if self.gc_enabled() {
             self.garbage_collect(backend)?;
         }
-        if let Some(id) = self.alloc_block(backend, segment_size, stream, small, false)? {
+        let sizes = (segment_size, rounded);
+        if let Some(id) = self.alloc_block(backend, sizes, stream, small, false)? {
             return Ok(id);
         }
         if self.release_available_cached_blocks(backend, rounded, stream, small)? {
-            if let Some(id) = self.alloc_block(backend, segment_size, stream, small, false)? {
+            if let Some(id) = self.alloc_block(backend, sizes, stream, small, false)? {
                 return Ok(id);
             }
         }
         // A stream that cannot be waited for keeps its blocks, but the segments that could be
         // released were, so the retry still happens; the failure is only reported with it.
         let synced = self.release_cached_blocks(backend);
-        if let Some(id) = self.alloc_block(backend, segment_size, stream, small, true)? {
+        if let Some(id) = self.alloc_block(backend, sizes, stream, small, true)? {
             return Ok(id);
         }
         if let Err(e) = synced {
@@ -124,18 +125,24 @@ impl<E> DeviceAllocator<E> {
         })))
     }
 
-    /// Asks the device for a segment. `Ok(None)` when it (or the memory limit) refuses for
-    /// lack of memory; other device failures are errors.
+    /// Asks the device for a segment of `size` bytes, or with expandable segments for enough
+    /// mapped memory to serve `rounded` bytes: an uncached free block either way. `Ok(None)`
+    /// when the device (or the memory limit) refuses for lack of memory; other device
+    /// failures are errors.
     fn alloc_block<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
-        size: usize,
+        (size, rounded): (usize, usize),
         stream: StreamId,
         small: bool,
         is_retry: bool,
     ) -> Result<Option<BlockId>> {
         if is_retry {
             self.stats.num_alloc_retries += 1;
+        }
+        if self.expandable_enabled(backend) {
+            // The memory limit is checked against the bytes actually mapped.
+            return self.alloc_expandable(backend, rounded, stream, small);
         }
         if let Some(limit) = self.limit_bytes(backend)? {
             if self.reserved.saturating_add(size) > limit {
@@ -160,6 +167,7 @@ impl<E> DeviceAllocator<E> {
             addr,
             Segment {
                 size,
+                expandable: false,
                 head: id,
                 context,
             },
@@ -220,6 +228,9 @@ impl<E> DeviceAllocator<E> {
             return Ok(false);
         }
         let target = rounded.max(max_split);
+        if self.expandable.on {
+            return self.release_available_fixed_blocks(backend, target, stream, small);
+        }
         if let Some(key) = self.pool_ref(small).best_fit(stream, target) {
             self.release_block(backend, key.id)?;
             return Ok(true);
@@ -238,8 +249,46 @@ impl<E> DeviceAllocator<E> {
         Ok(released >= target)
     }
 
-    /// Waits for all pending events, then releases every cached block that is a whole segment,
-    /// in both pools.
+    /// As `release_available_cached_blocks` while expandable segments are on: only blocks of
+    /// fixed segments (adopted ones) are released; free units of expandable segments are
+    /// unmapped by `release_cached_blocks` instead, as in PyTorch.
+    fn release_available_fixed_blocks<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        target: usize,
+        stream: StreamId,
+        small: bool,
+    ) -> Result<bool> {
+        let max_split = self.config.max_split_size();
+        let fixed = |d: &Self, id: BlockId| d.blocks.get(id).is_some_and(|b| !b.expandable);
+        if let Some(key) = self.pool_ref(small).best_fit(stream, target) {
+            if fixed(self, key.id) {
+                self.release_block(backend, key.id)?;
+                return Ok(true);
+            }
+        }
+        let mut candidates: Vec<(usize, u64, BlockId)> = self
+            .pool_ref(small)
+            .iter()
+            .filter(|k| k.stream == stream && k.size >= max_split && k.size < target)
+            .filter(|k| fixed(self, k.id))
+            .map(|k| (k.size, k.addr, k.id))
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        let mut released = 0usize;
+        for (size, _, id) in candidates {
+            if released >= target {
+                break;
+            }
+            released += size;
+            self.release_block(backend, id)?;
+        }
+        Ok(released >= target)
+    }
+
+    /// Waits for all pending events, then releases every cached block that is a whole fixed
+    /// segment, and unmaps the free whole units of expandable segments (releasing those left
+    /// with nothing mapped), in both pools.
     pub(crate) fn release_cached_blocks<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
@@ -250,11 +299,16 @@ impl<E> DeviceAllocator<E> {
                 .pool_ref(small)
                 .iter()
                 .map(|k| k.id)
-                .filter(|&id| self.blocks.get(id).is_some_and(|b| !b.is_split()))
+                .filter(|&id| {
+                    self.blocks
+                        .get(id)
+                        .is_some_and(|b| !b.is_split() && !b.expandable)
+                })
                 .collect();
             for id in whole {
                 self.release_block(backend, id)?;
             }
+            self.release_expandable_blocks(backend, small)?;
         }
         synced
     }
@@ -276,7 +330,11 @@ impl<E> DeviceAllocator<E> {
         let mut total_age: u64 = 0;
         let mut freeable: u64 = 0;
         for key in self.large.iter() {
-            if let Some(b) = self.blocks.get(key.id).filter(|b| !b.is_split()) {
+            if let Some(b) = self
+                .blocks
+                .get(key.id)
+                .filter(|b| !b.is_split() && !b.expandable)
+            {
                 total_age += age(b);
                 freeable += 1;
             }
@@ -290,7 +348,7 @@ impl<E> DeviceAllocator<E> {
                 .large
                 .iter()
                 .filter_map(|k| self.blocks.get(k.id).map(|b| (k.id, b)))
-                .filter(|(_, b)| !b.is_split() && age(b) as f64 >= threshold_age)
+                .filter(|(_, b)| !b.is_split() && !b.expandable && age(b) as f64 >= threshold_age)
                 .map(|(id, b)| (id, age(b), b.size))
                 .collect();
             for (id, block_age, size) in old {

@@ -80,19 +80,20 @@ pub fn segment_size(rounded_size: usize) -> Option<usize> {
 /// Whether a free block of `block_size` bytes serving a request of `rounded_size` bytes is split
 /// and its remainder kept as a free block.
 ///
-/// Small pool: when at least 512 bytes remain. Large pool: when more than 1 MiB remains and the
-/// request is below `max_split_size` (larger blocks are never split, to limit fragmentation).
+/// Small pool, and every pool while expandable segments are on (`expandable`): when at least
+/// 512 bytes remain, as memory past the request can be unmapped later. Large pool otherwise:
+/// when more than 1 MiB remains and the request is below `max_split_size` (larger blocks are
+/// never split, to limit fragmentation).
 #[inline]
 pub fn should_split(
     block_size: usize,
     rounded_size: usize,
     small_pool: bool,
+    expandable: bool,
     config: &AllocatorConfig,
 ) -> bool {
     let remaining = block_size - rounded_size;
-    // PyTorch also splits this finely inside expandable segments; blockpool does not map
-    // expandable segments yet, so every segment follows the fixed-segment rule.
-    if small_pool {
+    if small_pool || expandable {
         remaining >= MIN_BLOCK_SIZE
     } else {
         rounded_size < config.max_split_size() && remaining > SMALL_SIZE
@@ -158,13 +159,44 @@ mod tests {
 
     #[test]
     fn small_blocks_split_when_512_bytes_remain() {
-        assert!(should_split(2 << 20, (2 << 20) - 512, true, &default()));
-        assert!(!should_split(1024, 1024, true, &default()));
+        assert!(should_split(
+            2 << 20,
+            (2 << 20) - 512,
+            true,
+            false,
+            &default()
+        ));
+        assert!(!should_split(1024, 1024, true, false, &default()));
     }
 
     #[test]
     fn large_blocks_split_only_when_more_than_1_mib_remains() {
-        assert!(!should_split(20 << 20, 19 << 20, false, &default()));
-        assert!(should_split(20 << 20, (19 << 20) - 512, false, &default()));
+        assert!(!should_split(20 << 20, 19 << 20, false, false, &default()));
+        assert!(should_split(
+            20 << 20,
+            (19 << 20) - 512,
+            false,
+            false,
+            &default()
+        ));
+    }
+
+    #[test]
+    fn expandable_segments_split_large_blocks_at_512_bytes() {
+        assert!(should_split(
+            20 << 20,
+            (20 << 20) - 512,
+            false,
+            true,
+            &default()
+        ));
+        let capped = AllocatorConfig::builder()
+            .max_split_size_mb(40)
+            .build()
+            .expect("valid config");
+        assert!(
+            should_split(100 << 20, 60 << 20, false, true, &capped),
+            "past max_split_size too"
+        );
     }
 }

@@ -10,6 +10,9 @@ use crate::backend::StreamId;
 use crate::trace::ContextId;
 
 /// A segment as seen from outside: its blocks in address order.
+///
+/// An expandable segment shows as one view per run of mapped memory, as PyTorch's snapshots
+/// show it: unmapped address space is in no view.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentView {
     /// Device address of the segment.
@@ -22,6 +25,8 @@ pub struct SegmentView {
     pub pool: PoolKind,
     /// The blocks tiling the segment, lowest address first.
     pub blocks: Vec<BlockView>,
+    /// Whether this is (mapped memory of) an expandable segment.
+    pub is_expandable: bool,
     /// Context of the call that allocated the segment, when history was recorded with
     /// [`ContextLevel::State`](crate::trace::ContextLevel::State) or more; [`ContextId::NONE`]
     /// otherwise.
@@ -61,7 +66,7 @@ impl<E> DeviceAllocator<E> {
         while let Some(id) = cursor {
             let block = self.blocks.get(id)?;
             if block.addr == addr {
-                return Some((id, block.state));
+                return block.mapped.then_some((id, block.state));
             }
             if block.addr > addr {
                 return None;
@@ -71,45 +76,47 @@ impl<E> DeviceAllocator<E> {
         None
     }
 
-    /// Every segment with its blocks, lowest address first.
+    /// Every segment with its blocks, lowest address first; an expandable segment as one view
+    /// per run of mapped memory.
     pub fn segments(&self) -> Vec<SegmentView> {
-        self.segments
-            .iter()
-            .map(|(&addr, segment)| {
-                let mut blocks = Vec::new();
-                let mut cursor = Some(segment.head);
-                let mut stream = StreamId::DEFAULT;
-                let mut pool = PoolKind::Large;
-                while let Some((id, block)) =
-                    cursor.and_then(|id| self.blocks.get(id).map(|b| (id, b)))
-                {
-                    stream = block.stream;
-                    pool = if block.small {
+        let mut views = Vec::with_capacity(self.segments.len());
+        for segment in self.segments.values() {
+            let mut run: Option<SegmentView> = None;
+            let mut cursor = Some(segment.head);
+            while let Some((id, block)) = cursor.and_then(|id| self.blocks.get(id).map(|b| (id, b)))
+            {
+                cursor = block.next;
+                if !block.mapped {
+                    views.extend(run.take());
+                    continue;
+                }
+                let view = run.get_or_insert_with(|| SegmentView {
+                    addr: block.addr,
+                    size: 0,
+                    stream: block.stream,
+                    pool: if block.small {
                         PoolKind::Small
                     } else {
                         PoolKind::Large
-                    };
-                    blocks.push(BlockView {
-                        addr: block.addr,
-                        size: block.size,
-                        requested: block.requested,
-                        state: block.state,
-                        context: match block.state {
-                            BlockState::Free => ContextId::NONE,
-                            _ => self.block_context(id),
-                        },
-                    });
-                    cursor = block.next;
-                }
-                SegmentView {
+                    },
+                    blocks: Vec::new(),
                     context: segment.context,
-                    addr,
-                    size: segment.size,
-                    stream,
-                    pool,
-                    blocks,
-                }
-            })
-            .collect()
+                    is_expandable: segment.expandable,
+                });
+                view.size += block.size;
+                view.blocks.push(BlockView {
+                    addr: block.addr,
+                    size: block.size,
+                    requested: block.requested,
+                    state: block.state,
+                    context: match block.state {
+                        BlockState::Free => ContextId::NONE,
+                        _ => self.block_context(id),
+                    },
+                });
+            }
+            views.extend(run);
+        }
+        views
     }
 }

@@ -1,4 +1,7 @@
 //! One test binary with a module per area.
+mod expandable;
+mod expandable_model;
+mod expandable_trace;
 mod fixtures;
 mod history;
 mod host;

@@ -6,6 +6,7 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
 use super::placement::{self, Placement};
+use super::vmm::Reservation;
 use super::{SimCalls, SimFault};
 use crate::backend::{BackendError, DeviceIndex, MemInfo, StreamId};
 
@@ -30,6 +31,10 @@ pub(super) struct Device {
     free_ranges: BTreeMap<u64, u64>,
     /// Live segments by address.
     segments: BTreeMap<u64, Segment>,
+    /// Reserved address ranges by address, with what is mapped in them (`vmm.rs`).
+    pub(super) reservations: BTreeMap<u64, Reservation>,
+    /// Unused address space for reservations, start -> end (exclusive); empty when host-backed.
+    pub(super) free_vmm_ranges: BTreeMap<u64, u64>,
     streams: HashMap<StreamId, Stream>,
     /// Countdowns of injected allocation failures: (allocations left, fail as out-of-memory).
     alloc_faults: Vec<(u64, bool)>,
@@ -85,12 +90,18 @@ impl Device {
             in_use_bytes: 0,
             free_ranges,
             segments: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            free_vmm_ranges: super::vmm::address_window(index, host_backed),
             streams: HashMap::new(),
             alloc_faults: Vec::new(),
             record_faults: Vec::new(),
             calls: SimCalls::default(),
             placement: Placement::default(),
         }
+    }
+
+    pub(super) fn index(&self) -> DeviceIndex {
+        self.index
     }
 
     pub(super) fn in_use_bytes(&self) -> usize {
@@ -169,22 +180,7 @@ impl Device {
             requested_bytes: size_bytes,
         };
         // Every call counts down every injected fault, whatever else makes it fail.
-        let mut fired = None;
-        self.alloc_faults.retain_mut(|(left, as_oom)| {
-            *left -= 1;
-            if *left == 0 {
-                fired = fired.or(Some(*as_oom));
-            }
-            *left > 0
-        });
-        match fired {
-            Some(true) => return Err(out_of_memory),
-            Some(false) => {
-                let what = "alloc_segment";
-                return Err(BackendError::InjectedFault { device, what });
-            }
-            None => {}
-        }
+        self.take_alloc_fault("alloc_segment", size_bytes)?;
         if size_bytes == 0 {
             return Err(BackendError::Driver {
                 device,
@@ -207,6 +203,60 @@ impl Device {
         self.segments.insert(ptr, segment);
         self.in_use_bytes = in_use_bytes;
         Ok(ptr)
+    }
+
+    /// Counts one allocation (a segment or a mapping) against the injected countdowns: the
+    /// error of a fault that fires now.
+    fn take_alloc_fault(
+        &mut self,
+        what: &'static str,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let device = self.index;
+        let mut fired = None;
+        self.alloc_faults.retain_mut(|(left, as_oom)| {
+            *left -= 1;
+            if *left == 0 {
+                fired = fired.or(Some(*as_oom));
+            }
+            *left > 0
+        });
+        match fired {
+            Some(true) => Err(BackendError::OutOfMemory {
+                device,
+                requested_bytes: size_bytes,
+            }),
+            Some(false) => Err(BackendError::InjectedFault { device, what }),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes `size_bytes` more of the device's memory for a mapping, as a segment allocation
+    /// would: injected faults first, then the capacity or injected limit.
+    pub(super) fn charge(
+        &mut self,
+        size_bytes: usize,
+        what: &'static str,
+    ) -> Result<(), BackendError> {
+        self.take_alloc_fault(what, size_bytes)?;
+        self.in_use_bytes = self
+            .in_use_bytes
+            .checked_add(size_bytes)
+            .filter(|&bytes| bytes <= self.limit_bytes())
+            .ok_or(BackendError::OutOfMemory {
+                device: self.index,
+                requested_bytes: size_bytes,
+            })?;
+        Ok(())
+    }
+
+    /// Gives back `size_bytes` taken by [`Device::charge`].
+    pub(super) fn uncharge(&mut self, size_bytes: usize) {
+        debug_assert!(
+            self.in_use_bytes >= size_bytes,
+            "in-use bytes lost track of a mapping"
+        );
+        self.in_use_bytes = self.in_use_bytes.saturating_sub(size_bytes);
     }
 
     /// Takes the lowest free fake range that fits `size_bytes` at the alignment `cudaMalloc`
@@ -235,18 +285,8 @@ impl Device {
             }
             self.placement.missed += 1;
         }
-        let (start, end, ptr) = self.free_ranges.iter().find_map(|(&start, &end)| {
-            let ptr = round_up(start, align)?;
-            (ptr.checked_add(footprint)? <= end).then_some((start, end, ptr))
-        })?;
+        let ptr = take_range(&mut self.free_ranges, footprint, align)?;
         let range_end = ptr + footprint;
-        self.free_ranges.remove(&start);
-        if start < ptr {
-            self.free_ranges.insert(start, ptr);
-        }
-        if range_end < end {
-            self.free_ranges.insert(range_end, end);
-        }
         let segment = Segment {
             size_bytes,
             range_end,
@@ -282,17 +322,8 @@ impl Device {
     }
 
     /// Gives `start..end` back to the free fake ranges, merged with its neighbours.
-    fn release_range(&mut self, mut start: u64, mut end: u64) {
-        if let Some((&before, &before_end)) = self.free_ranges.range(..start).next_back() {
-            if before_end == start {
-                self.free_ranges.remove(&before);
-                start = before;
-            }
-        }
-        if let Some(after_end) = self.free_ranges.remove(&end) {
-            end = after_end;
-        }
-        self.free_ranges.insert(start, end);
+    fn release_range(&mut self, start: u64, end: u64) {
+        give_back_range(&mut self.free_ranges, start, end);
     }
 
     /// The host bytes `addr..addr + len`, which must lie inside one live segment.
@@ -408,6 +439,37 @@ impl Stream {
         self.completed = self.completed.max(target);
         done
     }
+}
+
+/// Takes the lowest range of `footprint` bytes starting at a multiple of `align` out of `free`
+/// (start -> end, exclusive); `None` when none fits.
+pub(super) fn take_range(free: &mut BTreeMap<u64, u64>, footprint: u64, align: u64) -> Option<u64> {
+    let (start, end, ptr) = free.iter().find_map(|(&start, &end)| {
+        let ptr = round_up(start, align)?;
+        (ptr.checked_add(footprint)? <= end).then_some((start, end, ptr))
+    })?;
+    free.remove(&start);
+    if start < ptr {
+        free.insert(start, ptr);
+    }
+    if ptr + footprint < end {
+        free.insert(ptr + footprint, end);
+    }
+    Some(ptr)
+}
+
+/// Gives `start..end` back to `free`, merged with its neighbours.
+pub(super) fn give_back_range(free: &mut BTreeMap<u64, u64>, mut start: u64, mut end: u64) {
+    if let Some((&before, &before_end)) = free.range(..start).next_back() {
+        if before_end == start {
+            free.remove(&before);
+            start = before;
+        }
+    }
+    if let Some(after_end) = free.remove(&end) {
+        end = after_end;
+    }
+    free.insert(start, end);
 }
 
 /// `value` rounded up to a multiple of `align` (a power of two); `None` on overflow.

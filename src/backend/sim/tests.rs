@@ -509,6 +509,7 @@ fn calls_count_every_device_call() -> Result<(), BackendError> {
         event_syncs: 1,
         events_released: 1,
         mem_info_queries: 1,
+        ..SimCalls::default()
     };
     assert_eq!(sim.calls(0), expected);
     assert_eq!(sim.calls(1), SimCalls::default(), "device 1 saw no calls");

@@ -8,7 +8,7 @@
 
 use super::error::Conflict;
 use crate::backend::StreamId;
-use crate::pool::sizing::SMALL_BUFFER;
+use crate::pool::sizing::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::pool::PoolKind;
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{BlockState, ContextId};
@@ -106,6 +106,26 @@ impl LiveSegment {
             PoolKind::Small
         } else {
             PoolKind::Large
+        };
+        LiveSegment {
+            size,
+            stream,
+            pool,
+            context,
+        }
+    }
+}
+
+impl LiveSegment {
+    /// Mapped memory of an expandable segment that a `segment_map` or `segment_unmap` event
+    /// describes and no neighbour tells the pool of: PyTorch's allocator and this one map the
+    /// large pool in 20 MiB units, so a range that is not a whole number of them is the small
+    /// pool's (2 MiB units); a whole number of them is taken as the large pool's.
+    pub fn from_mapping(size: u64, stream: StreamId, context: ContextId) -> LiveSegment {
+        let pool = if size % LARGE_BUFFER as u64 == 0 {
+            PoolKind::Large
+        } else {
+            PoolKind::Small
         };
         LiveSegment {
             size,

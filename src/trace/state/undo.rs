@@ -397,7 +397,7 @@ fn undo_map(
         if let Some(segment) = memory.segment_overlapping(addr, end) {
             return Err(Conflict::PartlyInSegment { segment });
         }
-        let segment = LiveSegment::from_event(event.size, event.stream, event.context);
+        let segment = LiveSegment::from_mapping(event.size, event.stream, event.context);
         omissions.add(Item::Segment(addr, segment));
         return Ok(Change::None);
     };
@@ -443,7 +443,7 @@ fn undo_unmap(memory: &mut Memory, event: &TraceEvent) -> Result<Change, Conflic
     let end = addr.saturating_add(event.size);
     let mut merged = (
         addr,
-        LiveSegment::from_event(event.size, event.stream, event.context),
+        LiveSegment::from_mapping(event.size, event.stream, event.context),
     );
     let mut after = Vec::with_capacity(2);
     let previous = memory.segments.range(..addr).next_back();

@@ -1,0 +1,382 @@
+//! Virtual memory management as the simulated device plays it, for expandable segments:
+//! reserved address ranges and the chunks mapped into them. Ranges are fake addresses from a
+//! window of their own, `0x1000_0000_0000_0000 + device * 2^52` (4 PiB per device), apart from
+//! the fake segments' window, so neither ever overlaps the other and a device of any capacity
+//! can reserve 1 1/8 of it per stream and pool, as PyTorch's allocator does.
+//!
+//! Mapped bytes count against the device's capacity exactly as segment bytes do, and the
+//! injected allocation faults (countdowns and the out-of-memory limit) apply to each map as to
+//! each segment allocation. Every bad call is a typed error that changes nothing.
+//!
+//! Host-backed devices do not support it: a reserved range would need host address space
+//! that is mapped page by page, which safe Rust cannot do, so [`SimBackend`](super::SimBackend)
+//! reports no support there and the allocator falls back to fixed segments.
+
+use std::collections::BTreeMap;
+
+use super::device::{give_back_range, take_range, Device};
+use crate::backend::BackendError;
+
+/// Granularity of reservations and mappings, in bytes (2 MiB, the driver's usual
+/// `cuMemGetAllocationGranularity`).
+pub const MAPPING_GRANULARITY: usize = 2 << 20;
+
+/// Unused address space left after each reservation, in bytes, so that two ranges never touch
+/// and the mapped memory of one can never look contiguous with another's.
+const GUARD_BYTES: u64 = MAPPING_GRANULARITY as u64;
+
+/// Start of device 0's reservation window; device `d` starts `d` times [`VMM_SPAN`] higher.
+pub(super) const VMM_BASE: u64 = 0x1000_0000_0000_0000;
+/// Size of each device's reservation window, in bytes (4 PiB).
+pub(super) const VMM_SPAN: u64 = 1 << 52;
+
+/// The reservation window of device `index`: empty when host-backed or past the address space.
+pub(super) fn address_window(index: usize, host_backed: bool) -> BTreeMap<u64, u64> {
+    let start = u64::try_from(index)
+        .ok()
+        .and_then(|i| i.checked_mul(VMM_SPAN))
+        .and_then(|offset| offset.checked_add(VMM_BASE));
+    match start.and_then(|s| Some((s, s.checked_add(VMM_SPAN)?))) {
+        Some((start, end)) if !host_backed => BTreeMap::from([(start, end)]),
+        _ => BTreeMap::new(),
+    }
+}
+
+/// One reserved address range.
+pub(super) struct Reservation {
+    size_bytes: usize,
+    /// End (exclusive) of the fake address space it holds, guard included.
+    range_end: u64,
+    /// Mapped chunks, start -> size in bytes.
+    mappings: BTreeMap<u64, usize>,
+}
+
+impl Reservation {
+    fn mapped_bytes(&self) -> usize {
+        self.mappings.values().sum()
+    }
+}
+
+impl Device {
+    /// Reserves `size_bytes` (a non-zero multiple of [`MAPPING_GRANULARITY`]) of fake address
+    /// space, aligned to the granularity.
+    pub(super) fn reserve(&mut self, size_bytes: usize) -> Result<u64, BackendError> {
+        let result = self.try_reserve(size_bytes);
+        match result {
+            Ok(_) => self.calls.address_reservations += 1,
+            Err(_) => self.calls.failed_vmm_calls += 1,
+        }
+        result
+    }
+
+    fn try_reserve(&mut self, size_bytes: usize) -> Result<u64, BackendError> {
+        let device = self.index();
+        if size_bytes == 0 || size_bytes % MAPPING_GRANULARITY != 0 {
+            return Err(BackendError::BadMapping {
+                device,
+                what: "reserve",
+                ptr: 0,
+                size_bytes,
+                reason: "the size must be a non-zero multiple of the 2 MiB granularity",
+            });
+        }
+        let footprint = u64::try_from(size_bytes)
+            .ok()
+            .and_then(|size| size.checked_add(GUARD_BYTES))
+            .ok_or(BackendError::OutOfMemory {
+                device,
+                requested_bytes: size_bytes,
+            })?;
+        let ptr = take_range(
+            &mut self.free_vmm_ranges,
+            footprint,
+            MAPPING_GRANULARITY as u64,
+        )
+        .ok_or(BackendError::OutOfMemory {
+            device,
+            requested_bytes: size_bytes,
+        })?;
+        self.reservations.insert(
+            ptr,
+            Reservation {
+                size_bytes,
+                range_end: ptr + footprint,
+                mappings: BTreeMap::new(),
+            },
+        );
+        Ok(ptr)
+    }
+
+    /// Releases the reserved range at `ptr` of `size_bytes`, which must have nothing mapped.
+    pub(super) fn release_reservation(
+        &mut self,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let device = self.index();
+        let refusal = match self.reservations.get(&ptr) {
+            Some(r) if r.size_bytes == size_bytes && r.mappings.is_empty() => None,
+            Some(r) if r.size_bytes == size_bytes => Some(BackendError::AddressRangeInUse {
+                device,
+                ptr,
+                mapped_bytes: r.mapped_bytes(),
+            }),
+            _ => Some(BackendError::UnknownAddressRange {
+                device,
+                ptr,
+                size_bytes,
+            }),
+        };
+        if let Some(error) = refusal {
+            self.calls.failed_vmm_calls += 1;
+            return Err(error);
+        }
+        if let Some(reservation) = self.reservations.remove(&ptr) {
+            give_back_range(&mut self.free_vmm_ranges, ptr, reservation.range_end);
+        }
+        self.calls.address_releases += 1;
+        Ok(())
+    }
+
+    /// Maps `size_bytes` of new memory at `ptr`, inside one reservation and over no mapping.
+    pub(super) fn map(&mut self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        let result = self.try_map(ptr, size_bytes);
+        match result {
+            Ok(()) => self.calls.maps += 1,
+            Err(_) => self.calls.failed_maps += 1,
+        }
+        result
+    }
+
+    fn try_map(&mut self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        let device = self.index();
+        let bad = |reason| BackendError::BadMapping {
+            device,
+            what: "map",
+            ptr,
+            size_bytes,
+            reason,
+        };
+        let start = self.reservation_holding(ptr, size_bytes).map_err(bad)?;
+        let reservation = &self.reservations[&start];
+        if let Some((&before, &len)) = reservation.mappings.range(..=ptr).next_back() {
+            if before + len as u64 > ptr {
+                return Err(bad("the range overlaps memory mapped earlier"));
+            }
+        }
+        let end = ptr + size_bytes as u64;
+        if reservation.mappings.range(ptr..end).next().is_some() {
+            return Err(bad("the range overlaps memory mapped earlier"));
+        }
+        // The faults and the capacity apply as to a segment allocation.
+        self.charge(size_bytes, "map_memory")?;
+        if let Some(reservation) = self.reservations.get_mut(&start) {
+            reservation.mappings.insert(ptr, size_bytes);
+        }
+        Ok(())
+    }
+
+    /// Unmaps exactly the earlier mapping `(ptr, size_bytes)`.
+    pub(super) fn unmap(&mut self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        let device = self.index();
+        let start = self.reservation_holding(ptr, size_bytes);
+        let mapping = start
+            .ok()
+            .and_then(|start| self.reservations.get_mut(&start))
+            .filter(|r| r.mappings.get(&ptr) == Some(&size_bytes));
+        let Some(reservation) = mapping else {
+            self.calls.failed_unmaps += 1;
+            return Err(BackendError::BadMapping {
+                device,
+                what: "unmap",
+                ptr,
+                size_bytes,
+                reason: "no earlier map_memory call mapped exactly this range",
+            });
+        };
+        reservation.mappings.remove(&ptr);
+        self.uncharge(size_bytes);
+        self.calls.unmaps += 1;
+        Ok(())
+    }
+
+    /// The start of the reservation holding `[ptr, ptr + size_bytes)`, checking alignment.
+    fn reservation_holding(&self, ptr: u64, size_bytes: usize) -> Result<u64, &'static str> {
+        let granularity = MAPPING_GRANULARITY as u64;
+        if size_bytes == 0 || size_bytes % MAPPING_GRANULARITY != 0 || ptr % granularity != 0 {
+            return Err("address and size must be non-zero multiples of the 2 MiB granularity");
+        }
+        let end = ptr
+            .checked_add(size_bytes as u64)
+            .ok_or("the range runs past the address space")?;
+        let (&start, reservation) = self
+            .reservations
+            .range(..=ptr)
+            .next_back()
+            .ok_or("the range lies in no reserved address range")?;
+        if end > start + reservation.size_bytes as u64 {
+            return Err("the range lies in no reserved address range");
+        }
+        Ok(start)
+    }
+
+    /// Bytes mapped in reserved ranges.
+    pub(super) fn mapped_bytes(&self) -> usize {
+        self.reservations
+            .values()
+            .map(Reservation::mapped_bytes)
+            .sum()
+    }
+
+    /// Number of reserved address ranges.
+    pub(super) fn reservation_count(&self) -> usize {
+        self.reservations.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::sim::{SimBackend, SimFault};
+    use crate::backend::{Backend, BackendError};
+
+    const G: usize = super::MAPPING_GRANULARITY;
+
+    #[test]
+    fn reserved_ranges_never_overlap_segments_or_each_other() -> Result<(), BackendError> {
+        let sim = SimBackend::new(1, 64 << 20);
+        assert!(sim.supports_expandable_segments(0));
+        assert!(!sim.supports_expandable_segments(1), "no device 1");
+        let base = super::VMM_BASE;
+        let range = sim.reserve_address_range(0, 8 * G)?;
+        assert_eq!(range, base);
+        let segment = sim.alloc_segment(0, G)?;
+        assert_eq!(segment, 0x7f00_0000_0000, "segments have their own window");
+        let second = sim.reserve_address_range(0, 2 * G)?;
+        assert_eq!(second, base + 9 * G as u64, "after the range and its guard");
+        let two = SimBackend::new(2, 1 << 40);
+        let huge = two.reserve_address_range(1, 9 << 37)?;
+        assert_eq!(
+            huge,
+            base + super::VMM_SPAN,
+            "device 1's window holds 1 1/8 TiB"
+        );
+        assert_eq!(sim.allocated_bytes(0), G, "reserving takes no memory");
+        sim.release_address_range(0, range, 8 * G)?;
+        assert_eq!(
+            sim.reserve_address_range(0, 4 * G)?,
+            base,
+            "a released range is reused"
+        );
+        let calls = sim.calls(0);
+        assert_eq!((calls.address_reservations, calls.address_releases), (3, 1));
+        assert_eq!(sim.address_range_count(0), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn mapped_bytes_count_against_capacity_and_faults() -> Result<(), BackendError> {
+        let sim = SimBackend::new(1, 6 * G);
+        let range = sim.reserve_address_range(0, 8 * G)?;
+        sim.map_memory(0, range, 2 * G)?;
+        sim.map_memory(0, range + 2 * G as u64, 2 * G)?;
+        assert_eq!(sim.mem_get_info(0)?.free_bytes, 2 * G);
+        assert_eq!(sim.mapped_bytes(0), 4 * G);
+        let segment = sim.alloc_segment(0, G)?;
+        let past = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        assert!(
+            past.is_err_and(|e| e.is_out_of_memory()),
+            "past the capacity"
+        );
+        sim.free_segment(0, segment, G)?;
+        sim.set_oom_above(0, Some(5 * G))?;
+        let limited = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        assert!(
+            limited.is_err_and(|e| e.is_out_of_memory()),
+            "past the limit"
+        );
+        sim.set_oom_above(0, None)?;
+        sim.inject(0, SimFault::AllocOutOfMemory { nth: 1 })?;
+        let injected = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        assert!(injected.is_err_and(|e| e.is_out_of_memory()));
+        sim.inject(0, SimFault::AllocError { nth: 1 })?;
+        let error = sim.map_memory(0, range + 4 * G as u64, 2 * G).unwrap_err();
+        assert!(!error.is_out_of_memory(), "{error}");
+        sim.map_memory(0, range + 4 * G as u64, 2 * G)?;
+        assert_eq!(sim.allocated_bytes(0), 6 * G);
+        let calls = sim.calls(0);
+        assert_eq!((calls.maps, calls.failed_maps), (3, 4));
+        Ok(())
+    }
+
+    #[test]
+    fn bad_calls_are_typed_errors_that_change_nothing() -> Result<(), BackendError> {
+        let sim = SimBackend::new(1, 64 << 20);
+        assert!(matches!(
+            sim.reserve_address_range(0, G + 512),
+            Err(BackendError::BadMapping { .. })
+        ));
+        let range = sim.reserve_address_range(0, 4 * G)?;
+        sim.map_memory(0, range, 2 * G)?;
+        let bad_maps = [
+            (range + G as u64, 2 * G, "overlaps"),
+            (range + 512, G, "unaligned"),
+            (range + 2 * G as u64, 4 * G, "past the range"),
+            (range + 8 * G as u64, G, "outside every range"),
+            (range + 2 * G as u64, 0, "empty"),
+        ];
+        for (ptr, size, why) in bad_maps {
+            assert!(
+                matches!(
+                    sim.map_memory(0, ptr, size),
+                    Err(BackendError::BadMapping { .. })
+                ),
+                "{why}"
+            );
+        }
+        assert!(
+            matches!(
+                sim.unmap_memory(0, range, G),
+                Err(BackendError::BadMapping { .. })
+            ),
+            "half of a mapping"
+        );
+        assert!(
+            matches!(
+                sim.unmap_memory(0, range + 2 * G as u64, 2 * G),
+                Err(BackendError::BadMapping { .. })
+            ),
+            "never mapped"
+        );
+        assert_eq!(
+            sim.release_address_range(0, range, 4 * G),
+            Err(BackendError::AddressRangeInUse {
+                device: 0,
+                ptr: range,
+                mapped_bytes: 2 * G
+            })
+        );
+        assert!(matches!(
+            sim.release_address_range(0, range, 2 * G),
+            Err(BackendError::UnknownAddressRange { .. })
+        ));
+        assert_eq!(sim.mapped_bytes(0), 2 * G, "nothing changed");
+        sim.unmap_memory(0, range, 2 * G)?;
+        sim.release_address_range(0, range, 4 * G)?;
+        assert_eq!((sim.allocated_bytes(0), sim.address_range_count(0)), (0, 0));
+        let calls = sim.calls(0);
+        assert_eq!(
+            (calls.unmaps, calls.failed_unmaps, calls.failed_vmm_calls),
+            (1, 2, 3)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn host_backed_mode_refuses_expandable_segments() {
+        let sim = SimBackend::builder().host_backed(true).build();
+        assert!(!sim.supports_expandable_segments(0));
+        let error = sim.reserve_address_range(0, G).unwrap_err();
+        assert!(matches!(error, BackendError::Unsupported { device: 0, .. }));
+        assert!(error.to_string().contains("host-backed"), "{error}");
+    }
+}
