@@ -61,39 +61,34 @@ fn foreign_event(backend: &DefaultBackend, event: &DefaultEvent) -> BackendError
     }
 }
 
+/// Calls `$method($args)` on whichever backend `$self` holds.
+macro_rules! forward {
+    ($self:ident, $method:ident($($arg:expr),*)) => {
+        match $self {
+            #[cfg(feature = "cuda")]
+            DefaultBackend::Cuda(cuda) => cuda.$method($($arg),*),
+            DefaultBackend::Sim(sim) => sim.$method($($arg),*),
+        }
+    };
+}
+
 impl Backend for DefaultBackend {
     type Event = DefaultEvent;
 
     fn name(&self) -> &'static str {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.name(),
-            DefaultBackend::Sim(sim) => sim.name(),
-        }
+        forward!(self, name())
     }
 
     fn device_count(&self) -> usize {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.device_count(),
-            DefaultBackend::Sim(sim) => sim.device_count(),
-        }
+        forward!(self, device_count())
     }
 
     fn mem_get_info(&self, device: DeviceIndex) -> Result<MemInfo, BackendError> {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.mem_get_info(device),
-            DefaultBackend::Sim(sim) => sim.mem_get_info(device),
-        }
+        forward!(self, mem_get_info(device))
     }
 
     fn alloc_segment(&self, device: DeviceIndex, size_bytes: usize) -> Result<u64, BackendError> {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.alloc_segment(device, size_bytes),
-            DefaultBackend::Sim(sim) => sim.alloc_segment(device, size_bytes),
-        }
+        forward!(self, alloc_segment(device, size_bytes))
     }
 
     fn free_segment(
@@ -102,11 +97,7 @@ impl Backend for DefaultBackend {
         ptr: u64,
         size_bytes: usize,
     ) -> Result<(), BackendError> {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.free_segment(device, ptr, size_bytes),
-            DefaultBackend::Sim(sim) => sim.free_segment(device, ptr, size_bytes),
-        }
+        forward!(self, free_segment(device, ptr, size_bytes))
     }
 
     fn record_event(
@@ -157,18 +148,49 @@ impl Backend for DefaultBackend {
     }
 
     fn alloc_host(&self, size_bytes: usize) -> Result<u64, BackendError> {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.alloc_host(size_bytes),
-            DefaultBackend::Sim(sim) => sim.alloc_host(size_bytes),
-        }
+        forward!(self, alloc_host(size_bytes))
     }
 
     fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
-        match self {
-            #[cfg(feature = "cuda")]
-            DefaultBackend::Cuda(cuda) => cuda.free_host(ptr, size_bytes),
-            DefaultBackend::Sim(sim) => sim.free_host(ptr, size_bytes),
-        }
+        forward!(self, free_host(ptr, size_bytes))
+    }
+
+    fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
+        forward!(self, supports_expandable_segments(device))
+    }
+
+    fn reserve_address_range(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+    ) -> Result<u64, BackendError> {
+        forward!(self, reserve_address_range(device, size_bytes))
+    }
+
+    fn release_address_range(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        forward!(self, release_address_range(device, ptr, size_bytes))
+    }
+
+    fn map_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        forward!(self, map_memory(device, ptr, size_bytes))
+    }
+
+    fn unmap_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        forward!(self, unmap_memory(device, ptr, size_bytes))
     }
 }

@@ -334,3 +334,22 @@ fn driver_call_errors_pass_through_the_diagnosis_unchanged() {
         ))
     );
 }
+
+#[test]
+fn the_default_allocator_on_the_simulated_device_has_expandable_segments() {
+    let alloc = new_default_allocator_with(|name| match name {
+        "BLOCKPOOL_BACKEND" => Some("sim".to_owned()),
+        "BLOCKPOOL_ALLOC_CONF" => Some("expandable_segments:True".to_owned()),
+        _ => None,
+    })
+    .expect("sim needs nothing");
+    assert!(alloc.config().expandable_segments(), "not turned off by a fallback");
+    let a = alloc.allocate(0, 30 << 20, StreamId::DEFAULT).unwrap();
+    let b = alloc.allocate(0, 30 << 20, StreamId::DEFAULT).unwrap();
+    assert_eq!(b.ptr(), a.ptr() + (30 << 20), "one segment, grown in place");
+    let DefaultBackend::Sim(sim) = alloc.backend() else {
+        panic!("BLOCKPOOL_BACKEND=sim gives the simulated device");
+    };
+    assert_eq!(sim.calls(0).segment_allocs, 0, "no fixed segment");
+    assert_eq!(sim.mapped_bytes(0), 60 << 20, "three 20 MiB units mapped");
+}
