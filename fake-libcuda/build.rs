@@ -10,6 +10,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/driver.rs");
+    println!("cargo:rerun-if-changed=src/vmm.rs");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let dir = out_dir.join("driver");
     std::fs::create_dir_all(&dir).expect("create the fake driver's folder in OUT_DIR");

@@ -10,6 +10,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::{Mutex, MutexGuard};
 
+/// Virtual memory management (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, ...).
+#[path = "vmm.rs"]
+pub mod vmm;
+
 /// `CUresult` values this driver returns.
 mod code {
     pub const SUCCESS: u32 = 0;
@@ -94,6 +98,7 @@ const ATTRIBUTE_UNIFIED_ADDRESSING: c_uint = 41;
 const ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
 const ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
 const ATTRIBUTE_MEMORY_POOLS_SUPPORTED: c_uint = 115;
+const ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: c_uint = 102;
 
 /// Alignment of device and host allocations (the real driver gives at least 256 bytes).
 const ALIGNMENT: usize = 4096;
@@ -123,6 +128,8 @@ pub struct Counts {
     device_frees: u64,
     event_records: u64,
     errors: u64,
+    live_reservations: u64,
+    created_bytes: u64,
 }
 
 /// A device: its memory and its primary context's reference count.
@@ -152,6 +159,9 @@ struct Driver {
     event_delay: u32,
     /// What `cuDevicePrimaryCtxRetain` answers instead of a context, if not success.
     retain_error: u32,
+    /// Whether the devices say they support virtual memory management.
+    vmm_supported: bool,
+    vmm: vmm::AddressSpace,
     allocations: BTreeMap<u64, Allocation>,
     host: HashMap<usize, usize>,
     events: HashMap<usize, Event>,
@@ -169,6 +179,7 @@ struct Knobs {
     init_error: u32,
     retain_error: u32,
     event_delay: u32,
+    vmm: u32,
 }
 
 static DRIVER: Mutex<Option<Driver>> = Mutex::new(None);
@@ -217,6 +228,7 @@ fn read_knobs() -> Result<Knobs, u32> {
         init_error: knob("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", code::SUCCESS)?,
         retain_error: knob("BLOCKPOOL_FAKE_CUDA_RETAIN_ERROR", code::SUCCESS)?,
         event_delay: knob("BLOCKPOOL_FAKE_CUDA_EVENT_DELAY", 0)?,
+        vmm: knob("BLOCKPOOL_FAKE_CUDA_VMM", 1)?,
     };
     for (name, value) in [
         ("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", knobs.init_error),
@@ -257,6 +269,8 @@ impl Driver {
             driver_version: knobs.driver_version,
             event_delay: knobs.event_delay,
             retain_error: knobs.retain_error,
+            vmm_supported: knobs.vmm != 0,
+            vmm: vmm::AddressSpace::default(),
             allocations: BTreeMap::new(),
             host: HashMap::new(),
             events: HashMap::new(),
@@ -343,6 +357,9 @@ impl Driver {
 
     /// Checks that `[ptr, ptr + len)` lies inside one live allocation.
     fn check_range(&self, ptr: u64, len: usize) -> Result<(), u32> {
+        if self.vmm.covers(ptr, len) {
+            return Ok(());
+        }
         let (&start, allocation) = self
             .allocations
             .range(..=ptr)
@@ -372,6 +389,8 @@ impl Driver {
             live_events: self.events.len() as u64,
             live_streams: self.streams.len() as u64,
             retained_contexts: self.devices.iter().map(|d| u64::from(d.primary_refs)).sum(),
+            live_reservations: self.vmm.reservation_count(),
+            created_bytes: self.vmm.created_bytes(),
             ..self.counts
         }
     }
@@ -514,6 +533,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
             ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
             ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
             ATTRIBUTE_MEMORY_POOLS_SUPPORTED | ATTRIBUTE_UNIFIED_ADDRESSING => 1,
+            ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED => c_int::from(d.vmm_supported),
             _ => 0,
         };
         write(value, answer)

@@ -3,8 +3,10 @@
 //! The build script compiles [`src/driver.rs`](../driver.rs) into `libcuda.so` (the name
 //! cudarc's loader tries first) in a folder of its own, [`LIBRARY_DIR`]. A process started
 //! with that folder in `LD_LIBRARY_PATH` loads the fake and runs blockpool's real CUDA code
-//! paths against it: contexts, `cuMemAlloc`/`cuMemFree`, events, streams, copies and pinned
-//! host memory, with device memory backed by host memory so copies round-trip. Kernels are
+//! paths against it: contexts, `cuMemAlloc`/`cuMemFree`, events, streams, copies, pinned
+//! host memory and virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`: expandable segments), with device memory backed by host memory so copies
+//! round-trip. Kernels are
 //! the one thing it cannot run (`cuModuleLoadData` answers `CUDA_ERROR_NOT_SUPPORTED`).
 //!
 //! It checks what a driver checks, so the tests find protocol mistakes: calls before `cuInit`,
@@ -20,6 +22,7 @@
 //! | `BLOCKPOOL_FAKE_CUDA_INIT_ERROR` | 0 | the code `cuInit` returns (100: no device) |
 //! | `BLOCKPOOL_FAKE_CUDA_RETAIN_ERROR` | 0 | the code `cuDevicePrimaryCtxRetain` returns (46: device busy) |
 //! | `BLOCKPOOL_FAKE_CUDA_EVENT_DELAY` | 0 | `cuEventQuery` answers not-ready this many times per record |
+//! | `BLOCKPOOL_FAKE_CUDA_VMM` | 1 | whether devices support virtual memory management (expandable segments) |
 //!
 //! # Its own entry points
 //! - `blockpoolFakeCudaCounts(*mut` [`FakeCudaCounts`]`)` fills in what is live and how many
@@ -65,6 +68,10 @@ pub struct FakeCudaCounts {
     pub event_records: u64,
     /// Calls that returned an error.
     pub errors: u64,
+    /// Live `cuMemAddressReserve` ranges.
+    pub live_reservations: u64,
+    /// Bytes of live `cuMemCreate` allocations (mapped or not).
+    pub created_bytes: u64,
 }
 
 /// The value of `LD_LIBRARY_PATH` that puts the fake first, before `current` (the value the

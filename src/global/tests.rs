@@ -343,10 +343,15 @@ fn the_default_allocator_on_the_simulated_device_has_expandable_segments() {
         _ => None,
     })
     .expect("sim needs nothing");
-    assert!(alloc.config().expandable_segments(), "not turned off by a fallback");
+    assert!(
+        alloc.config().expandable_segments(),
+        "not turned off by a fallback"
+    );
     let a = alloc.allocate(0, 30 << 20, StreamId::DEFAULT).unwrap();
     let b = alloc.allocate(0, 30 << 20, StreamId::DEFAULT).unwrap();
     assert_eq!(b.ptr(), a.ptr() + (30 << 20), "one segment, grown in place");
+    // Without the `cuda` feature the simulated device is the only kind.
+    #[allow(irrefutable_let_patterns)]
     let DefaultBackend::Sim(sim) = alloc.backend() else {
         panic!("BLOCKPOOL_BACKEND=sim gives the simulated device");
     };

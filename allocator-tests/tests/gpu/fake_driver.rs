@@ -25,8 +25,8 @@ const KERNEL_TESTS: [&str; 2] = [
 /// The test that needs two devices, skipped in the one-device run.
 const TWO_DEVICE_TEST: &str = "fake_driver::on_fake_two_devices_have_a_pool_each";
 
-/// Ignored tests of this binary that are not kernel tests: 8 GPU tests and 6 `on_fake` ones.
-const NON_KERNEL_TESTS: usize = 8 + 6;
+/// Ignored tests of this binary that are not kernel tests: 9 GPU tests and 6 `on_fake` ones.
+const NON_KERNEL_TESTS: usize = 9 + 6;
 
 #[test]
 #[cfg(target_os = "linux")]
@@ -138,6 +138,10 @@ fn on_fake_everything_goes_back_to_the_driver() {
     let devices = alloc.device_count() as u64;
     drop(alloc);
     let end = counts();
+    assert_eq!(
+        end.live_reservations, before.live_reservations,
+        "an address range is still reserved: {end:?}"
+    );
     assert_eq!(
         end.live_events, before.live_events,
         "the event pool was not destroyed: {end:?}"

@@ -160,3 +160,71 @@ fn pinned_host_memory_round_trips_through_the_device() {
         "a double free is refused, typed: {err:?}"
     );
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
+    let backend = CudaBackend::new().expect("a GPU");
+    assert!(
+        backend.supports_expandable_segments(0),
+        "every GPU since Pascal supports virtual memory management"
+    );
+    let config = blockpool::AllocatorConfig::builder()
+        .expandable_segments(true)
+        .build()
+        .unwrap();
+    let alloc = blockpool::CachingAllocator::new(backend, config);
+    let free_before = alloc.mem_get_info(0).unwrap().free_bytes;
+    let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
+    let id = CudaBackend::stream_id(&stream);
+
+    let a = alloc.allocate(0, 30 * MIB, id).unwrap();
+    // 30 MiB of u32s, across the boundary of two mapped 20 MiB units.
+    let values: Vec<u32> = (0..(30 * MIB / 4) as u32).collect();
+    let b = DeviceBuffer::from_host(&alloc, 0, &values, &stream).unwrap();
+    assert_eq!(
+        b.ptr(),
+        a.ptr() + (30 * MIB) as u64,
+        "one segment, grown in place"
+    );
+    assert_eq!(
+        b.to_vec().unwrap(),
+        values,
+        "written and read across mapped units"
+    );
+    assert_eq!(
+        alloc.backend().segment_count(0).unwrap(),
+        0,
+        "no cuMemAlloc"
+    );
+    assert_eq!(
+        alloc.backend().mapped_bytes(0).unwrap(),
+        60 * MIB,
+        "three 20 MiB units"
+    );
+    let stats = alloc.memory_stats(0).unwrap();
+    assert_eq!(stats["reserved_bytes.all.current"], (60 * MIB) as i64);
+    let free_during = alloc.mem_get_info(0).unwrap().free_bytes;
+    assert!(
+        free_before - free_during >= 60 * MIB,
+        "the driver sees the mapped memory: free went from {free_before} to {free_during}"
+    );
+
+    drop((a, b));
+    alloc.empty_cache().unwrap();
+    assert_eq!(
+        alloc.backend().mapped_bytes(0).unwrap(),
+        0,
+        "every unit unmapped"
+    );
+    assert_eq!(
+        alloc.memory_stats(0).unwrap()["reserved_bytes.all.current"],
+        0
+    );
+    let free_after = alloc.mem_get_info(0).unwrap().free_bytes;
+    assert!(
+        free_after + 16 * MIB >= free_before,
+        "the memory went back: free {free_before} before, {free_after} after"
+    );
+    alloc.check_invariants(0).unwrap();
+}

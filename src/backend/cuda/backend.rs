@@ -27,7 +27,9 @@ pub const MIN_DRIVER_VERSION: i32 = 11040;
 
 /// Real NVIDIA GPUs through the CUDA driver: segments from `cuMemAlloc_v2` / `cuMemFree_v2` in
 /// each device's primary context, events from a recycled per-device pool created with
-/// `CU_EVENT_DISABLE_TIMING`, pinned host memory from `cuMemHostAlloc`.
+/// `CU_EVENT_DISABLE_TIMING`, pinned host memory from `cuMemHostAlloc`, and expandable
+/// segments from the driver's virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
+/// `cuMemMap`) on devices that support it.
 ///
 /// Cloning is cheap and gives another handle to the same devices. Out-of-memory from the
 /// driver becomes the retryable [`BackendError::OutOfMemory`] (or
@@ -191,6 +193,11 @@ impl CudaBackend {
         Ok(self.device(device)?.allocated_bytes())
     }
 
+    /// Bytes of device memory mapped into expandable segments' address ranges on `device`.
+    pub fn mapped_bytes(&self, device: DeviceIndex) -> Result<usize, BackendError> {
+        Ok(self.device(device)?.address_space.mapped_bytes())
+    }
+
     /// Number of live segments on `device`.
     pub fn segment_count(&self, device: DeviceIndex) -> Result<usize, BackendError> {
         Ok(self.device(device)?.segment_count())
@@ -310,6 +317,46 @@ impl Backend for CudaBackend {
         let addr = ptr as u64;
         self.inner.host.lock().insert(addr, size_bytes);
         Ok(addr)
+    }
+
+    fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
+        self.device(device)
+            .is_ok_and(|d| d.properties.virtual_memory_supported)
+    }
+
+    fn reserve_address_range(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+    ) -> Result<u64, BackendError> {
+        self.device(device)?.reserve_address_range(size_bytes)
+    }
+
+    fn release_address_range(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?.release_address_range(ptr, size_bytes)
+    }
+
+    fn map_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?.map_memory(ptr, size_bytes)
+    }
+
+    fn unmap_memory(
+        &self,
+        device: DeviceIndex,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        self.device(device)?.unmap_memory(ptr, size_bytes)
     }
 
     fn free_host(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {

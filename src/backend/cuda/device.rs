@@ -14,6 +14,7 @@ use cudarc::driver::CudaContext;
 use parking_lot::Mutex;
 
 use super::error::{check, driver_error};
+use super::vmm::AddressSpace;
 use crate::backend::{BackendError, DeviceIndex, MemInfo, StreamId};
 
 /// What the driver reports about a device, read once when the backend is created.
@@ -30,6 +31,9 @@ pub struct CudaDeviceProperties {
     pub multiprocessor_count: u32,
     /// Whether the device supports stream-ordered allocation (`cuMemAllocAsync`).
     pub memory_pools_supported: bool,
+    /// Whether the device supports virtual memory management (`cuMemMap`), which
+    /// expandable segments need.
+    pub virtual_memory_supported: bool,
 }
 
 /// A `CUevent` created with `CU_EVENT_DISABLE_TIMING`, owned by one device's pool.
@@ -50,6 +54,8 @@ pub(super) struct CudaDevice {
     segments: Mutex<HashMap<u64, usize>>,
     /// Idle events, ready to be recorded again.
     events: Mutex<Vec<RawEvent>>,
+    /// Reserved ranges and mappings of expandable segments (`vmm.rs`).
+    pub(super) address_space: AddressSpace,
 }
 
 impl CudaDevice {
@@ -69,6 +75,9 @@ impl CudaDevice {
         let minor = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let multiprocessors = attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let pools = attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?;
+        let vmm = attribute(A::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED)?;
+        // `CudaContext::new` made the context current on this thread.
+        let address_space = AddressSpace::probe(index, vmm);
         let properties = CudaDeviceProperties {
             name: device_name(index, context.cu_device())?,
             compute_capability: (major.max(0) as u32, minor.max(0) as u32),
@@ -77,6 +86,7 @@ impl CudaDevice {
                 .map_err(|e| driver_error(index, e.0, "cuDeviceTotalMem_v2"))?,
             multiprocessor_count: multiprocessors.max(0) as u32,
             memory_pools_supported: pools > 0,
+            virtual_memory_supported: address_space.supported(),
         };
         Ok(CudaDevice {
             index,
@@ -84,6 +94,7 @@ impl CudaDevice {
             properties,
             segments: Mutex::new(HashMap::new()),
             events: Mutex::new(Vec::new()),
+            address_space,
         })
     }
 
@@ -230,17 +241,19 @@ fn device_name(index: DeviceIndex, device: sys::CUdevice) -> Result<String, Back
 impl Drop for CudaDevice {
     fn drop(&mut self) {
         let events = std::mem::take(&mut *self.events.lock());
-        if events.is_empty() {
+        if events.is_empty() && self.address_space.is_empty() {
             return;
         }
         if let Err(e) = self.make_current() {
             tracing::warn!(
                 device = self.index,
-                "leaking {} pooled events: {e}",
+                "leaking {} pooled events and any expandable-segment ranges: {e}",
                 events.len()
             );
             return;
         }
+        // Normally empty: the allocator unmaps and releases everything when it is dropped.
+        self.release_address_space();
         for event in events {
             // SAFETY: each pooled event was created on this device's context (current now),
             // is idle (it is in the pool), and is destroyed once, here.

@@ -1,0 +1,400 @@
+//! Expandable segments on CUDA: virtual address ranges (`cuMemAddressReserve`) mapped unit by
+//! unit to physical memory (`cuMemCreate`, `cuMemMap`, `cuMemSetAccess`), unmapped and freed
+//! again (`cuMemUnmap`, `cuMemRelease`), and released (`cuMemAddressFree`).
+//!
+//! Each device keeps its reserved ranges and, inside each, its mappings with their physical
+//! allocation handles, so a call naming memory it never handed out is refused with a typed
+//! error before the driver sees it, as the simulated backend refuses it.
+
+use std::collections::BTreeMap;
+
+use cudarc::driver::sys::{self, CUresult};
+use parking_lot::Mutex;
+
+use super::device::CudaDevice;
+use super::error::{check, device_alloc_error};
+use crate::backend::{BackendError, DeviceIndex};
+
+/// The unit the pool maps in (its small segment size); the driver's granularity must divide it.
+const POOL_UNIT: usize = 2 << 20;
+
+/// One device's reserved ranges.
+pub(super) struct AddressSpace {
+    /// The driver's minimum mapping granularity, when the device supports virtual memory
+    /// management and the granularity divides [`POOL_UNIT`]; `None` otherwise.
+    granularity: Option<usize>,
+    /// Reserved ranges by start address.
+    ranges: Mutex<BTreeMap<u64, Range>>,
+}
+
+struct Range {
+    size_bytes: usize,
+    /// Mappings by start address: size and the physical allocation behind it.
+    mappings: BTreeMap<u64, (usize, sys::CUmemGenericAllocationHandle)>,
+}
+
+/// `CUmemLocation` as the C header lays it out. cudarc's binding of it changes with the CUDA
+/// version it was generated for (the id became a union member in 12.9), so the few fields
+/// blockpool sets are written through this fixed layout instead.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Location {
+    /// `CUmemLocationType`.
+    kind: u32,
+    /// The device ordinal.
+    id: i32,
+}
+
+/// `CUmemAllocationProp` as the C header lays it out (see [`Location`]).
+#[repr(C)]
+struct AllocationProperties {
+    /// `CUmemAllocationType`.
+    kind: u32,
+    /// `CUmemAllocationHandleType`.
+    requested_handle_types: u32,
+    location: Location,
+    win32_handle_metadata: *mut std::ffi::c_void,
+    /// `compressionType`, `gpuDirectRDMACapable`, `usage` and reserved bytes: all zero.
+    allocation_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc` as the C header lays it out (see [`Location`]).
+#[repr(C)]
+struct AccessDescriptor {
+    location: Location,
+    /// `CUmemAccess_flags`.
+    flags: u32,
+}
+
+// The fixed layouts are the bindings' sizes, whatever CUDA version cudarc was built for.
+const _: () = {
+    assert!(std::mem::size_of::<Location>() == std::mem::size_of::<sys::CUmemLocation>());
+    assert!(
+        std::mem::size_of::<AllocationProperties>()
+            == std::mem::size_of::<sys::CUmemAllocationProp>()
+    );
+    assert!(std::mem::size_of::<AccessDescriptor>() == std::mem::size_of::<sys::CUmemAccessDesc>());
+};
+
+/// Memory on device `device`.
+fn device_location(device: DeviceIndex) -> Location {
+    Location {
+        kind: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32,
+        id: device as i32,
+    }
+}
+
+/// Pinned device memory on `device`, as `cuMemCreate` and the granularity query want it.
+fn allocation_properties(device: DeviceIndex) -> AllocationProperties {
+    AllocationProperties {
+        kind: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32,
+        requested_handle_types: 0, // CU_MEM_HANDLE_TYPE_NONE
+        location: device_location(device),
+        win32_handle_metadata: std::ptr::null_mut(),
+        allocation_flags: [0; 8],
+    }
+}
+
+impl AddressSpace {
+    /// Reads whether `device` supports virtual memory management and at what granularity;
+    /// any failure means unsupported (said at debug level), never an error.
+    pub(super) fn probe(device: DeviceIndex, vmm_attribute: i32) -> AddressSpace {
+        let none = AddressSpace {
+            granularity: None,
+            ranges: Mutex::new(BTreeMap::new()),
+        };
+        if vmm_attribute <= 0 {
+            return none;
+        }
+        let properties = allocation_properties(device);
+        let mut granularity = 0usize;
+        // SAFETY: the driver is initialized and the device's context is current (called from
+        // `CudaDevice::open`); both pointers are valid for the call, `properties` in the C
+        // layout of `CUmemAllocationProp`.
+        let code = unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut granularity,
+                (&properties as *const AllocationProperties).cast(),
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+            )
+        };
+        if code != CUresult::CUDA_SUCCESS || granularity == 0 || POOL_UNIT % granularity != 0 {
+            tracing::debug!(
+                device,
+                ?code,
+                granularity,
+                "no expandable segments: the mapping granularity does not divide 2 MiB"
+            );
+            return none;
+        }
+        AddressSpace {
+            granularity: Some(granularity),
+            ..none
+        }
+    }
+
+    /// Whether the device can back expandable segments.
+    pub(super) fn supported(&self) -> bool {
+        self.granularity.is_some()
+    }
+
+    /// Whether nothing is reserved.
+    pub(super) fn is_empty(&self) -> bool {
+        self.ranges.lock().is_empty()
+    }
+
+    /// Bytes mapped in every range.
+    pub(super) fn mapped_bytes(&self) -> usize {
+        self.ranges
+            .lock()
+            .values()
+            .flat_map(|r| r.mappings.values())
+            .map(|&(size, _)| size)
+            .sum()
+    }
+}
+
+impl CudaDevice {
+    /// The granularity, or the `Unsupported` error for `what`.
+    fn granularity(&self, what: &'static str) -> Result<usize, BackendError> {
+        self.address_space
+            .granularity
+            .ok_or(BackendError::Unsupported {
+                device: self.index,
+                what,
+            })
+    }
+
+    /// `cuMemAddressReserve` of `size_bytes`, a non-zero multiple of the granularity.
+    pub(super) fn reserve_address_range(&self, size_bytes: usize) -> Result<u64, BackendError> {
+        let granularity = self.granularity("reserving address ranges")?;
+        if size_bytes == 0 || size_bytes % granularity != 0 {
+            return Err(BackendError::BadMapping {
+                device: self.index,
+                what: "reserve",
+                ptr: 0,
+                size_bytes,
+                reason: "the size must be a non-zero multiple of the driver's granularity",
+            });
+        }
+        self.make_current()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the device's context is current and `ptr` is a valid out-pointer; address 0
+        // and alignment 0 let the driver choose.
+        let code = unsafe { sys::cuMemAddressReserve(&mut ptr, size_bytes, 0, 0, 0) };
+        check(self.index, code, "cuMemAddressReserve")?;
+        self.address_space.ranges.lock().insert(
+            ptr,
+            Range {
+                size_bytes,
+                mappings: BTreeMap::new(),
+            },
+        );
+        Ok(ptr)
+    }
+
+    /// `cuMemAddressFree` of a range reserved here with this size and nothing mapped in it.
+    pub(super) fn release_address_range(
+        &self,
+        ptr: u64,
+        size_bytes: usize,
+    ) -> Result<(), BackendError> {
+        let mut ranges = self.address_space.ranges.lock();
+        match ranges.get(&ptr) {
+            Some(r) if r.size_bytes == size_bytes && r.mappings.is_empty() => {}
+            Some(r) if r.size_bytes == size_bytes => {
+                return Err(BackendError::AddressRangeInUse {
+                    device: self.index,
+                    ptr,
+                    mapped_bytes: r.mappings.values().map(|&(size, _)| size).sum(),
+                })
+            }
+            _ => {
+                return Err(BackendError::UnknownAddressRange {
+                    device: self.index,
+                    ptr,
+                    size_bytes,
+                })
+            }
+        }
+        self.make_current()?;
+        // SAFETY: `ptr..ptr + size_bytes` was reserved by `cuMemAddressReserve` on this device
+        // (it is in `ranges`, removed only here, under the lock) and nothing is mapped in it.
+        let code = unsafe { sys::cuMemAddressFree(ptr, size_bytes) };
+        check(self.index, code, "cuMemAddressFree")?;
+        ranges.remove(&ptr);
+        Ok(())
+    }
+
+    /// Creates `size_bytes` of physical memory and maps it read/write at `ptr`, inside a
+    /// reserved range and over no mapping. Out of memory is [`BackendError::OutOfMemory`].
+    pub(super) fn map_memory(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        let granularity = self.granularity("mapping memory")?;
+        let mut ranges = self.address_space.ranges.lock();
+        let start = self.free_space_at(&ranges, ptr, size_bytes, granularity)?;
+        self.make_current()?;
+        let properties = allocation_properties(self.index);
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: the device's context is current; `handle` and `properties` (in the C layout
+        // of `CUmemAllocationProp`) are valid for the call; flags must be 0.
+        let code = unsafe {
+            sys::cuMemCreate(
+                &mut handle,
+                size_bytes,
+                (&properties as *const AllocationProperties).cast(),
+                0,
+            )
+        };
+        if code != CUresult::CUDA_SUCCESS {
+            return Err(device_alloc_error(
+                self.index,
+                code,
+                size_bytes,
+                "cuMemCreate",
+            ));
+        }
+        if let Err(e) = self.map_and_enable(ptr, size_bytes, handle) {
+            // SAFETY: `handle` came from `cuMemCreate` above and is mapped nowhere.
+            let code = unsafe { sys::cuMemRelease(handle) };
+            if let Err(release) = check(self.index, code, "cuMemRelease") {
+                tracing::warn!(device = self.index, "{release}");
+            }
+            return Err(e);
+        }
+        if let Some(range) = ranges.get_mut(&start) {
+            range.mappings.insert(ptr, (size_bytes, handle));
+        }
+        Ok(())
+    }
+
+    /// `cuMemMap` of `handle` at `ptr`, then `cuMemSetAccess` read/write for this device;
+    /// unmapped again if access cannot be set.
+    fn map_and_enable(
+        &self,
+        ptr: u64,
+        size_bytes: usize,
+        handle: sys::CUmemGenericAllocationHandle,
+    ) -> Result<(), BackendError> {
+        // SAFETY: `ptr..ptr + size_bytes` lies in a range reserved on this device with nothing
+        // mapped there (checked by the caller under the ranges lock, still held); `handle` is
+        // a live allocation of exactly `size_bytes`; offset and flags must be 0.
+        let code = unsafe { sys::cuMemMap(ptr, size_bytes, 0, handle, 0) };
+        check(self.index, code, "cuMemMap")?;
+        let access = AccessDescriptor {
+            location: device_location(self.index),
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u32,
+        };
+        // SAFETY: the range was just mapped; `access` is one descriptor in the C layout.
+        let code = unsafe {
+            sys::cuMemSetAccess(
+                ptr,
+                size_bytes,
+                (&access as *const AccessDescriptor).cast(),
+                1,
+            )
+        };
+        if let Err(e) = check(self.index, code, "cuMemSetAccess") {
+            // SAFETY: the range was mapped just above and is used by nothing yet.
+            let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
+            if let Err(unmap) = check(self.index, code, "cuMemUnmap") {
+                tracing::warn!(device = self.index, "{unmap}");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Unmaps exactly an earlier `map_memory(ptr, size_bytes)` and frees its memory.
+    pub(super) fn unmap_memory(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
+        let mut ranges = self.address_space.ranges.lock();
+        let found = ranges.range_mut(..=ptr).next_back().and_then(|(_, range)| {
+            match range.mappings.get(&ptr) {
+                Some(&(size, handle)) if size == size_bytes => Some((range, handle)),
+                _ => None,
+            }
+        });
+        let Some((range, handle)) = found else {
+            return Err(BackendError::BadMapping {
+                device: self.index,
+                what: "unmap",
+                ptr,
+                size_bytes,
+                reason: "no earlier map_memory call mapped exactly this range",
+            });
+        };
+        self.make_current()?;
+        // SAFETY: `ptr..ptr + size_bytes` is exactly one mapping made by `map_memory` (it is in
+        // `mappings`, under the lock); the allocator unmaps only free units whose events have
+        // completed.
+        let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
+        check(self.index, code, "cuMemUnmap")?;
+        range.mappings.remove(&ptr);
+        // SAFETY: `handle` was created for this mapping, which is gone; released once, here.
+        let code = unsafe { sys::cuMemRelease(handle) };
+        check(self.index, code, "cuMemRelease")
+    }
+
+    /// Unmaps and frees every mapping and releases every range (the backend is going away);
+    /// failures are warned about, and what failed is leaked to the context.
+    pub(super) fn release_address_space(&self) {
+        let ranges = std::mem::take(&mut *self.address_space.ranges.lock());
+        for (start, range) in ranges {
+            for (ptr, (size_bytes, handle)) in range.mappings {
+                // SAFETY: a mapping made by `map_memory` on this device, whose context is
+                // current (the caller made it so); nothing uses the backend any more.
+                let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
+                let unmapped = check(self.index, code, "cuMemUnmap");
+                // SAFETY: the handle of that mapping, released once, here.
+                let code = unsafe { sys::cuMemRelease(handle) };
+                if let Err(e) = unmapped.and(check(self.index, code, "cuMemRelease")) {
+                    tracing::warn!(device = self.index, "{e}");
+                }
+            }
+            // SAFETY: a range reserved on this device, with its mappings gone.
+            let code = unsafe { sys::cuMemAddressFree(start, range.size_bytes) };
+            if let Err(e) = check(self.index, code, "cuMemAddressFree") {
+                tracing::warn!(device = self.index, "{e}");
+            }
+        }
+    }
+
+    /// The start of the reserved range holding `[ptr, ptr + size_bytes)` with nothing mapped
+    /// there, or why not.
+    fn free_space_at(
+        &self,
+        ranges: &BTreeMap<u64, Range>,
+        ptr: u64,
+        size_bytes: usize,
+        granularity: usize,
+    ) -> Result<u64, BackendError> {
+        let bad = |reason| BackendError::BadMapping {
+            device: self.index,
+            what: "map",
+            ptr,
+            size_bytes,
+            reason,
+        };
+        if size_bytes == 0 || size_bytes % granularity != 0 || ptr % granularity as u64 != 0 {
+            return Err(bad(
+                "address and size must be non-zero multiples of the driver's granularity",
+            ));
+        }
+        let end = ptr
+            .checked_add(size_bytes as u64)
+            .ok_or(bad("the range runs past the address space"))?;
+        let (&start, range) = ranges
+            .range(..=ptr)
+            .next_back()
+            .filter(|(&start, range)| end <= start + range.size_bytes as u64)
+            .ok_or(bad("the range lies in no reserved address range"))?;
+        let overlaps_before = range
+            .mappings
+            .range(..=ptr)
+            .next_back()
+            .is_some_and(|(&at, &(size, _))| at + size as u64 > ptr);
+        if overlaps_before || range.mappings.range(ptr..end).next().is_some() {
+            return Err(bad("the range overlaps memory mapped earlier"));
+        }
+        Ok(start)
+    }
+}
