@@ -23,38 +23,33 @@ die() {
     exit 2
 }
 
-# The executable of the artifact whose target is named $1, from cargo's JSON messages on stdin.
-executable_of() {
-    if command -v jq >/dev/null 2>&1; then
-        jq -r --arg name "$1" \
-            'select(.reason == "compiler-artifact" and .target.name == $name and .executable != null) | .executable'
-    else
-        python3 -c '
-import json, sys
-for line in sys.stdin:
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
-        print(m["executable"])
-' "$1"
-    fi
-}
-
-# The OUT_DIR of the build script of package $1, from cargo's JSON messages on stdin.
-out_dir_of() {
+# From cargo's JSON messages on stdin, field $1 of the messages of kind $2 whose target (or
+# path package) is named $3: `executable_of NAME` and `out_dir_of PACKAGE` below.
+cargo_field() {
     python3 -c '
 import json, sys
+field, reason, name = sys.argv[1:4]
 for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
         continue
+    if m.get("reason") != reason or not m.get(field):
+        continue
     # A path package id ends in ".../<folder>#<version>".
-    if m.get("reason") == "build-script-executed" and "/" + sys.argv[1] + "#" in m.get("package_id", ""):
-        print(m["out_dir"])
-' "$1"
+    if m.get("target", {}).get("name") == name or "/" + name + "#" in m.get("package_id", ""):
+        print(m[field])
+' "$@"
+}
+
+# The executable of the artifact whose target is named $1.
+executable_of() {
+    cargo_field executable compiler-artifact "$1"
+}
+
+# The OUT_DIR of the build script of the path package in folder $1.
+out_dir_of() {
+    cargo_field out_dir build-script-executed "$1"
 }
 
 build() {

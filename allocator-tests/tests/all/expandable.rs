@@ -6,6 +6,7 @@
 //! The simulator places each reserved range first fit from `BASE` (its reservation window),
 //! 2 MiB aligned, with 2 MiB of unused space after it.
 
+use crate::support::{stat, valid};
 use blockpool::pool::BlockState;
 use blockpool::trace::Action;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId};
@@ -26,25 +27,6 @@ fn setup(capacity: usize) -> (SimBackend, CachingAllocator<SimBackend>) {
     let sim = SimBackend::new(1, capacity);
     let alloc = CachingAllocator::new(sim.clone(), expandable());
     (sim, alloc)
-}
-
-fn stat(alloc: &CachingAllocator<SimBackend>, key: &str) -> i64 {
-    let stats = alloc.memory_stats(0).expect("device 0 exists");
-    stats
-        .get(key)
-        .unwrap_or_else(|| panic!("memory_stats has no key {key}"))
-}
-
-/// Invariants hold and reserved bytes are exactly what the device has mapped for us.
-fn valid(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) {
-    if let Err(e) = alloc.check_invariants(0) {
-        panic!("invariant broken: {e}");
-    }
-    assert_eq!(
-        stat(alloc, "reserved_bytes.all.current") as usize,
-        sim.allocated_bytes(0),
-        "reserved bytes must equal what the device has mapped and allocated"
-    );
 }
 
 /// The mapped runs of device 0 as (offset from BASE in MiB, size in MiB).

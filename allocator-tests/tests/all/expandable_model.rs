@@ -11,11 +11,11 @@
 //! every allocation dropped, `empty_cache` must give everything back: no memory mapped and no
 //! address range reserved.
 
+use crate::support::proptest_config;
 use blockpool::backend::SimFault;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::FileFailurePersistence;
 
 const MIB: usize = 1 << 20;
 const CAPACITY: usize = 128 * MIB;
@@ -224,21 +224,8 @@ impl Model {
     }
 }
 
-fn proptest_config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/expandable_model.txt",
-        ))),
-        ..ProptestConfig::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 500;
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(proptest_config("proptest-regressions/expandable_model.txt", 500))]
 
     #[test]
     fn random_operations_on_expandable_segments_keep_every_invariant(

@@ -12,11 +12,11 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use crate::support::proptest_config;
 use blockpool::host::{round_size, size_index, HostAllocation, HostCachingAllocator, HostError};
 use blockpool::host::{HostStats, HOST_BUCKETS};
 use blockpool::{BackendError, SimBackend, StreamId};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 const CAPACITY: usize = 64 << 10;
 const DEVICES: usize = 2;
@@ -329,21 +329,8 @@ impl Harness {
     }
 }
 
-fn proptest_config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/host.txt",
-        ))),
-        ..ProptestConfig::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 500;
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(proptest_config("proptest-regressions/host.txt", 500))]
 
     #[test]
     fn host_cache_matches_the_reference_model(ops in prop::collection::vec(op(), 1..150)) {

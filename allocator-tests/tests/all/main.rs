@@ -15,4 +15,5 @@ mod rmm_fixture;
 mod scenarios;
 mod state;
 mod stress;
+mod support;
 mod trace_roundtrip;

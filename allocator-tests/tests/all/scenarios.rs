@@ -4,6 +4,7 @@
 //! whose size is a multiple of 2 MiB start on 2 MiB boundaries, lowest free address first), so
 //! every placement PyTorch's rules imply can be asserted exactly.
 
+use crate::support::{stat, valid};
 use blockpool::pool::BlockState;
 use blockpool::{
     Allocation, AllocatorConfig, BackendError, CachingAllocator, Error, SimBackend, SimFault,
@@ -21,24 +22,6 @@ fn setup(capacity: usize, config: AllocatorConfig) -> (SimBackend, CachingAlloca
     let sim = SimBackend::new(1, capacity);
     let alloc = CachingAllocator::new(sim.clone(), config);
     (sim, alloc)
-}
-
-fn stat(alloc: &CachingAllocator<SimBackend>, key: &str) -> i64 {
-    let stats = alloc.memory_stats(0).expect("device 0 exists");
-    stats
-        .get(key)
-        .unwrap_or_else(|| panic!("memory_stats has no key {key}"))
-}
-
-fn valid(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) {
-    if let Err(e) = alloc.check_invariants(0) {
-        panic!("invariant broken: {e}");
-    }
-    assert_eq!(
-        stat(alloc, "reserved_bytes.all.current") as usize,
-        sim.allocated_bytes(0),
-        "reserved bytes must equal what the device has handed out"
-    );
 }
 
 #[test]

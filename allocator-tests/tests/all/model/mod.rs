@@ -31,10 +31,10 @@ mod ops;
 mod placement;
 mod state;
 
+use crate::support::proptest_config;
 use blockpool::AllocatorConfig;
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::FileFailurePersistence;
 
 use harness::Harness;
 use ops::{op, CONFIGS};
@@ -43,22 +43,8 @@ const OPS_PER_CASE: usize = 200;
 /// Cases per run unless `PROPTEST_CASES` says otherwise.
 const DEFAULT_CASES: u32 = 1000;
 
-fn proptest_config() -> ProptestConfig {
-    let mut config = ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "proptest-regressions/model.txt",
-        ))),
-        ..ProptestConfig::default()
-    };
-    // `ProptestConfig::default()` has read PROPTEST_CASES; only its absence gets our default.
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = DEFAULT_CASES;
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(proptest_config())]
+    #![proptest_config(proptest_config("proptest-regressions/model.txt", DEFAULT_CASES))]
 
     #[test]
     fn random_operations_keep_every_invariant(
@@ -79,7 +65,7 @@ proptest! {
 fn default_case_count_is_at_least_1000_without_proptest_cases() {
     if std::env::var_os("PROPTEST_CASES").is_none() {
         assert!(
-            proptest_config().cases >= 1000,
+            proptest_config("proptest-regressions/model.txt", DEFAULT_CASES).cases >= 1000,
             "the model must run 1000 cases by default"
         );
     }
