@@ -33,12 +33,15 @@ use subjects::blockpool::Blockpool;
 use subjects::Subject;
 
 /// blockpool's other policies (b): configurations of its knobs, key and config string.
-const POLICIES: [(&str, &str); 2] = [
+const POLICIES: [(&str, &str); 3] = [
     // What PyTorch's own out-of-memory message recommends against fragmentation: large cached
     // blocks are not split for smaller requests.
     ("b1", "max_split_size_mb:64"),
     // Fewer distinct block sizes (4 steps per power of two), so freed blocks fit more requests.
     ("b2", "roundup_power2_divisions:4"),
+    // The other half of that message's advice: one segment per stream and pool that grows
+    // and shrinks in 2 MiB / 20 MiB units instead of fixed segments.
+    ("b3", "expandable_segments:True"),
 ];
 
 const USAGE: &str = "usage: blockpool-compare [--quick] [--memtrace PATH] [--fixtures DIR] [--json PATH|-] [--seed N]";

@@ -71,6 +71,10 @@ mod tests {
                 blockpool::Blockpool::new("b1", "max_split_size_mb:64")
                     .expect("a valid configuration"),
             ),
+            Box::new(
+                blockpool::Blockpool::new("b3", "expandable_segments:True")
+                    .expect("a valid configuration"),
+            ),
             Box::new(cubecl::Cubecl),
             Box::new(no_cache::NoCache),
             Box::new(system::System),
