@@ -16,10 +16,11 @@ use fake_libcuda::FakeCudaCounts;
 
 use crate::MIB;
 
-/// The tests that launch kernels, which the fake driver cannot run.
-const KERNEL_TESTS: [&str; 2] = [
+/// The tests that launch kernels (ours or cuBLAS's), which the fake driver cannot run.
+const KERNEL_TESTS: [&str; 3] = [
     "buffers::buffers_are_kernel_arguments",
     "buffers::a_block_used_on_another_stream_waits_for_its_event_before_reuse",
+    "cublas::buffers_go_to_cublas_gemm",
 ];
 
 /// The test that needs two devices, skipped in the one-device run.

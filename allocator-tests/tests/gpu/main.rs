@@ -6,6 +6,7 @@
 //! the GPU machine with `--ignored --test-threads=1`.
 
 mod buffers;
+mod cublas;
 mod fake_driver;
 mod kernels;
 mod memory;
