@@ -136,9 +136,15 @@ pub fn replay(
     let start_state = walker.state();
     // RMM logs and traces without segment information say nothing about reserved memory.
     let has_segments = snapshot.device_segments(device).next().is_some()
-        || snapshot
-            .device_events(device)
-            .any(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentFree));
+        || snapshot.device_events(device).any(|e| {
+            matches!(
+                e.action,
+                Action::SegmentAlloc
+                    | Action::SegmentFree
+                    | Action::SegmentMap
+                    | Action::SegmentUnmap
+            )
+        });
     let recorded =
         (format != TraceFormat::RmmCsv && has_segments).then(|| recorded::walk(&mut walker));
     let events = walker.events();
@@ -259,7 +265,7 @@ fn span(
     let starting = segments.iter().map(|s| (s.address, s.size));
     let allocated = events
         .iter()
-        .filter(|e| e.action == Action::SegmentAlloc)
+        .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
         .map(|e| (e.addr, e.size));
     starting
         .chain(allocated)

@@ -190,7 +190,8 @@ pub fn run(
     let mut next_segment: Option<u64> = None;
     let mut releasing = false;
     for (index, event) in workload.events.iter().enumerate() {
-        let release = event.action == Action::SegmentFree;
+        // A run of releases (expandable segments: unmaps) is what `empty_cache` leaves.
+        let release = matches!(event.action, Action::SegmentFree | Action::SegmentUnmap);
         if release && !releasing {
             replay
                 .empty_cache()

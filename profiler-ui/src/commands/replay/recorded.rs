@@ -8,9 +8,10 @@ use serde::Serialize;
 /// The trace allocator's own figures on one device.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Recorded {
-    /// `segment_alloc` events.
+    /// `segment_alloc` events, and `segment_map` ones (expandable segments), each a device
+    /// allocation as PyTorch's `num_device_alloc` counts them.
     pub segment_allocs: u64,
-    /// `segment_free` events.
+    /// `segment_free` and `segment_unmap` events.
     pub segment_frees: u64,
     /// Highest bytes in segments, the starting state included.
     pub peak_reserved_bytes: u64,
@@ -48,14 +49,14 @@ pub fn walk(walker: &mut StateWalker) -> Recorded {
     while let Some(event) = walker.step() {
         let action = event.action;
         match action {
-            Action::SegmentAlloc => recorded.segment_allocs += 1,
-            Action::SegmentFree => recorded.segment_frees += 1,
+            Action::SegmentAlloc | Action::SegmentMap => recorded.segment_allocs += 1,
+            Action::SegmentFree | Action::SegmentUnmap => recorded.segment_frees += 1,
             _ => {}
         }
         let totals = walker.totals();
         let (reserved, allocated) = (totals.reserved_bytes, totals.allocated_bytes);
         if note(&mut recorded, reserved, allocated) {
-            peak_segment_pending = action == Action::SegmentAlloc;
+            peak_segment_pending = matches!(action, Action::SegmentAlloc | Action::SegmentMap);
         } else if std::mem::take(&mut peak_segment_pending) && action == Action::Alloc {
             // The trace records a new segment just before the allocation it serves; blockpool
             // counts both at once, so the peak's fragmentation is taken with that block in.
