@@ -20,6 +20,10 @@
 //! * **Out of memory.** When the device refuses, cached memory is released step by step and
 //!   the request retried; a final failure is an [`Error::OutOfMemory`] whose message gives the
 //!   request, capacity, free, allocated and reserved-but-unallocated bytes.
+//! * **Expandable segments.** With `expandable_segments:True`, each stream and pool gets one
+//!   reserved address range that is mapped to memory in 2 MiB / 20 MiB units as requests need
+//!   it and unmapped by `empty_cache`, so large blocks pack without gaps between segments
+//!   (on backends with virtual memory management: CUDA's `cuMemMap`, and [`SimBackend`]).
 //! * **Statistics.** [`CachingAllocator::memory_stats`] has the 122 keys of
 //!   `torch.cuda.memory_stats()`; [`CachingAllocator::memory_summary`] prints its table.
 //!
