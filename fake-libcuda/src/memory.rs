@@ -1,0 +1,204 @@
+//! The fake driver's memory: `cuMemAlloc`/`cuMemFree` (and the stream-ordered pair) backed by
+//! host memory, `cuMemGetInfo`, pinned host memory, and copies and sets checked against the
+//! live allocations.
+
+use super::*;
+
+/// `cuMemGetInfo_v2` of the current device.
+///
+/// # Safety
+/// `free` and `total` are null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
+    with_driver(|d| {
+        let device = &d.devices[d.current_device()?];
+        write(free, device.capacity - device.used)?;
+        write(total, device.capacity)
+    })
+}
+
+/// `cuMemAlloc_v2` on the current device.
+///
+/// # Safety
+/// `ptr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(ptr: *mut u64, size: usize) -> u32 {
+    with_driver(|d| {
+        if ptr.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let address = d.allocate(size)?;
+        write(ptr, address)
+    })
+}
+
+/// `cuMemFree_v2`.
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(ptr: u64) -> u32 {
+    with_driver(|d| d.free(ptr))
+}
+
+/// `cuMemAllocAsync`: allocates at once (all work here is synchronous).
+///
+/// # Safety
+/// `ptr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(ptr: *mut u64, size: usize, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        if ptr.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let address = d.allocate(size)?;
+        write(ptr, address)
+    })
+}
+
+/// `cuMemFreeAsync`: frees at once.
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(ptr: u64, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.free(ptr)
+    })
+}
+
+/// `cuDeviceGetDefaultMemPool`.
+///
+/// # Safety
+/// `pool` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut *mut c_void, device: c_int) -> u32 {
+    with_driver(|d| {
+        let device = d.device(device)?;
+        write(pool, (POOL_BASE + device * HANDLE_STEP) as *mut c_void)
+    })
+}
+
+/// `cuMemPoolSetAttribute`: accepted for a default pool, without effect.
+#[no_mangle]
+pub extern "C" fn cuMemPoolSetAttribute(
+    pool: *mut c_void,
+    _attribute: c_uint,
+    value: *mut c_void,
+) -> u32 {
+    with_driver(|d| {
+        let offset = (pool as usize)
+            .checked_sub(POOL_BASE)
+            .ok_or(code::INVALID_HANDLE)?;
+        if offset % HANDLE_STEP != 0 || offset / HANDLE_STEP >= d.devices.len() || value.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        Ok(())
+    })
+}
+
+/// `cuMemHostAlloc`: page-aligned host memory.
+///
+/// # Safety
+/// `ptr` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, _flags: c_uint) -> u32 {
+    with_driver(|d| {
+        d.current_device()?;
+        if size == 0 || ptr.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let layout = std::alloc::Layout::from_size_align(size, ALIGNMENT)
+            .map_err(|_| code::OUT_OF_MEMORY)?;
+        // SAFETY: `layout` has a non-zero size.
+        let address = unsafe { std::alloc::alloc(layout) };
+        if address.is_null() {
+            return Err(code::OUT_OF_MEMORY);
+        }
+        d.host.insert(address as usize, size);
+        write(ptr, address.cast())
+    })
+}
+
+/// `cuMemFreeHost`.
+#[no_mangle]
+pub extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> u32 {
+    with_driver(|d| {
+        let size = d.host.remove(&(ptr as usize)).ok_or(code::INVALID_VALUE)?;
+        let layout =
+            std::alloc::Layout::from_size_align(size, ALIGNMENT).map_err(|_| code::UNKNOWN)?;
+        // SAFETY: `ptr` came from `std::alloc::alloc` with this layout in `cuMemHostAlloc` and
+        // was live in `host`, from which it is now removed.
+        unsafe { std::alloc::dealloc(ptr.cast(), layout) };
+        Ok(())
+    })
+}
+
+/// `cuMemcpyHtoDAsync_v2`: copies at once.
+///
+/// # Safety
+/// `src` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    dst: u64,
+    src: *const c_void,
+    len: usize,
+    stream: *mut c_void,
+) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(dst, len)?;
+        if src.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: `dst..dst+len` is inside a live allocation (checked) and the caller gave
+        // `len` readable bytes at `src`.
+        unsafe { std::ptr::copy(src.cast::<u8>(), dst as *mut u8, len) };
+        Ok(())
+    })
+}
+
+/// `cuMemcpyDtoHAsync_v2`: copies at once.
+///
+/// # Safety
+/// `dst` is writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    dst: *mut c_void,
+    src: u64,
+    len: usize,
+    stream: *mut c_void,
+) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(src, len)?;
+        if dst.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: `src..src+len` is inside a live allocation (checked) and the caller gave
+        // `len` writable bytes at `dst`.
+        unsafe { std::ptr::copy(src as *const u8, dst.cast::<u8>(), len) };
+        Ok(())
+    })
+}
+
+/// `cuMemcpyDtoDAsync_v2`: copies at once.
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(src, len)?;
+        d.check_range(dst, len)?;
+        // SAFETY: both ranges are inside live allocations (checked).
+        unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        Ok(())
+    })
+}
+
+/// `cuMemsetD8Async`: sets at once.
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, len: usize, stream: *mut c_void) -> u32 {
+    with_driver(|d| {
+        d.stream_device(stream as usize)?;
+        d.check_range(dst, len)?;
+        // SAFETY: the range is inside a live allocation (checked).
+        unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
+        Ok(())
+    })
+}
