@@ -37,7 +37,7 @@ fn doctor_reports_the_fake_gpu_as_usable() {
              driver version: CUDA 12.8\n\
              devices:        1\n\
              device 0:       blockpool fake GPU 0, compute capability 9.0, 4.00 GiB total, \
-             4.00 GiB free\n\
+             4.00 GiB free, expandable segments\n\
              CUDA:           usable\n",
             library.display()
         )
@@ -53,6 +53,15 @@ fn doctor_reports_the_fake_gpu_as_usable() {
         "the loaded library's file is reported: {report}"
     );
     assert_eq!(report["devices"][0]["total_bytes"], 4_u64 << 30);
+    assert_eq!(report["devices"][0]["expandable_segments"], true);
+    // A driver without virtual memory management: said, and still usable.
+    let output = on_fake(&["doctor"], &[("BLOCKPOOL_FAKE_CUDA_VMM", "0")]);
+    let text = stdout(&output);
+    assert!(
+        text.contains("4.00 GiB free, no expandable segments (no virtual memory management)\n"),
+        "{text}"
+    );
+    assert!(text.contains("CUDA:           usable\n"), "{text}");
     assert_eq!(report["diagnosis"], Value::Null);
 }
 
@@ -151,7 +160,8 @@ fn a_busy_gpu_is_diagnosed_and_the_demo_says_what_to_do() {
     let text = stdout(&output);
     for line in [
         "device 0:       blockpool fake GPU 0, compute capability 9.0, 4.00 GiB total, \
-         unusable: cuDevicePrimaryCtxRetain failed with CUDA_ERROR_DEVICE_UNAVAILABLE (46)\n",
+         expandable segments, unusable: cuDevicePrimaryCtxRetain failed with \
+         CUDA_ERROR_DEVICE_UNAVAILABLE (46)\n",
         "CUDA:           unusable: no usable NVIDIA GPU\n",
         "advice:         Run `nvidia-smi` to see whether the GPUs are used by another process",
     ] {

@@ -60,7 +60,8 @@ pub fn render(report: &DeviceReport) -> String {
     text
 }
 
-/// One device on one line: name, compute capability, total and free memory, or what failed.
+/// One device on one line: name, compute capability, total and free memory, whether it can
+/// back expandable segments, or what failed.
 fn describe(device: &ProbedDevice) -> String {
     let mut facts = vec![device.name.clone().unwrap_or_else(|| "unknown".to_owned())];
     if let Some(cc) = device.compute_capability {
@@ -71,6 +72,13 @@ fn describe(device: &ProbedDevice) -> String {
     }
     if let Some(free) = device.free_bytes {
         facts.push(format!("{} free", format_size(free as u64)));
+    }
+    match device.expandable_segments {
+        Some(true) => facts.push("expandable segments".to_owned()),
+        Some(false) => {
+            facts.push("no expandable segments (no virtual memory management)".to_owned())
+        }
+        None => {}
     }
     if let Some(error) = &device.error {
         facts.push(format!("unusable: {error}"));
@@ -91,6 +99,7 @@ mod tests {
             name: Some("NVIDIA H100 80GB HBM3".to_owned()),
             compute_capability: Some(ComputeCapability { major: 9, minor: 0 }),
             total_bytes: Some(80 << 30),
+            expandable_segments: Some(true),
             free_bytes,
             error: free_bytes.is_none().then(|| {
                 DriverCallError::new(
@@ -116,7 +125,13 @@ mod tests {
                 }),
             },
             device_count: 2,
-            devices: vec![device(0, Some(79 << 30)), device(1, None)],
+            devices: vec![
+                device(0, Some(79 << 30)),
+                ProbedDevice {
+                    expandable_segments: Some(false),
+                    ..device(1, None)
+                },
+            ],
             diagnosis: None,
         };
         assert_eq!(
@@ -126,9 +141,10 @@ mod tests {
              driver version: CUDA 12.4\n\
              devices:        2\n\
              device 0:       NVIDIA H100 80GB HBM3, compute capability 9.0, 80.00 GiB total, \
-             79.00 GiB free\n\
+             79.00 GiB free, expandable segments\n\
              device 1:       NVIDIA H100 80GB HBM3, compute capability 9.0, 80.00 GiB total, \
-             unusable: cuDevicePrimaryCtxRetain failed with CUDA_ERROR_DEVICE_UNAVAILABLE (46)\n\
+             no expandable segments (no virtual memory management), unusable: \
+             cuDevicePrimaryCtxRetain failed with CUDA_ERROR_DEVICE_UNAVAILABLE (46)\n\
              CUDA:           usable\n"
         );
     }

@@ -191,6 +191,10 @@ impl DriverApi for LibCuda {
             device,
             CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
         )?;
+        let virtual_memory = self.attribute(
+            device,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+        )? > 0;
         let mut total_bytes = 0usize;
         // SAFETY: 1. the library and symbol are present. 2. `total_bytes` is a live, writable
         // size_t.
@@ -201,6 +205,7 @@ impl DriverApi for LibCuda {
             name,
             compute_capability: ComputeCapability { major, minor },
             total_bytes,
+            virtual_memory,
         })
     }
 

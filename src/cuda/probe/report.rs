@@ -102,6 +102,9 @@ pub struct ProbedDevice {
     pub compute_capability: Option<ComputeCapability>,
     /// Memory on the device, in bytes (`cuDeviceTotalMem`).
     pub total_bytes: Option<usize>,
+    /// Whether the device supports virtual memory management, which `expandable_segments:True`
+    /// needs (without it the allocator falls back to fixed segments).
+    pub expandable_segments: Option<bool>,
     /// Memory still free on the device, in bytes (`cuMemGetInfo` in its primary context).
     /// Known only when a context could be made on the device, which is what makes the device
     /// usable.

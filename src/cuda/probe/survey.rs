@@ -24,6 +24,9 @@ pub(crate) struct DeviceFacts {
     pub(crate) name: String,
     pub(crate) compute_capability: ComputeCapability,
     pub(crate) total_bytes: usize,
+    /// Whether the device supports virtual memory management (`cuMemMap`), which
+    /// expandable segments need.
+    pub(crate) virtual_memory: bool,
 }
 
 /// The questions the probe asks the driver, in the order it asks them. Every call after
@@ -146,6 +149,7 @@ fn probe_device(api: &impl DriverApi, index: usize) -> ProbedDevice {
         name: None,
         compute_capability: None,
         total_bytes: None,
+        expandable_segments: None,
         free_bytes: None,
         error: None,
     };
@@ -154,6 +158,7 @@ fn probe_device(api: &impl DriverApi, index: usize) -> ProbedDevice {
             device.name = Some(facts.name);
             device.compute_capability = Some(facts.compute_capability);
             device.total_bytes = Some(facts.total_bytes);
+            device.expandable_segments = Some(facts.virtual_memory);
         }
         Err(error) => {
             device.error = Some(error);

@@ -29,6 +29,7 @@ impl ScriptedDriver {
             name: name.to_owned(),
             compute_capability: ComputeCapability { major: 9, minor: 0 },
             total_bytes: 80 * GIB,
+            virtual_memory: true,
         };
         ScriptedDriver {
             present: true,
@@ -339,6 +340,7 @@ fn healthy_devices_are_reported_in_order_and_usable() {
                 name: Some("NVIDIA H100 80GB HBM3".to_owned()),
                 compute_capability: sm90,
                 total_bytes: Some(80 * GIB),
+                expandable_segments: Some(true),
                 free_bytes: Some(79 * GIB),
                 error: None,
             },
@@ -347,6 +349,7 @@ fn healthy_devices_are_reported_in_order_and_usable() {
                 name: Some("NVIDIA H100 PCIe".to_owned()),
                 compute_capability: sm90,
                 total_bytes: Some(80 * GIB),
+                expandable_segments: Some(true),
                 free_bytes: Some(70 * GIB),
                 error: None,
             },
@@ -404,6 +407,7 @@ fn every_device_failing_is_no_usable_gpu_with_the_first_error() {
             name: None,
             compute_capability: None,
             total_bytes: None,
+            expandable_segments: None,
             free_bytes: None,
             error: Some(name_error.clone()),
         },
@@ -494,6 +498,7 @@ fn device_serializes_every_fact() {
         "name": "NVIDIA H100 PCIe",
         "compute_capability": {"major": 9, "minor": 0},
         "total_bytes": 80u64 << 30,
+        "expandable_segments": true,
         "free_bytes": 70u64 << 30,
         "error": null
     });
