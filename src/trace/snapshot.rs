@@ -9,7 +9,7 @@
 //! written to a file or read back from one.
 
 use super::context::{Context, Frame};
-use super::event::{ContextId, TraceEvent};
+use super::event::{Action, ContextId, TraceEvent};
 use crate::backend::StreamId;
 use crate::pool::PoolKind;
 use std::collections::HashMap;
@@ -297,6 +297,21 @@ impl Snapshot {
     /// The segments of `device`, lowest address first.
     pub fn device_segments(&self, device: u32) -> impl Iterator<Item = &Segment> + '_ {
         self.segments.iter().filter(move |s| s.device == device)
+    }
+
+    /// Whether the snapshot says anything about `device`'s segments (reserved memory): segments
+    /// at the end, or segment events in the trace. RMM logs, for one, do not.
+    pub fn has_segment_information(&self, device: u32) -> bool {
+        self.device_segments(device).next().is_some()
+            || self.device_events(device).any(|e| {
+                matches!(
+                    e.action,
+                    Action::SegmentAlloc
+                        | Action::SegmentFree
+                        | Action::SegmentMap
+                        | Action::SegmentUnmap
+                )
+            })
     }
 
     /// Checks that blocks tile their segments, segments of a device do not overlap and are in

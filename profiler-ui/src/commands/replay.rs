@@ -135,16 +135,7 @@ pub fn replay(
         .with_context(|| format!("cannot rebuild the memory of device {device}"))?;
     let start_state = walker.state();
     // RMM logs and traces without segment information say nothing about reserved memory.
-    let has_segments = snapshot.device_segments(device).next().is_some()
-        || snapshot.device_events(device).any(|e| {
-            matches!(
-                e.action,
-                Action::SegmentAlloc
-                    | Action::SegmentFree
-                    | Action::SegmentMap
-                    | Action::SegmentUnmap
-            )
-        });
+    let has_segments = snapshot.has_segment_information(device);
     let recorded =
         (format != TraceFormat::RmmCsv && has_segments).then(|| recorded::walk(&mut walker));
     let events = walker.events();

@@ -163,16 +163,7 @@ fn write_device<W: Write>(
         out.metadata("thread_name", pid, Some(pid), "annotations")?;
     }
 
-    let has_reserved = snapshot.device_segments(device).next().is_some()
-        || snapshot.device_events(device).any(|e| {
-            matches!(
-                e.action,
-                Action::SegmentAlloc
-                    | Action::SegmentFree
-                    | Action::SegmentMap
-                    | Action::SegmentUnmap
-            )
-        });
+    let has_reserved = snapshot.has_segment_information(device);
     let mut previous: Option<MemorySample> = None;
     for sample in memory_timeline(snapshot, device) {
         let changed =
