@@ -1,0 +1,199 @@
+//! Tests of the free lists: best fit and ordering per stream, size classes, and a property
+//! test that every query answers as an ordered set would.
+
+use super::*;
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+
+fn key(stream: u64, size: usize, addr: u64) -> FreeKey {
+    FreeKey {
+        stream: StreamId(stream),
+        size,
+        addr,
+        id: BlockId::from_index(addr as usize),
+    }
+}
+
+#[test]
+fn best_fit_prefers_smallest_then_lowest_address_on_the_same_stream() {
+    let mut list = FreeList::default();
+    list.insert(key(0, 4096, 300));
+    list.insert(key(0, 2048, 200));
+    list.insert(key(0, 2048, 100));
+    list.insert(key(1, 1024, 400));
+    assert_eq!(list.best_fit(StreamId(0), 1024), Some(key(0, 2048, 100)));
+    assert_eq!(list.best_fit(StreamId(0), 3000), Some(key(0, 4096, 300)));
+    assert_eq!(
+        list.best_fit(StreamId(0), 8192),
+        None,
+        "never a block of stream 1"
+    );
+    assert_eq!(list.best_fit(StreamId(1), 512), Some(key(1, 1024, 400)));
+    assert_eq!(list.best_fit(StreamId(2), 512), None);
+    assert_eq!(list.len(), 4);
+}
+
+#[test]
+fn largest_below_stays_on_the_stream() {
+    let mut list = FreeList::default();
+    list.insert(key(0, 4096, 300));
+    list.insert(key(1, 1024, 400));
+    assert_eq!(
+        list.largest_below(StreamId(1), 8192),
+        Some(key(1, 1024, 400))
+    );
+    assert_eq!(list.largest_below(StreamId(0), 4096), None);
+    assert_eq!(
+        list.largest_below(StreamId(0), 4097),
+        Some(key(0, 4096, 300))
+    );
+}
+
+#[test]
+fn iteration_follows_stream_size_address_order_and_removal_counts() {
+    let mut list = FreeList::default();
+    list.insert(key(2, 512, 10));
+    list.insert(key(0, 40 << 20, 30));
+    list.insert(key(0, 1024, 20));
+    let order: Vec<FreeKey> = list.iter().collect();
+    assert_eq!(
+        order,
+        [key(0, 1024, 20), key(0, 40 << 20, 30), key(2, 512, 10)]
+    );
+    assert!(list.remove(&key(0, 1024, 20)));
+    assert!(
+        !list.remove(&key(0, 1024, 20)),
+        "a second removal finds nothing"
+    );
+    assert!(
+        !list.remove(&key(5, 1024, 20)),
+        "an unknown stream finds nothing"
+    );
+    assert_eq!(list.len(), 2);
+    assert!(list.contains(&key(2, 512, 10)));
+    assert!(!list.contains(&key(0, 1024, 20)));
+}
+
+#[test]
+fn lists_of_idle_streams_are_dropped_past_a_bound() {
+    let mut list = FreeList::default();
+    for stream in 0..200u64 {
+        list.insert(key(stream, 512, stream));
+        assert!(list.remove(&key(stream, 512, stream)));
+    }
+    assert!(
+        list.streams.len() <= MAX_IDLE_STREAM_LISTS + 1,
+        "{} lists kept",
+        list.streams.len()
+    );
+    list.insert(key(7, 1024, 1));
+    assert_eq!(list.best_fit(StreamId(7), 512), Some(key(7, 1024, 1)));
+}
+
+#[test]
+fn classes_are_monotonic_in_size() {
+    let mut previous = 0;
+    for units in 1..100_000usize {
+        let class = class_of(units * 512);
+        assert!(class >= previous, "class of {} units went down", units);
+        previous = class;
+    }
+    assert!(class_of(usize::MAX & !511) < CLASSES);
+    assert_eq!(class_of(512), 0);
+    assert_eq!(class_of(64 * 512), 63);
+    assert_eq!(class_of(65 * 512), 64);
+    assert_eq!(class_of(129 * 512), 128);
+    assert_eq!(
+        class_of(131 * 512),
+        129,
+        "two units per class above 128 units"
+    );
+    assert_eq!(
+        class_of(2 << 20),
+        class_of((2 << 20) - 4096),
+        "a power of two tops its class"
+    );
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(u64, usize, u64),
+    Remove(usize),
+    BestFit(u64, usize),
+    LargestBelow(u64, usize),
+    Replace(usize, usize, u64),
+    NextAfter(usize),
+}
+
+fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![1usize..200, 1usize..5000, 60_000usize..70_000, Just(40_960)]
+        .prop_map(|units| units * 512)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u64..3, size(), 0u64..1_000).prop_map(|(s, z, a)| Op::Insert(s, z, a * 4096)),
+        2 => any::<usize>().prop_map(Op::Remove),
+        3 => (0u64..3, size()).prop_map(|(s, z)| Op::BestFit(s, z)),
+        1 => (0u64..3, size()).prop_map(|(s, z)| Op::LargestBelow(s, z)),
+        2 => (any::<usize>(), size(), 0u64..1_000).prop_map(|(i, z, a)| Op::Replace(i, z, a * 4096)),
+        1 => any::<usize>().prop_map(Op::NextAfter),
+    ]
+}
+
+proptest! {
+    /// The segregated index answers exactly as an ordered set of (stream, size, address)
+    /// does, including classes that grow long enough to become B-trees.
+    #[test]
+    fn answers_like_an_ordered_set(ops in proptest::collection::vec(op(), 1..400)) {
+        let mut list = FreeList::default();
+        let mut reference: BTreeSet<FreeKey> = BTreeSet::new();
+        for op in ops {
+            match op {
+                Op::Insert(s, z, a) => {
+                    if reference.iter().any(|k| k.stream.0 == s && k.addr == a) {
+                        continue;
+                    }
+                    let k = FreeKey { stream: StreamId(s), size: z, addr: a, id: BlockId::from_index(reference.len()) };
+                    reference.insert(k);
+                    list.insert(k);
+                }
+                Op::Remove(i) => {
+                    if reference.is_empty() { continue; }
+                    let k = *reference.iter().nth(i % reference.len()).unwrap();
+                    reference.remove(&k);
+                    prop_assert!(list.remove(&k));
+                }
+                Op::BestFit(s, z) => {
+                    let want = reference.iter().find(|k| k.stream.0 == s && k.size >= z).copied();
+                    prop_assert_eq!(list.best_fit(StreamId(s), z), want);
+                }
+                Op::Replace(i, z, a) => {
+                    if reference.is_empty() { continue; }
+                    let old = *reference.iter().nth(i % reference.len()).unwrap();
+                    if reference.iter().any(|k| k.stream == old.stream && k.addr == a && k.addr != old.addr) {
+                        continue;
+                    }
+                    let new = FreeKey { size: z, addr: a, ..old };
+                    reference.remove(&old);
+                    reference.insert(new);
+                    prop_assert!(list.replace(&old, new));
+                }
+                Op::NextAfter(i) => {
+                    if reference.is_empty() { continue; }
+                    let k = *reference.iter().nth(i % reference.len()).unwrap();
+                    let want = reference.range(k..).nth(1).filter(|n| n.stream == k.stream).copied();
+                    prop_assert_eq!(list.next_after(&k).map(|n| (n.size, n.addr)), want.map(|n| (n.size, n.addr)));
+                }
+                Op::LargestBelow(s, z) => {
+                    let want = reference.iter().rev().find(|k| k.stream.0 == s && k.size < z).copied();
+                    prop_assert_eq!(list.largest_below(StreamId(s), z), want);
+                }
+            }
+            prop_assert_eq!(list.len(), reference.len());
+        }
+        let all: Vec<FreeKey> = list.iter().collect();
+        let want: Vec<FreeKey> = reference.iter().copied().collect();
+        prop_assert_eq!(all, want);
+    }
+}
