@@ -25,6 +25,7 @@ const LAYERS: usize = 24;
 /// whose peak fits.
 const WIDTHS: [usize; 7] = [4096, 2048, 1024, 512, 256, 128, 64];
 /// Share of a GPU's free memory the demo's peak may reserve.
+#[cfg(feature = "cuda")]
 const GPU_SHARE: f64 = 0.8;
 /// The simulated device, big enough for the widest model's 24.90 GiB peak.
 const SIM_CAPACITY: usize = 80 << 30;
@@ -37,7 +38,7 @@ pub fn run(trace: &Path, out: &mut Output) -> anyhow::Result<()> {
     let config = AllocatorConfig::from_env().context("the allocator configuration")?;
     let requested = std::env::var(BACKEND_ENV_VAR).ok();
     let backend = default_backend_for(requested.as_deref())?;
-    let device = Device::new(backend)?;
+    let device = Device::new(backend, &config)?;
     let alloc = CachingAllocator::new(device.backend.clone(), config);
     alloc.record_memory_history(HistorySettings {
         max_entries: 1 << 20,
@@ -86,12 +87,12 @@ impl Device {
     /// The demo's device: GPU 0 of a CUDA backend, with the widest model that fits, or a
     /// simulated 80 GiB device (the default simulated backend's 16 GiB would not hold the
     /// widest model's 25 GiB peak).
-    fn new(backend: DefaultBackend) -> anyhow::Result<Device> {
+    fn new(backend: DefaultBackend, config: &AllocatorConfig) -> anyhow::Result<Device> {
         #[cfg(feature = "cuda")]
         if let DefaultBackend::Cuda(cuda) = &backend {
             let free = blockpool::Backend::mem_get_info(cuda, 0)?.free_bytes;
             let budget = (free as f64 * GPU_SHARE) as u64;
-            let (hidden, peak) = widest_fitting(budget)?.ok_or_else(|| {
+            let (hidden, peak) = widest_fitting(budget, config)?.ok_or_else(|| {
                 anyhow::anyhow!(
                     "GPU 0 has {} free, too little for the demo's smallest model; free some \
                      memory or run it on the simulated device with {BACKEND_ENV_VAR}=sim",
@@ -118,6 +119,8 @@ impl Device {
                 hidden,
             });
         }
+        // The simulated device runs the widest model; its config needs no sizing run.
+        let _ = config;
         drop(backend);
         Ok(Device::simulated(
             WIDTHS[0],
@@ -148,10 +151,9 @@ impl Device {
 }
 
 /// The widest model whose peak reserved bytes, measured by running it on a simulated device
-/// with the same allocator settings, is at most `budget`; with that peak.
+/// with the same allocator settings (`config`), is at most `budget`; with that peak.
 #[cfg(feature = "cuda")]
-fn widest_fitting(budget: u64) -> anyhow::Result<Option<(usize, u64)>> {
-    let config = AllocatorConfig::from_env().context("the allocator configuration")?;
+fn widest_fitting(budget: u64, config: &AllocatorConfig) -> anyhow::Result<Option<(usize, u64)>> {
     for hidden in WIDTHS {
         let device = Device::simulated(hidden, "sizing run");
         let alloc = CachingAllocator::new(device.backend.clone(), config.clone());
