@@ -12,6 +12,10 @@
 //! * `multi_stream`: allocations rotated over four streams, some recorded on another stream so
 //!   that their frees wait for events, with streams completing as the loop goes.
 //! * `contended`: two threads doing cache-hit pairs on one device (one mutex) or on two.
+//! * `slow_device`: one thread's 4 KiB cache-hit pairs while another thread allocates a new
+//!   20 MiB segment over and over from a device that takes 100 µs per allocation (as
+//!   `cuMemAlloc` can), with `release_lock_on_cudamalloc` off and on, beside the same pairs with
+//!   no other thread.
 //! * `history`: the 4 KiB cache-hit pair with history recording off, on
 //!   (`ContextLevel::State`, no call stacks), on with an annotation active, and on while the
 //!   events are also streamed to a file: the cost of recording.
@@ -24,6 +28,8 @@ use blockpool::{
 };
 use criterion::{black_box, BenchmarkId, Criterion, SamplingMode, Throughput};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -302,6 +308,65 @@ fn contended(c: &mut Criterion) {
     group.finish();
 }
 
+/// How long the simulated device takes to allocate a segment in `slow_device`.
+const SLOW_ALLOCATION: Duration = Duration::from_micros(100);
+
+fn slow_device(c: &mut Criterion) {
+    const SIZE: usize = 4 << 10;
+    const SEGMENT: usize = 20 << 20;
+    let mut group = c.benchmark_group("slow_device");
+    group.throughput(Throughput::Elements(1));
+    for (name, release_lock, busy) in [
+        ("alone", false, false),
+        ("lock_held", false, true),
+        ("lock_released", true, true),
+    ] {
+        let sim = SimBackend::new(1, DEVICE_CAPACITY);
+        sim.set_alloc_hook(Some(Arc::new(|_, _| thread::sleep(SLOW_ALLOCATION))));
+        let config = AllocatorConfig::builder()
+            .release_lock_on_cudamalloc(release_lock)
+            .build()
+            .expect("a valid config");
+        let alloc = CachingAllocator::new(sim, config);
+        // Kept for the whole run, so `empty_cache` never releases the small segment the pairs
+        // are served from.
+        let _anchor = alloc
+            .allocate(0, SIZE, StreamId::DEFAULT)
+            .expect("warm-up allocation");
+        let stop = AtomicBool::new(false);
+        let started = Instant::now();
+        thread::scope(|s| {
+            let worker = busy.then(|| {
+                s.spawn(|| {
+                    let mut segments = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let segment = alloc.allocate(0, SEGMENT, StreamId(1));
+                        drop(segment.expect("the device has room"));
+                        alloc.empty_cache().expect("empty_cache");
+                        segments += 1;
+                    }
+                    segments
+                })
+            });
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    let a = alloc
+                        .allocate(0, black_box(SIZE), StreamId::DEFAULT)
+                        .expect("cache-hit allocation");
+                    drop(black_box(a));
+                })
+            });
+            stop.store(true, Ordering::Relaxed);
+            if let Some(worker) = worker {
+                let segments = worker.join().expect("the segment thread panicked");
+                let per_second = segments as f64 / started.elapsed().as_secs_f64();
+                eprintln!("{name}: the other thread allocated {per_second:.0} segments/s");
+            }
+        });
+    }
+    group.finish();
+}
+
 /// Events each device keeps in `history`: small enough that the ring is full and overwrites,
 /// as in a long run.
 const HISTORY_ENTRIES: usize = 4096;
@@ -379,6 +444,7 @@ fn main() {
     random_allocations(&mut c);
     multi_stream(&mut c);
     contended(&mut c);
+    slow_device(&mut c);
     history(&mut c);
     c.final_summary();
 }

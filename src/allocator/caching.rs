@@ -7,9 +7,9 @@ use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, SegmentView};
+use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep, SegmentView};
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
-use crate::trace::ContextLevel;
+use crate::trace::{ContextLevel, EventStamp};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::fmt;
@@ -111,8 +111,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// ([`Backend::supports_expandable_segments`]) fall back to fixed segments, said once
     /// through `tracing` at warn level; when no device can, the configuration the allocator
     /// reports (in snapshots and traces) has expandable segments off, as PyTorch's does.
-    /// `release_lock_on_cudamalloc` is accepted but not yet acted on: the device lock is held
-    /// while a segment is allocated.
+    /// With `release_lock_on_cudamalloc:True`, a device's lock is released while its fixed
+    /// segments are allocated, as PyTorch releases its lock around `cudaMalloc`.
     pub fn new(backend: B, config: AllocatorConfig) -> Self {
         let device_count = backend.device_count();
         let unsupported: Vec<DeviceIndex> = (0..device_count)
@@ -124,9 +124,6 @@ impl<B: Backend> CachingAllocator<B> {
                  {unsupported:?}; those use fixed segments",
                 backend.name()
             );
-        }
-        if config.release_lock_on_cudamalloc() {
-            tracing::warn!("release_lock_on_cudamalloc is accepted but has no effect yet");
         }
         let devices = (0..device_count)
             .map(|d| {
@@ -375,9 +372,15 @@ impl<B: Backend> Shared<B> {
         let stamp = self.stamp(ContextLevel::State);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
+        let release_lock = dev.config().release_lock_on_cudamalloc();
         // No callbacks, or already inside them: the plain ladder.
         if !self.has_callbacks.load(Ordering::Acquire) || IN_CALLBACKS.get() {
-            return dev.malloc(&self.backend, size, stream);
+            if !release_lock {
+                return dev.malloc(&self.backend, size, stream);
+            }
+            dev.process_events(&self.backend)?;
+            let step = dev.start_malloc(&self.backend, size, stream, true)?;
+            return self.finish_unlocked(device, dev, step, stamp);
         }
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
             return Ok(block);
@@ -399,7 +402,35 @@ impl<B: Backend> Shared<B> {
         );
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
-        dev.malloc_after_callbacks(&self.backend, size, stream, freed)
+        if !release_lock {
+            return dev.malloc_after_callbacks(&self.backend, size, stream, freed);
+        }
+        let step = dev.start_malloc(&self.backend, size, stream, freed)?;
+        self.finish_unlocked(device, dev, step, stamp)
+    }
+
+    /// `release_lock_on_cudamalloc`: drives `step` to its end as `finish_malloc` does, but
+    /// asks the device for each segment with the device lock released, as PyTorch does
+    /// around `cudaMalloc`, so other threads allocate and free from the cache meanwhile.
+    fn finish_unlocked(
+        &self,
+        device: DeviceIndex,
+        mut dev: MutexGuard<'_, DeviceAllocator<B::Event>>,
+        mut step: MallocStep,
+        stamp: EventStamp,
+    ) -> Result<AllocatedBlock> {
+        loop {
+            let request = match step {
+                MallocStep::Done(block) => return Ok(block),
+                MallocStep::Device(request) => request,
+            };
+            let answer = MutexGuard::unlocked(&mut dev, || {
+                self.backend.alloc_segment(device, request.segment_size)
+            });
+            // Another thread's events may have been stamped while the lock was down.
+            dev.set_event_stamp(stamp);
+            step = dev.finish_segment(&self.backend, request, answer)?;
+        }
     }
 
     pub(super) fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {

@@ -12,8 +12,8 @@ mod sim;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties, MIN_DRIVER_VERSION};
 pub use sim::{
-    SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault, SimHostCalls, HOST_PAGE,
-    MAPPING_GRANULARITY,
+    SimAllocHook, SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault, SimHostCalls,
+    HOST_PAGE, MAPPING_GRANULARITY,
 };
 
 use std::fmt;

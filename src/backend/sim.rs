@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
 
@@ -79,7 +79,13 @@ struct Shared {
     devices: Vec<Mutex<Device>>,
     host_backed: bool,
     host: Mutex<HostMemory>,
+    /// Run at the start of every segment allocation ([`SimBackend::set_alloc_hook`]).
+    alloc_hook: RwLock<Option<SimAllocHook>>,
 }
+
+/// A function [`SimBackend`] calls at the start of every segment allocation, with the device
+/// and the size asked for: see [`SimBackend::set_alloc_hook`].
+pub type SimAllocHook = Arc<dyn Fn(DeviceIndex, usize) + Send + Sync>;
 
 /// Builds a [`SimBackend`]; start from [`SimBackend::builder`].
 ///
@@ -333,6 +339,41 @@ impl SimBackend {
         Ok(())
     }
 
+    /// Calls `hook` at the start of every segment allocation from now on (replacing any hook
+    /// set before; `None` removes it), on the allocating thread, with the device and the size
+    /// asked for, before the device is touched and with none of the backend's locks held.
+    ///
+    /// It stands in for what a real driver call does meanwhile: a test can block there to
+    /// see what other threads may do while a segment is allocated, or a benchmark sleep to
+    /// give `cuMemAlloc`'s cost.
+    ///
+    /// ```
+    /// use blockpool::{Backend, SimBackend};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let sim = SimBackend::new(1, 1 << 30);
+    /// let asked = Arc::new(AtomicUsize::new(0));
+    /// let seen = Arc::clone(&asked);
+    /// sim.set_alloc_hook(Some(Arc::new(move |_device, size| {
+    ///     seen.fetch_add(size, Ordering::Relaxed);
+    /// })));
+    /// sim.alloc_segment(0, 4096)?;
+    /// assert_eq!(asked.load(Ordering::Relaxed), 4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_alloc_hook(&self, hook: Option<SimAllocHook>) {
+        *self.inner.alloc_hook.write() = hook;
+    }
+
+    /// Runs the allocation hook, if one is set, without holding its lock while it runs.
+    fn run_alloc_hook(&self, device: DeviceIndex, size_bytes: usize) {
+        let hook = self.inner.alloc_hook.read().clone();
+        if let Some(hook) = hook {
+            hook(device, size_bytes);
+        }
+    }
+
     /// Removes every fault injected into `device`. Streams stop hanging, but their pending
     /// events still wait for the stream to advance.
     pub fn clear_faults(&self, device: DeviceIndex) -> Result<(), BackendError> {
@@ -482,6 +523,7 @@ impl SimBackendBuilder {
                 devices,
                 host_backed: self.host_backed,
                 host: Mutex::new(HostMemory::new(self.host_capacity_bytes)),
+                alloc_hook: RwLock::new(None),
             }),
         }
     }

@@ -117,7 +117,9 @@ impl AllocatorConfigBuilder {
     pub fn expandable_segments(self, on: bool) -> Self {
         self.set(Ok(on), |c, v| c.expandable_segments = v)
     }
-    /// `release_lock_on_cudamalloc`.
+    /// `release_lock_on_cudamalloc`: release the device's lock while a fixed segment is
+    /// allocated (as PyTorch does around `cudaMalloc`), so other threads keep allocating and
+    /// freeing from the cache during a slow driver call.
     pub fn release_lock_on_cudamalloc(self, on: bool) -> Self {
         self.set(Ok(on), |c, v| c.release_lock_on_cudamalloc = v)
     }

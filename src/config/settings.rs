@@ -106,7 +106,8 @@ impl AllocatorConfig {
             ..self.clone()
         }
     }
-    /// Whether the device lock is released around segment allocation.
+    /// Whether the device lock is released while a fixed segment is allocated
+    /// (`CachingAllocator` does; a bare `DeviceAllocator` has no lock to release).
     pub fn release_lock_on_cudamalloc(&self) -> bool {
         self.release_lock_on_cudamalloc
     }

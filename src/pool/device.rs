@@ -10,6 +10,7 @@ use super::block::{Block, BlockArena, BlockId, BlockState};
 use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
 use super::history::History;
+use super::release::{Attempt, MallocStep, SegmentRequest};
 use super::sizing;
 use super::stat_updates::{apply_net, decrease, increase};
 use crate::backend::{Backend, DeviceIndex, StreamId};
@@ -192,7 +193,8 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
     ) -> Result<AllocatedBlock> {
         self.process_events(backend)?;
-        self.malloc_processed(backend, size, stream, true)
+        let step = self.start_malloc(backend, size, stream, true)?;
+        self.finish_malloc(backend, step)
     }
 
     /// Only the cache: completes finished deferred frees and takes the best cached block, or
@@ -228,16 +230,23 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
         callbacks_freed: bool,
     ) -> Result<AllocatedBlock> {
-        self.malloc_processed(backend, size, stream, callbacks_freed)
+        let step = self.start_malloc(backend, size, stream, callbacks_freed)?;
+        self.finish_malloc(backend, step)
     }
 
-    fn malloc_processed<B: Backend<Event = E>>(
+    /// The first half of `malloc`, for a caller that asks the device itself (without this
+    /// allocator's lock, under `release_lock_on_cudamalloc`): rounds the request, takes the
+    /// best cached block when `search_cache` and one fits, and otherwise climbs the
+    /// out-of-memory ladder up to the next device allocation, which it returns as a
+    /// [`MallocStep::Device`] request. Deferred frees are not processed here
+    /// ([`DeviceAllocator::process_events`] is the caller's first step).
+    pub fn start_malloc<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
         size: usize,
         stream: StreamId,
         search_cache: bool,
-    ) -> Result<AllocatedBlock> {
+    ) -> Result<MallocStep> {
         let Some(rounded) = sizing::round_size(size, &self.config) else {
             return Err(Error::SizeTooLarge {
                 requested_bytes: size,
@@ -246,7 +255,9 @@ impl<E> DeviceAllocator<E> {
         let small = sizing::is_small(rounded);
         if search_cache {
             if let Some(key) = self.find_cached(stream, rounded, small) {
-                return self.alloc_found_block(key.id, Some(key), rounded, size);
+                return self
+                    .alloc_found_block(key.id, Some(key), rounded, size)
+                    .map(MallocStep::Done);
             }
         }
         let Some(segment_size) = sizing::segment_size(rounded) else {
@@ -254,8 +265,32 @@ impl<E> DeviceAllocator<E> {
                 requested_bytes: size,
             });
         };
-        let id = self.allocate_segment_for(backend, size, rounded, segment_size, stream)?;
-        self.alloc_found_block(id, None, rounded, size)
+        let request = SegmentRequest {
+            requested: size,
+            rounded,
+            segment_size,
+            stream,
+            small,
+            attempt: Attempt::First,
+        };
+        self.start_segment(backend, request)
+    }
+
+    /// Drives a [`MallocStep`] to its end with the device calls made here.
+    pub fn finish_malloc<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        mut step: MallocStep,
+    ) -> Result<AllocatedBlock> {
+        loop {
+            match step {
+                MallocStep::Done(block) => return Ok(block),
+                MallocStep::Device(request) => {
+                    let answer = backend.alloc_segment(self.device, request.segment_size);
+                    step = self.finish_segment(backend, request, answer)?;
+                }
+            }
+        }
     }
 
     /// Best fit from the pool, honouring the oversize rules. It stays in the free list until
@@ -288,7 +323,7 @@ impl<E> DeviceAllocator<E> {
 
     /// Marks a block found in the cache (`cached` is its free-list entry) or a new segment as
     /// allocated, splitting off the remainder when the split rule says so, and counts it.
-    fn alloc_found_block(
+    pub(super) fn alloc_found_block(
         &mut self,
         id: BlockId,
         cached: Option<FreeKey>,

@@ -21,4 +21,5 @@ pub use block::{BlockId, BlockState};
 pub use device::{AllocatedBlock, DeviceAllocator};
 pub use free_list::PoolKind;
 pub use invariants::InvariantViolation;
+pub use release::{MallocStep, SegmentRequest};
 pub use views::{BlockView, SegmentView};

@@ -8,11 +8,48 @@
 //! Only then does the request fail, with an error that explains the numbers.
 
 use super::block::{Block, BlockId, BlockState};
-use super::device::{DeviceAllocator, Segment};
+use super::device::{AllocatedBlock, DeviceAllocator, Segment};
 use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, OutOfMemoryError, Result};
 use crate::trace::{Action, ContextId};
+
+/// Where a `malloc` stands: served, or waiting for the device to allocate a segment.
+#[derive(Debug)]
+#[must_use = "a device request must be answered with `finish_segment`"]
+pub enum MallocStep {
+    /// The request is served.
+    Done(AllocatedBlock),
+    /// Ask the backend for a segment of [`SegmentRequest::segment_size`] bytes on this
+    /// allocator's device, then give its answer to [`DeviceAllocator::finish_segment`].
+    Device(SegmentRequest),
+}
+
+/// A fixed segment `malloc` needs from the device, at one rung of the out-of-memory ladder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentRequest {
+    /// Bytes the caller asked for.
+    pub requested: usize,
+    /// The request rounded as the block will be.
+    pub rounded: usize,
+    /// Bytes to ask the device for.
+    pub segment_size: usize,
+    /// Stream the block is for.
+    pub stream: StreamId,
+    pub(super) small: bool,
+    pub(super) attempt: Attempt,
+}
+
+/// The rungs of the ladder at which the device is asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Attempt {
+    /// Straight after the cache missed (and garbage collection, when on).
+    First,
+    /// After releasing cached oversize blocks that could cover the request.
+    AfterReleasingOversize,
+    /// After waiting for every event and releasing every wholly free segment: a retry.
+    AfterReleasingAll,
+}
 
 impl<E> DeviceAllocator<E> {
     /// Device capacity in bytes, asked of the backend once.
@@ -60,24 +97,21 @@ impl<E> DeviceAllocator<E> {
         self.release_cached_blocks(backend)
     }
 
-    /// Gets a new segment for a request no cached block could serve, climbing the ladder.
-    pub(crate) fn allocate_segment_for<B: Backend<Event = E>>(
+    /// The ladder's start for a request no cached block could serve: refuses a segment that
+    /// can never fit, garbage-collects when that is on, then makes the first attempt.
+    pub(super) fn start_segment<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
-        requested: usize,
-        rounded: usize,
-        segment_size: usize,
-        stream: StreamId,
-    ) -> Result<BlockId> {
-        let small = super::sizing::is_small(rounded);
+        request: SegmentRequest,
+    ) -> Result<MallocStep> {
         let limit = self.limit_bytes(backend)?;
         // Without a limit the capacity is only needed to refuse never-fitting requests early;
         // a backend that cannot tell it just skips that check.
         let ceiling = limit.or_else(|| self.total_bytes(backend).ok());
-        if let Some(ceiling) = ceiling.filter(|&c| segment_size > c) {
+        if let Some(ceiling) = ceiling.filter(|&c| request.segment_size > c) {
             return Err(Error::ExceedsCapacity {
                 device: self.device,
-                requested_bytes: segment_size,
+                requested_bytes: request.segment_size,
                 limit_bytes: ceiling,
                 limited: limit.is_some(),
             });
@@ -85,26 +119,95 @@ impl<E> DeviceAllocator<E> {
         if self.gc_enabled() {
             self.garbage_collect(backend)?;
         }
-        let sizes = (segment_size, rounded);
-        if let Some(id) = self.alloc_block(backend, sizes, stream, small, false)? {
-            return Ok(id);
+        self.attempt(backend, request)
+    }
+
+    /// One rung of the ladder: maps memory into an expandable segment here, or returns the
+    /// fixed segment to ask the device for; a memory limit that leaves no room counts as the
+    /// device refusing.
+    fn attempt<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        request: SegmentRequest,
+    ) -> Result<MallocStep> {
+        if request.attempt == Attempt::AfterReleasingAll {
+            self.stats.num_alloc_retries += 1;
         }
-        if self.release_available_cached_blocks(backend, rounded, stream, small)? {
-            if let Some(id) = self.alloc_block(backend, sizes, stream, small, false)? {
-                return Ok(id);
+        if self.expandable_enabled(backend) {
+            // The memory limit is checked against the bytes actually mapped.
+            let found =
+                self.alloc_expandable(backend, request.rounded, request.stream, request.small)?;
+            return match found {
+                Some(id) => self.serve_from_segment(id, &request),
+                None => self.after_refusal(backend, request),
+            };
+        }
+        if let Some(limit) = self.limit_bytes(backend)? {
+            if self.reserved.saturating_add(request.segment_size) > limit {
+                return self.after_refusal(backend, request);
             }
         }
-        // A stream that cannot be waited for keeps its blocks, but the segments that could be
-        // released were, so the retry still happens; the failure is only reported with it.
-        let synced = self.release_cached_blocks(backend);
-        if let Some(id) = self.alloc_block(backend, sizes, stream, small, true)? {
-            return Ok(id);
+        Ok(MallocStep::Device(request))
+    }
+
+    /// Takes the device's answer to a [`MallocStep::Device`] request: a new segment serves
+    /// the request; out of memory climbs to the next rung (another request, or the final
+    /// out-of-memory error); any other device failure is returned as it is.
+    ///
+    /// The allocator may have changed since the request was made (other threads allocate and
+    /// free while the device is asked without the lock); the segment joins it as it is now.
+    pub fn finish_segment<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        request: SegmentRequest,
+        answer: std::result::Result<u64, BackendError>,
+    ) -> Result<MallocStep> {
+        match answer {
+            Ok(addr) => {
+                let id = self.insert_segment(backend, addr, &request)?;
+                self.serve_from_segment(id, &request)
+            }
+            Err(BackendError::OutOfMemory { .. }) => self.after_refusal(backend, request),
+            Err(e) => Err(e.into()),
         }
-        if let Err(e) = synced {
-            tracing::warn!(
-                device = self.device,
-                "out of memory after releasing the cache failed in part: {e}"
-            );
+    }
+
+    fn serve_from_segment(&mut self, id: BlockId, request: &SegmentRequest) -> Result<MallocStep> {
+        self.alloc_found_block(id, None, request.rounded, request.requested)
+            .map(MallocStep::Done)
+    }
+
+    /// The device (or the memory limit) refused `request`: release what the next rung
+    /// releases and try again, or fail with the out-of-memory error after the last one.
+    fn after_refusal<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        request: SegmentRequest,
+    ) -> Result<MallocStep> {
+        let (rounded, stream, small) = (request.rounded, request.stream, request.small);
+        if request.attempt == Attempt::First
+            && self.release_available_cached_blocks(backend, rounded, stream, small)?
+        {
+            let next = SegmentRequest {
+                attempt: Attempt::AfterReleasingOversize,
+                ..request
+            };
+            return self.attempt(backend, next);
+        }
+        if request.attempt != Attempt::AfterReleasingAll {
+            // A stream that cannot be waited for keeps its blocks, but the segments that could
+            // be released were, so the retry still happens.
+            if let Err(e) = self.release_cached_blocks(backend) {
+                tracing::warn!(
+                    device = self.device,
+                    "releasing the cache for an out-of-memory retry failed in part: {e}"
+                );
+            }
+            let next = SegmentRequest {
+                attempt: Attempt::AfterReleasingAll,
+                ..request
+            };
+            return self.attempt(backend, next);
         }
         let info = backend.mem_get_info(self.device)?;
         self.stats.num_ooms += 1;
@@ -114,46 +217,26 @@ impl<E> DeviceAllocator<E> {
         Err(Error::OutOfMemory(Box::new(OutOfMemoryError {
             device: self.device,
             stream,
-            requested_bytes: requested,
+            requested_bytes: request.requested,
             rounded_bytes: rounded,
-            allocation_bytes: segment_size,
+            allocation_bytes: request.segment_size,
             device_total_bytes: info.total_bytes,
             device_free_bytes: info.free_bytes,
-            limit_bytes: limit,
+            limit_bytes: self.limit_bytes(backend)?,
             allocated_bytes: self.stats.allocated_bytes[0].current as usize,
             reserved_bytes: self.reserved,
         })))
     }
 
-    /// Asks the device for a segment of `size` bytes, or with expandable segments for enough
-    /// mapped memory to serve `rounded` bytes: an uncached free block either way. `Ok(None)`
-    /// when the device (or the memory limit) refuses for lack of memory; other device
-    /// failures are errors.
-    fn alloc_block<B: Backend<Event = E>>(
+    /// Adds the fixed segment the device returned at `addr` for `request`, as one uncached
+    /// free block, and counts it.
+    fn insert_segment<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
-        (size, rounded): (usize, usize),
-        stream: StreamId,
-        small: bool,
-        is_retry: bool,
-    ) -> Result<Option<BlockId>> {
-        if is_retry {
-            self.stats.num_alloc_retries += 1;
-        }
-        if self.expandable_enabled(backend) {
-            // The memory limit is checked against the bytes actually mapped.
-            return self.alloc_expandable(backend, rounded, stream, small);
-        }
-        if let Some(limit) = self.limit_bytes(backend)? {
-            if self.reserved.saturating_add(size) > limit {
-                return Ok(None);
-            }
-        }
-        let addr = match backend.alloc_segment(self.device, size) {
-            Ok(addr) => addr,
-            Err(BackendError::OutOfMemory { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
+        addr: u64,
+        request: &SegmentRequest,
+    ) -> Result<BlockId> {
+        let (size, stream, small) = (request.segment_size, request.stream, request.small);
         let id = self
             .blocks
             .insert(Block::free(addr, size, stream, small, (None, None), 0));
@@ -185,7 +268,7 @@ impl<E> DeviceAllocator<E> {
             (addr, size as u64, 0),
             ContextId::NONE,
         );
-        Ok(Some(id))
+        Ok(id)
     }
 
     /// Returns the cached, unsplit block `id` (a whole segment) to the device.

@@ -7,7 +7,9 @@
 //! emptied: the devices must hold nothing and the bookkeeping must be intact.
 
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
+use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 const THREADS: usize = 8;
 /// Operations per thread. Unoptimized builds zero the host-backed segments byte by byte, so
@@ -201,14 +203,33 @@ fn eight_threads_with_oversize_blocks_and_garbage_collection_leave_nothing_behin
     stress(AllocatorConfig::parse(config).expect("a valid config"));
 }
 
-/// Runs the workers on one allocator, then checks what they hold, frees it all and checks
-/// that the devices hold nothing.
-fn stress(config: AllocatorConfig) {
-    let sim = SimBackend::builder()
+#[test]
+fn eight_threads_allocating_segments_without_the_device_lock_leave_nothing_behind() {
+    let config = "release_lock_on_cudamalloc:True,max_split_size_mb:20";
+    let sim = stress_sim();
+    // Each segment allocation takes a while, as `cuMemAlloc` does, with the device unlocked:
+    // other threads allocate, free and empty the cache meanwhile.
+    sim.set_alloc_hook(Some(Arc::new(|_, _| {
+        thread::sleep(Duration::from_micros(200));
+    })));
+    stress_on(sim, AllocatorConfig::parse(config).expect("a valid config"));
+}
+
+fn stress_sim() -> SimBackend {
+    SimBackend::builder()
         .devices(DEVICES)
         .capacity(CAPACITY)
         .host_backed(true)
-        .build();
+        .build()
+}
+
+/// Runs the workers on one allocator, then checks what they hold, frees it all and checks
+/// that the devices hold nothing.
+fn stress(config: AllocatorConfig) {
+    stress_on(stress_sim(), config);
+}
+
+fn stress_on(sim: SimBackend, config: AllocatorConfig) {
     let alloc = CachingAllocator::new(sim.clone(), config);
 
     let workers: Vec<_> = (0..THREADS)

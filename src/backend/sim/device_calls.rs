@@ -26,6 +26,7 @@ impl Backend for SimBackend {
     }
 
     fn alloc_segment(&self, device: DeviceIndex, size_bytes: usize) -> Result<u64, BackendError> {
+        self.run_alloc_hook(device, size_bytes);
         let host_backed = self.inner.host_backed;
         self.device(device)?.lock().alloc(size_bytes, host_backed)
     }
