@@ -426,5 +426,20 @@ fn an_expandable_segments_trace_replays_map_for_map() {
         report["blockpool"]["peak_reserved_bytes"],
         recorded["peak_reserved_bytes"]
     );
+
+    // `segments` marks the mapped runs as expandable memory.
+    let output = common::memtrace(&["segments", trace, "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let maps: serde_json::Value = serde_json::from_str(&common::stdout(&output)).expect("JSON");
+    let maps = maps.as_array().expect("a list of segments");
+    assert_eq!(maps.len(), 2, "one mapped run per pool: {maps:?}");
+    assert!(maps.iter().all(|m| m["expandable"] == true), "{maps:?}");
+    let output = common::memtrace(&["segments", trace]);
+    assert_eq!(
+        common::stdout(&output).matches(" (expandable)\n").count(),
+        2,
+        "{}",
+        common::stdout(&output)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

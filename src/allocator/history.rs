@@ -221,6 +221,7 @@ pub(super) fn push_segments(
             size: view.size as u64,
             stream: view.stream,
             pool: view.pool,
+            expandable: view.is_expandable,
             context: remap(view.context),
             blocks,
         });

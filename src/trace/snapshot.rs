@@ -45,6 +45,10 @@ pub struct Segment {
     pub stream: StreamId,
     /// The pool the segment belongs to.
     pub pool: PoolKind,
+    /// Whether this is mapped memory of an expandable segment (`expandable_segments:True`):
+    /// a run of a reserved address range that `segment_map` / `segment_unmap` events grow and
+    /// shrink, rather than one device allocation.
+    pub expandable: bool,
     /// Context of the allocation that created the segment ([`ContextId::NONE`] when unknown).
     pub context: ContextId,
     /// The blocks, lowest address first; they tile the segment exactly.
@@ -458,6 +462,7 @@ mod tests {
             size: blocks.iter().map(|b| b.size).sum(),
             stream: StreamId::DEFAULT,
             pool: PoolKind::Large,
+            expandable: false,
             context: ContextId::NONE,
             blocks,
         }

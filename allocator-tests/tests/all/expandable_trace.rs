@@ -121,6 +121,11 @@ fn expandable_snapshots_survive_jsonl_and_pytorch_pickle() {
     let _serial = crate::history::annotating();
     let (last, _) = record_run();
     assert!(last.segments.len() >= 2, "holes make several runs");
+    assert!(
+        last.segments.iter().all(|s| s.expandable),
+        "every segment is mapped memory: {:?}",
+        last.segments
+    );
 
     let mut bytes = Vec::new();
     jsonl::write_snapshot(&last, &mut bytes).expect("writes jsonl");

@@ -80,6 +80,7 @@ fn hand_built() -> Snapshot {
         size: 4096,
         stream: StreamId::DEFAULT,
         pool: PoolKind::Small,
+        expandable: false,
         context: ContextId::NONE,
         blocks: vec![
             block(0x1000, 1024, 1000, BlockState::ActiveAllocated),

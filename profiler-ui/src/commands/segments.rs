@@ -29,6 +29,8 @@ pub struct SegmentMap {
     pub stream: u64,
     /// `small` or `large`.
     pub pool: &'static str,
+    /// Whether this is mapped memory of an expandable segment.
+    pub expandable: bool,
     /// Bytes in allocated blocks the callers asked for.
     pub requested_bytes: u64,
     /// Bytes in allocated blocks beyond what was asked for (rounding, unsplit remainders).
@@ -89,7 +91,7 @@ pub fn run(
     for m in &maps {
         let _ = writeln!(
             text,
-            "{:#014x} {:>10} {:<5} stream {:<3} [{}] requested {}, rounding {}, pending {}, free {}",
+            "{:#014x} {:>10} {:<5} stream {:<3} [{}] requested {}, rounding {}, pending {}, free {}{}",
             m.address,
             format_size(m.size),
             m.pool,
@@ -99,6 +101,7 @@ pub fn run(
             format_size(m.rounding_bytes),
             format_size(m.pending_free_bytes),
             format_size(m.free_bytes),
+            if m.expandable { " (expandable)" } else { "" },
         );
     }
     if !state.unsegmented.is_empty() {
@@ -176,6 +179,7 @@ pub fn map(snapshot: &Snapshot, segment: &Segment) -> SegmentMap {
         size: segment.size,
         stream: segment.stream.0,
         pool: pool_name(segment.pool),
+        expandable: segment.expandable,
         requested_bytes: requested,
         rounding_bytes: rounding,
         pending_free_bytes: pending,

@@ -46,6 +46,7 @@ pub(super) struct RawLine {
     // Segment.
     pub segment: Option<u64>,
     pub pool: Option<Name<PoolKind>>,
+    pub expandable: Option<bool>,
     pub blocks: Option<Vec<RawBlock>>,
     // End.
     pub end: Option<RawEnd>,

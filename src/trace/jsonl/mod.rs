@@ -14,7 +14,7 @@
 //! | frame | `frame` (id ≥ 1), `name`, `file` (default `""`), `line` (default 0) | before the first context that uses it |
 //! | context | `context` (id ≥ 1), `tags` (outermost first), `frames` (frame ids, innermost first) | before the first line that uses it |
 //! | event | `event` (an [`Action`](crate::trace::Action) name), `device`, `stream` (default 0), `addr`, `size`, `requested` (default 0), `time_us`, `context` (default 0 = none) | in the order recorded; each device's in time order |
-//! | segment | `segment` (address), `device`, `size`, `stream` (default 0), `pool` (`small` / `large`), `context` (default 0), `blocks`: `[address, size, requested, state, context]` each | the end state; blocks tile the segment |
+//! | segment | `segment` (address), `device`, `size`, `stream` (default 0), `pool` (`small` / `large`), `expandable` (default `false`: mapped memory of an expandable segment), `context` (default 0), `blocks`: `[address, size, requested, state, context]` each | the end state; blocks tile the segment |
 //! | end | `end`: `{"events": N, "segments": M, "dropped_events": K}` | last line, written on a clean close |
 //!
 //! Ids are local to the file. Times are microseconds since `time_origin_unix_us`. A file with

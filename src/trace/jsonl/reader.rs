@@ -385,6 +385,7 @@ impl<R: BufRead> JsonlReader<R> {
             size: raw.size.ok_or(missing("size"))?,
             stream: StreamId(raw.stream.unwrap_or(0)),
             pool: raw.pool.ok_or(missing("pool"))?.known(line, "pool")?,
+            expandable: raw.expandable.unwrap_or(false),
             context: self.context_ref(raw.context.unwrap_or(0))?,
             blocks,
         };

@@ -85,6 +85,7 @@ fn sample() -> Snapshot {
                 size: 2 << 20,
                 stream: StreamId::DEFAULT,
                 pool: PoolKind::Small,
+                expandable: false,
                 context: ContextId::NONE,
                 blocks: vec![
                     block(base, 1024, 1000, BlockState::ActiveAllocated, 1),
@@ -98,6 +99,7 @@ fn sample() -> Snapshot {
                 size: 20 << 20,
                 stream: StreamId(7),
                 pool: PoolKind::Large,
+                expandable: true,
                 context: ContextId(2),
                 blocks: vec![
                     block(base, 3 << 20, 3 << 20, BlockState::ActiveAllocated, 2),

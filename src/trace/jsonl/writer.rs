@@ -174,6 +174,9 @@ impl<W: Write> TraceWriter<W> {
             write!(out, ",\"stream\":{}", segment.stream.0)?;
         }
         write!(out, ",\"pool\":\"{}\"", pool_name(segment.pool))?;
+        if segment.expandable {
+            out.write_all(b",\"expandable\":true")?;
+        }
         if segment.context != ContextId::NONE {
             write!(out, ",\"context\":{}", segment.context.0)?;
         }

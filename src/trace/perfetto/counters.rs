@@ -151,6 +151,7 @@ mod tests {
                 size: 8192,
                 stream: StreamId::DEFAULT,
                 pool: PoolKind::Large,
+                expandable: false,
                 context: ContextId::NONE,
                 blocks: vec![
                     block(0x1000, 1024, 1000, BlockState::ActiveAllocated),

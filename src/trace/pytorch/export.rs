@@ -83,8 +83,8 @@ pub fn write_pytorch_snapshot<W: Write>(snapshot: &Snapshot, out: W) -> io::Resu
 /// `PYTORCH_CUDA_ALLOC_CONF` and `expandable_segments`), an empty `external_annotations`, and
 /// blockpool's table. A segment is written as PyTorch writes one (`device, address, total_size,
 /// allocated_size, active_size, requested_size, stream, segment_type, segment_pool_id,
-/// is_expandable, frames, blocks`), with `is_expandable` true when the configuration says
-/// `expandable_segments:True`; a block as `address, size, requested_size, state, frames`. A
+/// is_expandable, frames, blocks`), `is_expandable` from [`Segment::expandable`]; a block as
+/// `address, size, requested_size, state, frames`. A
 /// trace entry has `action` (annotations are `user_defined`), `addr` (for `oom` also
 /// `device_free`, the key PyTorch uses), `size` (the request, for block events), `stream`,
 /// `time_us` (microseconds since the epoch when the snapshot's time origin is known, else since
@@ -258,7 +258,6 @@ struct Exporter<'s> {
     small: Value,
     large: Value,
     pool_id: Value,
-    is_expandable: bool,
     /// Frame list of context `id` at index `id` (index 0: none, the empty list).
     frame_lists: Vec<Value>,
     /// `user_metadata` of context `id` at index `id`.
@@ -311,10 +310,6 @@ impl<'s> Exporter<'s> {
                 text(&context.tags.join("/"))
             });
         }
-        let is_expandable = snapshot
-            .allocator_config
-            .as_deref()
-            .is_some_and(extras::expandable_segments);
         Exporter {
             snapshot,
             keys,
@@ -323,7 +318,6 @@ impl<'s> Exporter<'s> {
             small: text(pool_name(crate::pool::PoolKind::Small)),
             large: text(pool_name(crate::pool::PoolKind::Large)),
             pool_id: Value::Tuple(Arc::new(vec![Value::Int(0), Value::Int(0)])),
-            is_expandable,
             frame_lists,
             tag_paths,
         }
@@ -365,7 +359,7 @@ impl<'s> Exporter<'s> {
             (k.stream.clone(), int(segment.stream.0)),
             (k.segment_type.clone(), pool),
             (k.segment_pool_id.clone(), self.pool_id.clone()),
-            (k.is_expandable.clone(), Value::Bool(self.is_expandable)),
+            (k.is_expandable.clone(), Value::Bool(segment.expandable)),
             (k.frames.clone(), self.frames(segment.context)),
             (k.blocks.clone(), list(blocks)),
         ];

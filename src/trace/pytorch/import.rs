@@ -362,6 +362,7 @@ impl<'a> Importer<'a> {
                     SegmentType::Small => PoolKind::Small,
                     SegmentType::Large => PoolKind::Large,
                 },
+                expandable: segment.is_expandable,
                 context,
                 blocks,
             });

@@ -113,6 +113,7 @@ fn sample() -> Snapshot {
             size: 2 << 20,
             stream: StreamId(7),
             pool: PoolKind::Small,
+            expandable: true,
             context: ContextId(1),
             blocks: vec![
                 Block {
@@ -137,6 +138,7 @@ fn sample() -> Snapshot {
             size: 0x1000,
             stream: StreamId::DEFAULT,
             pool: PoolKind::Large,
+            expandable: false,
             context: ContextId::NONE,
             blocks: vec![Block {
                 address: high,
@@ -219,7 +221,13 @@ fn export_writes_pytorchs_keys_and_meanings() {
             "blockpool_context"
         ]
     );
-    let high_block = &items(get(&items(get(&value, "segments"))[1], "blocks"))[0];
+    let high_segment = &items(get(&value, "segments"))[1];
+    assert_eq!(
+        get(high_segment, "is_expandable"),
+        &Value::Bool(false),
+        "a fixed segment under an expandable configuration (one a replay adopted)"
+    );
+    let high_block = &items(get(high_segment, "blocks"))[0];
     assert!(
         matches!(get(high_block, "address"), Value::BigInt(bytes) if bytes.len() == 9),
         "an address past i64::MAX is a positive LONG"

@@ -408,6 +408,7 @@ mod tests {
                 size: 2048,
                 stream: StreamId(1),
                 pool: PoolKind::Small,
+                expandable: false,
                 context: ContextId::NONE,
                 blocks: vec![Block {
                     address: 0x1000,

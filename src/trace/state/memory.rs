@@ -94,6 +94,8 @@ pub(super) struct LiveSegment {
     pub size: u64,
     pub stream: StreamId,
     pub pool: PoolKind,
+    /// Mapped memory of an expandable segment.
+    pub expandable: bool,
     pub context: ContextId,
 }
 
@@ -111,6 +113,7 @@ impl LiveSegment {
             size,
             stream,
             pool,
+            expandable: false,
             context,
         }
     }
@@ -131,6 +134,7 @@ impl LiveSegment {
             size,
             stream,
             pool,
+            expandable: true,
             context,
         }
     }
@@ -315,6 +319,7 @@ impl Memory {
                 size: live.size,
                 stream: live.stream,
                 pool: live.pool,
+                expandable: live.expandable,
                 context: live.context,
                 blocks: tiles,
             });

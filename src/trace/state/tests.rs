@@ -41,6 +41,7 @@ pub(super) fn segment(address: u64, size: u64, blocks: Vec<Block>) -> Segment {
         size,
         stream: StreamId::DEFAULT,
         pool: PoolKind::Large,
+        expandable: false,
         context: ContextId::NONE,
         blocks,
     }
@@ -261,6 +262,11 @@ fn expandable_segments_grow_and_shrink_with_map_and_unmap() {
         "the mapped range joins its neighbour"
     );
     assert_eq!(segments(4), [(0x0, 0x4000)]);
+    let rebuilt = trace.state_at(0, 3).unwrap();
+    assert!(
+        rebuilt.segments.iter().all(|s| s.expandable),
+        "a range rebuilt from map and unmap events is an expandable segment's"
+    );
 
     // Unmapping the middle splits a segment; undoing it joins the pieces again.
     let split = snapshot(

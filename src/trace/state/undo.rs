@@ -209,6 +209,7 @@ fn end_state<'a>(
             size: segment.size,
             stream: segment.stream,
             pool: segment.pool,
+            expandable: segment.expandable,
             context: segment.context,
         };
         memory.insert_segment(segment.address, live);
@@ -414,6 +415,7 @@ fn undo_map(
             start,
             LiveSegment {
                 size: addr - start,
+                expandable: true,
                 ..segment
             },
         ));
@@ -423,6 +425,7 @@ fn undo_map(
             end,
             LiveSegment {
                 size: segment_end - end,
+                expandable: true,
                 ..segment
             },
         ));
@@ -454,6 +457,7 @@ fn undo_unmap(memory: &mut Memory, event: &TraceEvent) -> Result<Change, Conflic
                 start,
                 LiveSegment {
                     size: segment.size.saturating_add(event.size),
+                    expandable: true,
                     ..segment
                 },
             );
@@ -465,6 +469,7 @@ fn undo_unmap(memory: &mut Memory, event: &TraceEvent) -> Result<Change, Conflic
             let base = if after.len() == 1 { segment } else { merged.1 };
             merged.1 = LiveSegment {
                 size: merged.1.size.saturating_add(segment.size),
+                expandable: true,
                 ..base
             };
         }

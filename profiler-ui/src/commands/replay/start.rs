@@ -163,6 +163,7 @@ mod tests {
             size,
             stream: StreamId(3),
             pool: PoolKind::Large,
+            expandable: false,
             context: ContextId::NONE,
             blocks,
         }
