@@ -1,18 +1,15 @@
-//! One device's caching allocator: best-fit reuse, split and merge, and every statistic.
+//! One device's caching allocator: its state, `free` (merging with free neighbours) and
+//! `record_stream`.
 //!
-//! `malloc` follows PyTorch's order: complete finished deferred frees, round the request, look
-//! for the best cached block on the same stream, and only then go to the device, climbing the
-//! out-of-memory ladder in `release.rs` when it refuses. `free` returns a block to its pool,
-//! merging it with free neighbours, or defers it behind events when other streams used it
-//! (`events.rs`).
+//! `malloc` lives in `malloc.rs`, the out-of-memory ladder and `empty_cache` in `release.rs`.
+//! `free` returns a block to its pool, merging it with free neighbours, or defers it behind
+//! events when other streams used it (`events.rs`).
 
 use super::block::{Block, BlockArena, BlockId, BlockState};
 use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
 use super::history::History;
-use super::release::{Attempt, MallocStep, SegmentRequest};
-use super::sizing;
-use super::stat_updates::{apply_net, decrease, increase};
+use super::stat_updates::{apply_net, decrease};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
@@ -87,7 +84,7 @@ pub struct DeviceAllocator<E> {
     pub(crate) fraction: Option<f64>,
     /// Device capacity, once the backend told it.
     pub(crate) total_bytes: Option<usize>,
-    next_alloc_id: u64,
+    pub(crate) next_alloc_id: u64,
     /// Recorded events and contexts; `None` while history is off (boxed: it is rarely on).
     pub(crate) history: Option<Box<History>>,
     /// Expandable segments: whether they are on, and the unmapped blocks (`expandable.rs`).
@@ -181,255 +178,6 @@ impl<E> DeviceAllocator<E> {
         let block = self.block(id)?;
         let (key, small) = (Self::free_key(id, block), block.small);
         self.remove_cached(small, &key)
-    }
-
-    /// Allocates `size` bytes on `stream`: a cached block when one fits, else a new segment.
-    ///
-    /// `size` must be non-zero (zero-byte requests never reach a device allocator).
-    pub fn malloc<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        size: usize,
-        stream: StreamId,
-    ) -> Result<AllocatedBlock> {
-        self.process_events(backend)?;
-        let step = self.start_malloc(backend, size, stream, true)?;
-        self.finish_malloc(backend, step)
-    }
-
-    /// Only the cache: completes finished deferred frees and takes the best cached block, or
-    /// returns `None` without touching the device. The allocator calls this before running
-    /// free-memory callbacks, then [`DeviceAllocator::malloc_after_callbacks`].
-    pub fn malloc_cached<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        size: usize,
-        stream: StreamId,
-    ) -> Result<Option<AllocatedBlock>> {
-        self.process_events(backend)?;
-        let Some(rounded) = sizing::round_size(size, &self.config) else {
-            return Err(Error::SizeTooLarge {
-                requested_bytes: size,
-            });
-        };
-        match self.find_cached(stream, rounded, sizing::is_small(rounded)) {
-            Some(key) => self
-                .alloc_found_block(key.id, Some(key), rounded, size)
-                .map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// The rest of `malloc` after [`DeviceAllocator::malloc_cached`] missed and the free-memory
-    /// callbacks ran: as PyTorch, the cache is searched again only if a callback freed
-    /// something, and deferred frees are not processed twice.
-    pub fn malloc_after_callbacks<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        size: usize,
-        stream: StreamId,
-        callbacks_freed: bool,
-    ) -> Result<AllocatedBlock> {
-        let step = self.start_malloc(backend, size, stream, callbacks_freed)?;
-        self.finish_malloc(backend, step)
-    }
-
-    /// The first half of `malloc`, for a caller that asks the device itself (without this
-    /// allocator's lock, under `release_lock_on_cudamalloc`): rounds the request, takes the
-    /// best cached block when `search_cache` and one fits, and otherwise climbs the
-    /// out-of-memory ladder up to the next device allocation, which it returns as a
-    /// [`MallocStep::Device`] request. Deferred frees are not processed here
-    /// ([`DeviceAllocator::process_events`] is the caller's first step).
-    pub fn start_malloc<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        size: usize,
-        stream: StreamId,
-        search_cache: bool,
-    ) -> Result<MallocStep> {
-        let Some(rounded) = sizing::round_size(size, &self.config) else {
-            return Err(Error::SizeTooLarge {
-                requested_bytes: size,
-            });
-        };
-        let small = sizing::is_small(rounded);
-        if search_cache {
-            if let Some(key) = self.find_cached(stream, rounded, small) {
-                return self
-                    .alloc_found_block(key.id, Some(key), rounded, size)
-                    .map(MallocStep::Done);
-            }
-        }
-        let Some(segment_size) = sizing::segment_size(rounded) else {
-            return Err(Error::SizeTooLarge {
-                requested_bytes: size,
-            });
-        };
-        let request = SegmentRequest {
-            requested: size,
-            rounded,
-            segment_size,
-            stream,
-            small,
-            attempt: Attempt::First,
-        };
-        self.start_segment(backend, request)
-    }
-
-    /// Drives a [`MallocStep`] to its end with the device calls made here.
-    pub fn finish_malloc<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        mut step: MallocStep,
-    ) -> Result<AllocatedBlock> {
-        loop {
-            match step {
-                MallocStep::Done(block) => return Ok(block),
-                MallocStep::Device(request) => {
-                    let answer = backend.alloc_segment(self.device, request.segment_size);
-                    step = self.finish_segment(backend, request, answer)?;
-                }
-            }
-        }
-    }
-
-    /// Best fit from the pool, honouring the oversize rules. It stays in the free list until
-    /// `alloc_found_block` re-keys or removes it.
-    #[inline]
-    fn find_cached(&mut self, stream: StreamId, rounded: usize, small: bool) -> Option<FreeKey> {
-        let max_split = self.config.max_split_size();
-        let rounding_margin = self.config.max_non_split_rounding_size();
-        let gc_on = self.gc_enabled();
-        if gc_on {
-            self.pool(small).lookups += 1;
-        }
-        let pool = self.pool_ref(small);
-        let key = pool.best_fit(stream, rounded)?;
-        let key = self.prefer_less_expandable(key);
-        // Never hand an oversize block to a request that could be served by splitting.
-        if rounded < max_split && key.size >= max_split {
-            return None;
-        }
-        // Oversize requests take an oversize block only when little of it is wasted.
-        if rounded >= max_split && key.size >= rounded.saturating_add(rounding_margin) {
-            return None;
-        }
-        Some(key)
-    }
-
-    pub(crate) fn gc_enabled(&self) -> bool {
-        self.fraction.is_some() && self.config.garbage_collection_threshold() > 0.0
-    }
-
-    /// Marks a block found in the cache (`cached` is its free-list entry) or a new segment as
-    /// allocated, splitting off the remainder when the split rule says so, and counts it.
-    pub(super) fn alloc_found_block(
-        &mut self,
-        id: BlockId,
-        cached: Option<FreeKey>,
-        rounded: usize,
-        requested: usize,
-    ) -> Result<AllocatedBlock> {
-        let max_split = self.config.max_split_size();
-        let block = self.blocks.get(id).ok_or(NO_BLOCK)?;
-        let (small, addr, stream, old_size, old_next) = (
-            block.small,
-            block.addr,
-            block.stream,
-            block.size,
-            block.next,
-        );
-        let already_split = block.is_split();
-        // PyTorch leaves expandable segments out of the inactive-split statistics: their free
-        // whole units can always be unmapped.
-        let counts_split = !block.expandable;
-        let expandable = block.expandable;
-        // With no slot left for a remainder, the whole block is handed out instead.
-        let split =
-            sizing::should_split(old_size, rounded, small, self.expandable.on, &self.config)
-                && self.blocks.has_room();
-        let size = if split {
-            let rest_size = old_size - rounded;
-            let rest_key = FreeKey {
-                stream,
-                size: rest_size,
-                addr: addr + rounded as u64,
-                id,
-            };
-            let mut rest = Block::free(
-                rest_key.addr,
-                rest_size,
-                stream,
-                small,
-                (Some(id), old_next),
-                self.pool_ref(small).lookups,
-            );
-            rest.expandable = expandable;
-            let rest = self.blocks.insert(rest);
-            let rest = rest.ok_or(TOO_MANY_BLOCKS)?;
-            if let Some(next) = old_next {
-                self.blocks.get_mut(next).ok_or(NO_BLOCK)?.prev = Some(rest);
-            }
-            let rest_key = FreeKey {
-                id: rest,
-                ..rest_key
-            };
-            match cached {
-                // The cached block becomes its remainder: re-key it in place.
-                Some(key) => self.replace_cached(small, &key, rest_key)?,
-                None => self.pool(small).insert(rest_key),
-            }
-            if !counts_split {
-                // Expandable segments stay out of the inactive-split statistics.
-            } else if already_split {
-                // An inactive split block shrinks by the part handed out.
-                decrease(&mut self.stats.inactive_split_bytes, small, rounded as u64);
-            } else {
-                increase(
-                    &mut self.stats.inactive_split_bytes,
-                    small,
-                    rest_size as u64,
-                );
-                increase(&mut self.stats.inactive_split, small, 1);
-            }
-            let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
-            block.next = Some(rest);
-            block.size = rounded;
-            rounded
-        } else {
-            if let Some(key) = cached {
-                self.remove_cached(small, &key)?;
-            }
-            if already_split && counts_split {
-                decrease(&mut self.stats.inactive_split_bytes, small, old_size as u64);
-                decrease(&mut self.stats.inactive_split, small, 1);
-            }
-            old_size
-        };
-        let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
-        block.state = BlockState::Allocated;
-        block.requested = requested;
-
-        self.next_alloc_id += 1;
-        let stats = &mut self.stats;
-        increase(&mut stats.allocation, small, 1);
-        increase(&mut stats.allocated_bytes, small, size as u64);
-        increase(&mut stats.active, small, 1);
-        increase(&mut stats.active_bytes, small, size as u64);
-        increase(&mut stats.requested_bytes, small, requested as u64);
-        if size >= max_split {
-            stats.oversize_allocations.increase(1);
-        }
-        let sizes = (addr, size as u64, requested as u64);
-        self.record_alloc(id, stream, sizes);
-        Ok(AllocatedBlock {
-            id,
-            addr,
-            size,
-            requested,
-            stream,
-            alloc_id: self.next_alloc_id,
-        })
     }
 
     /// Frees an allocated block: at once when only its own stream used it, else after events

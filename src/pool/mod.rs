@@ -11,6 +11,7 @@ mod expandable;
 mod free_list;
 mod history;
 mod invariants;
+mod malloc;
 mod release;
 pub mod sizing;
 mod stat_updates;

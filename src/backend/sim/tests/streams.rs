@@ -1,0 +1,186 @@
+//! Virtual streams and events, call counters, clones shared across threads.
+
+use super::*;
+
+#[test]
+fn event_completes_only_when_its_stream_advances() -> Result<(), BackendError> {
+    let sim = sim();
+    let events = [
+        sim.record_event(0, S1)?,
+        sim.record_event(0, S1)?,
+        sim.record_event(0, S1)?,
+    ];
+    let other = sim.record_event(0, S2)?;
+    assert_eq!(events.map(|e| e.ticket()), [1, 2, 3]);
+    assert_eq!((other.device(), other.stream(), other.ticket()), (0, S2, 1));
+    let done = |sim: &SimBackend| events.map(|e| sim.query_event(&e) == Ok(true));
+    assert_eq!(
+        done(&sim),
+        [false; 3],
+        "nothing runs until the test advances the stream"
+    );
+    assert_eq!(sim.advance_stream(0, S1, 2)?, 2);
+    assert_eq!(done(&sim), [true, true, false]);
+    assert!(
+        !sim.query_event(&other)?,
+        "advancing one stream leaves the others alone"
+    );
+    assert_eq!(sim.complete_stream(0, S1)?, 1);
+    assert_eq!(sim.complete_stream(0, S1)?, 0, "nothing left to complete");
+    assert_eq!(
+        sim.advance_stream(0, StreamId(99), 5)?,
+        0,
+        "a stream with no events"
+    );
+    assert_eq!(
+        sim.complete_all(),
+        1,
+        "only the event on stream 2 was pending"
+    );
+    assert!(sim.query_event(&other)?);
+    Ok(())
+}
+
+#[test]
+fn synchronize_runs_the_stream_up_to_the_event() -> Result<(), BackendError> {
+    let sim = sim();
+    let first = sim.record_event(0, S1)?;
+    let second = sim.record_event(0, S1)?;
+    let third = sim.record_event(0, S1)?;
+    sim.synchronize_event(&second)?;
+    assert!(sim.query_event(&first)? && sim.query_event(&second)?);
+    assert!(
+        !sim.query_event(&third)?,
+        "work after the event has not run"
+    );
+    sim.synchronize_event(&first)?;
+    assert!(
+        !sim.query_event(&third)?,
+        "syncing an earlier event moves nothing back or forth"
+    );
+    Ok(())
+}
+
+#[test]
+fn hung_stream_never_completes_and_sync_fails_instead_of_blocking() -> Result<(), BackendError> {
+    let sim = sim();
+    let before = sim.record_event(0, S1)?;
+    sim.complete_stream(0, S1)?;
+    let pending = sim.record_event(0, S1)?;
+    sim.inject(0, SimFault::HangStream { stream: S1 })?;
+    let after = sim.record_event(0, S1)?;
+    let healthy = sim.record_event(0, S2)?;
+
+    assert_eq!(sim.advance_stream(0, S1, 10)?, 0);
+    assert_eq!(sim.complete_stream(0, S1)?, 0);
+    assert_eq!(sim.complete_all(), 1, "only the healthy stream completes");
+    let never = Err(BackendError::EventNeverCompletes {
+        device: 0,
+        stream: S1,
+    });
+    assert_eq!(sim.synchronize_event(&pending), never.clone());
+    assert_eq!(sim.synchronize_event(&after), never);
+    assert_eq!(
+        [pending, after].map(|e| sim.query_event(&e)),
+        [Ok(false), Ok(false)]
+    );
+    sim.synchronize_event(&before)?;
+    assert!(
+        sim.query_event(&before)?,
+        "events completed before the hang stay complete"
+    );
+    assert!(sim.query_event(&healthy)?);
+    Ok(())
+}
+
+#[test]
+fn events_from_elsewhere_never_complete_and_never_panic() -> Result<(), BackendError> {
+    let big = SimBackend::new(3, 1 << 20);
+    let small = SimBackend::new(1, 1 << 20);
+    let on_device_2 = big.record_event(2, S1)?;
+    assert_eq!(
+        small.query_event(&on_device_2),
+        Err(BackendError::InvalidDevice {
+            device: 2,
+            device_count: 1
+        })
+    );
+    big.record_event(0, S1)?;
+    let second = big.record_event(0, S1)?;
+    assert!(!small.query_event(&second)?);
+    let never = Err(BackendError::EventNeverCompletes {
+        device: 0,
+        stream: S1,
+    });
+    assert_eq!(
+        small.synchronize_event(&second),
+        never.clone(),
+        "stream unknown to small"
+    );
+    small.record_event(0, S1)?;
+    assert_eq!(
+        small.synchronize_event(&second),
+        never,
+        "ticket 2 was never recorded"
+    );
+    small.release_event(on_device_2);
+    Ok(())
+}
+
+#[test]
+fn calls_count_every_device_call() -> Result<(), BackendError> {
+    let sim = SimBackend::new(2, 4096);
+    let a = sim.alloc_segment(0, 4096)?;
+    let _ = sim.alloc_segment(0, 1);
+    sim.free_segment(0, a, 4096)?;
+    let _ = sim.free_segment(0, a, 4096);
+    let event = sim.record_event(0, S1)?;
+    sim.query_event(&event)?;
+    sim.query_event(&event)?;
+    sim.synchronize_event(&event)?;
+    sim.release_event(event);
+    sim.mem_get_info(0)?;
+    let expected = SimCalls {
+        segment_allocs: 1,
+        failed_allocs: 1,
+        segment_frees: 1,
+        failed_frees: 1,
+        events_recorded: 1,
+        event_queries: 2,
+        event_syncs: 1,
+        events_released: 1,
+        mem_info_queries: 1,
+        ..SimCalls::default()
+    };
+    assert_eq!(sim.calls(0), expected);
+    assert_eq!(sim.calls(1), SimCalls::default(), "device 1 saw no calls");
+    Ok(())
+}
+
+#[test]
+fn clones_share_devices_across_threads() -> Result<(), BackendError> {
+    fn assert_send_sync<T: Send + Sync + Clone + 'static>() {}
+    assert_send_sync::<SimBackend>();
+    let sim = sim();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let sim = sim.clone();
+            std::thread::spawn(move || {
+                (0..100).try_for_each(|_| sim.alloc_segment(0, 512).map(drop))
+            })
+        })
+        .collect();
+    for handle in handles {
+        assert_eq!(handle.join().ok(), Some(Ok(())), "a thread failed");
+    }
+    assert_eq!(
+        (sim.segment_count(0), sim.allocated_bytes(0)),
+        (400, 400 * 512)
+    );
+    assert_eq!(
+        sim.alloc_segment(0, 512)?,
+        BASE + 400 * 512,
+        "no address handed out twice"
+    );
+    Ok(())
+}
