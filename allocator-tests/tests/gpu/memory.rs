@@ -1,9 +1,12 @@
 //! The CUDA backend under the caching allocator: real segments are allocated, cached, reused
-//! and returned; out-of-memory under a memory fraction recovers; pinned memory round-trips.
+//! and returned; out-of-memory under a memory fraction recovers; pinned memory round-trips;
+//! threads share a device whose lock is released while `cuMemAlloc` runs.
+
+use std::thread;
 
 use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
-use blockpool::{Backend, StreamId};
+use blockpool::{AllocatorConfig, Backend, CachingAllocator, StreamId};
 
 use crate::{gpu_allocator, MIB};
 
@@ -227,4 +230,63 @@ fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
         "the memory went back: free {free_before} before, {free_after} after"
     );
     alloc.check_invariants(0).unwrap();
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn threads_share_a_device_whose_lock_is_released_during_cu_mem_alloc() {
+    let backend = CudaBackend::new()
+        .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU and CUDA says: {e}"));
+    let config = AllocatorConfig::parse("release_lock_on_cudamalloc:True").unwrap();
+    let alloc = CachingAllocator::new(backend, config);
+    const THREADS: u32 = 4;
+    const ROUNDS: u32 = 30;
+    // u32 elements: 4 KB (small pool), 1.2 MB (a share of a 20 MiB segment), 12 MiB (a
+    // segment of its own).
+    const LENS: [usize; 3] = [1000, 300_000, 3 << 20];
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let alloc = &alloc;
+            s.spawn(move || {
+                let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
+                let check = |tag: u32, buf: &DeviceBuffer<u32>| {
+                    let back = buf.to_vec().unwrap();
+                    assert!(
+                        back.iter().all(|&x| x == tag),
+                        "thread {t}: buffer {tag} was overwritten: another thread held its memory"
+                    );
+                };
+                let mut held = Vec::new();
+                for round in 0..ROUNDS {
+                    let tag = t * 1000 + round;
+                    let data = vec![tag; LENS[round as usize % LENS.len()]];
+                    held.push((
+                        tag,
+                        DeviceBuffer::from_host(alloc, 0, &data, &stream).unwrap(),
+                    ));
+                    if held.len() > 3 {
+                        let (tag, buf) = held.remove(0);
+                        check(tag, &buf);
+                    }
+                }
+                for (tag, buf) in &held {
+                    check(*tag, buf);
+                }
+            });
+        }
+    });
+    alloc.check_invariants(0).unwrap();
+    let stats = alloc.memory_stats(0).unwrap();
+    assert_eq!(stats["allocation.all.current"], 0, "{stats:?}");
+    assert_eq!(
+        stats["allocation.all.allocated"],
+        i64::from(THREADS * ROUNDS),
+        "{stats:?}"
+    );
+    assert!(
+        stats["num_device_alloc"] >= i64::from(THREADS),
+        "each thread's stream needed segments of its own: {stats:?}"
+    );
+    alloc.empty_cache().unwrap();
+    assert_eq!(alloc.backend().allocated_bytes(0).unwrap(), 0);
 }
