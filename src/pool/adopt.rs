@@ -13,7 +13,7 @@ use super::block::{Block, BlockId, BlockState};
 use super::device::{DeviceAllocator, Segment, TOO_MANY_BLOCKS};
 use super::free_list::{FreeKey, PoolKind};
 use super::sizing::MIN_BLOCK_SIZE;
-use super::stat_updates::increase;
+use super::stat_updates::{count_allocation, increase};
 use crate::backend::{Backend, BackendError, DeviceIndex, StreamId};
 use crate::error::Error;
 use crate::trace::ContextId;
@@ -264,14 +264,7 @@ impl<E> DeviceAllocator<E> {
             let stats = &mut self.stats;
             match piece.live {
                 Some(requested) => {
-                    increase(&mut stats.allocation, small, 1);
-                    increase(&mut stats.allocated_bytes, small, size as u64);
-                    increase(&mut stats.active, small, 1);
-                    increase(&mut stats.active_bytes, small, size as u64);
-                    increase(&mut stats.requested_bytes, small, requested as u64);
-                    if size >= max_split {
-                        stats.oversize_allocations.increase(1);
-                    }
+                    count_allocation(stats, small, (size, requested), max_split);
                     adopted.push(AdoptedBlock {
                         id,
                         addr: block_addr,

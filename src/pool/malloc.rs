@@ -11,7 +11,7 @@ use super::device::{AllocatedBlock, DeviceAllocator, NO_BLOCK, TOO_MANY_BLOCKS};
 use super::free_list::FreeKey;
 use super::release::{Attempt, MallocStep, SegmentRequest};
 use super::sizing;
-use super::stat_updates::{decrease, increase};
+use super::stat_updates::{count_allocation, decrease, increase};
 use crate::backend::{Backend, StreamId};
 use crate::error::{Error, Result};
 
@@ -40,11 +40,25 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
     ) -> Result<Option<AllocatedBlock>> {
         self.process_events(backend)?;
-        let Some(rounded) = sizing::round_size(size, &self.config) else {
-            return Err(Error::SizeTooLarge {
-                requested_bytes: size,
-            });
-        };
+        let rounded = self.rounded(size)?;
+        self.take_cached(stream, rounded, size)
+    }
+
+    /// `size` rounded as its block will be; [`Error::SizeTooLarge`] when that overflows.
+    fn rounded(&self, size: usize) -> Result<usize> {
+        sizing::round_size(size, &self.config).ok_or(Error::SizeTooLarge {
+            requested_bytes: size,
+        })
+    }
+
+    /// The best cached block for `rounded` bytes on `stream`, split and counted as allocated
+    /// for a request of `size` bytes; `None` when none fits.
+    fn take_cached(
+        &mut self,
+        stream: StreamId,
+        rounded: usize,
+        size: usize,
+    ) -> Result<Option<AllocatedBlock>> {
         match self.find_cached(stream, rounded, sizing::is_small(rounded)) {
             Some(key) => self
                 .alloc_found_block(key.id, Some(key), rounded, size)
@@ -80,17 +94,10 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
         search_cache: bool,
     ) -> Result<MallocStep> {
-        let Some(rounded) = sizing::round_size(size, &self.config) else {
-            return Err(Error::SizeTooLarge {
-                requested_bytes: size,
-            });
-        };
-        let small = sizing::is_small(rounded);
+        let rounded = self.rounded(size)?;
         if search_cache {
-            if let Some(key) = self.find_cached(stream, rounded, small) {
-                return self
-                    .alloc_found_block(key.id, Some(key), rounded, size)
-                    .map(MallocStep::Done);
+            if let Some(block) = self.take_cached(stream, rounded, size)? {
+                return Ok(MallocStep::Done(block));
             }
         }
         let Some(segment_size) = sizing::segment_size(rounded) else {
@@ -103,7 +110,7 @@ impl<E> DeviceAllocator<E> {
             rounded,
             segment_size,
             stream,
-            small,
+            small: sizing::is_small(rounded),
             attempt: Attempt::First,
         };
         self.start_segment(backend, request)
@@ -244,15 +251,7 @@ impl<E> DeviceAllocator<E> {
         block.requested = requested;
 
         self.next_alloc_id += 1;
-        let stats = &mut self.stats;
-        increase(&mut stats.allocation, small, 1);
-        increase(&mut stats.allocated_bytes, small, size as u64);
-        increase(&mut stats.active, small, 1);
-        increase(&mut stats.active_bytes, small, size as u64);
-        increase(&mut stats.requested_bytes, small, requested as u64);
-        if size >= max_split {
-            stats.oversize_allocations.increase(1);
-        }
+        count_allocation(&mut self.stats, small, (size, requested), max_split);
         let sizes = (addr, size as u64, requested as u64);
         self.record_alloc(id, stream, sizes);
         Ok(AllocatedBlock {

@@ -1,9 +1,9 @@
 //! Updates of the per-pool statistics arrays: every change is counted in the aggregate entry
 //! and in the small or large pool's, as PyTorch's `StatTypes` do. Kept apart from the
-//! allocator's logic so that `device.rs` and `release.rs` read as the rules they implement, not
-//! as the counting around them.
+//! allocator's logic so that `malloc.rs`, `device.rs` and `release.rs` read as the rules they
+//! implement, not as the counting around them.
 
-use crate::stats::{StatArray, StatType};
+use crate::stats::{DeviceStats, StatArray, StatType};
 
 pub(crate) fn stat_types(small: bool) -> [usize; 2] {
     [
@@ -36,5 +36,25 @@ pub(crate) fn apply_net(array: &mut StatArray, small: bool, net: i64) {
         increase(array, small, net as u64);
     } else if net < 0 {
         decrease(array, small, net.unsigned_abs());
+    }
+}
+
+/// Counts a block of `size` bytes handed out for a request of `requested` bytes: allocations,
+/// allocated, active and requested bytes, and an oversize allocation when `size` reaches
+/// `max_split` (`max_split_size`).
+#[inline]
+pub(crate) fn count_allocation(
+    stats: &mut DeviceStats,
+    small: bool,
+    (size, requested): (usize, usize),
+    max_split: usize,
+) {
+    increase(&mut stats.allocation, small, 1);
+    increase(&mut stats.allocated_bytes, small, size as u64);
+    increase(&mut stats.active, small, 1);
+    increase(&mut stats.active_bytes, small, size as u64);
+    increase(&mut stats.requested_bytes, small, requested as u64);
+    if size >= max_split {
+        stats.oversize_allocations.increase(1);
     }
 }
