@@ -20,12 +20,23 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a training-like workload through blockpool on a simulated 80 GiB device, record it,
-    /// write the trace and report what it holds.
+    /// Run a training-like workload through blockpool (on GPU 0 when CUDA is usable, else on a
+    /// simulated 80 GiB device; `BLOCKPOOL_BACKEND=cuda|sim` forces one), record it, write the
+    /// trace and report what it holds; with `--serve`, then show it in the web viewer.
+    #[command(group(clap::ArgGroup::new("viewer").multiple(true).args(["serve", "open"])))]
     Demo {
         /// Where to write the trace (`.gz`: compressed).
         #[arg(long, default_value = "blockpool-demo.jsonl.gz")]
         out: PathBuf,
+        /// Then serve the trace in the web viewer, as `memtrace serve` does (until Ctrl-C).
+        #[arg(long)]
+        serve: bool,
+        /// With `--serve` or `--open`: the port (0: any free one).
+        #[arg(long, default_value_t = 8700, requires = "viewer")]
+        port: u16,
+        /// Then serve the trace and open the viewer in the browser (implies `--serve`).
+        #[arg(long)]
+        open: bool,
     },
     /// Peaks of allocated, reserved and requested memory and when, fragmentation and the top
     /// allocation sites at the peak, and each out-of-memory event explained.

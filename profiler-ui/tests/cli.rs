@@ -192,6 +192,8 @@ fn usage_errors_exit_2_with_one_line() {
     assert_bad_input(&memtrace(&["info"]), "FILE");
     let out = memtrace(&["convert", "a", "b", "--to", "xml"]);
     assert_bad_input(&out, "xml");
+    // A port is for the viewer: without `--serve` or `--open` it is refused, not ignored.
+    assert_bad_input(&memtrace(&["demo", "--port", "5"]), "--serve");
     let help = memtrace(&["--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(stdout(&help).contains("Usage: memtrace"));

@@ -59,22 +59,34 @@ impl Drop for Server {
 }
 
 fn serve(file: &Path) -> Server {
+    start(&["serve", &file.to_string_lossy(), "--port", "0"], &[])
+}
+
+/// Starts `memtrace` with `args` and `env` and waits for the line that names the address it
+/// serves at (lines before it, such as the demo's report, are kept in `banner` too).
+fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["serve", &file.to_string_lossy(), "--port", "0"])
+        .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("memtrace starts");
-    let mut banner = String::new();
     let stdout = child.stdout.take().expect("piped stdout");
-    BufReader::new(stdout)
-        .read_line(&mut banner)
-        .expect("the first line names the address");
-    let port = banner
+    let mut lines = BufReader::new(stdout);
+    let mut banner = String::new();
+    let mut line = String::new();
+    while !line.starts_with("serving ") {
+        line.clear();
+        let read = lines.read_line(&mut line).expect("memtrace writes lines");
+        assert!(read > 0, "memtrace ended before serving: {banner}");
+        banner.push_str(&line);
+    }
+    let port = line
         .rsplit_once("http://127.0.0.1:")
         .and_then(|(_, rest)| rest.split('/').next())
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {banner:?}"));
+        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {line:?}"));
     Server {
         child,
         port,
@@ -137,6 +149,7 @@ fn every_route_answers_with_exact_values() {
     let server = serve(&recorded_trace());
     let port = server.port;
     assert!(server.banner.starts_with("serving "), "{}", server.banner);
+    assert_eq!(server.banner.lines().count(), 1, "{}", server.banner);
 
     let page = get(port, "/");
     assert_eq!(page.status, 200);
@@ -394,4 +407,24 @@ fn hostile_files_and_busy_ports_exit_2_with_one_line() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     drop(busy);
+}
+
+#[test]
+fn the_demo_serves_its_trace_when_asked() {
+    let trace = scratch("demo-served.jsonl.gz");
+    let trace = trace.to_string_lossy();
+    let server = start(
+        &["demo", "--out", &trace, "--serve", "--port", "0"],
+        &[("BLOCKPOOL_BACKEND", "sim")],
+    );
+    assert!(
+        server.banner.contains(&format!("\nwrote {trace}\n")),
+        "the demo reports before serving: {}",
+        server.banner
+    );
+    let meta = get(server.port, "/api/meta").json();
+    assert_eq!(meta["format"], "jsonl");
+    // The demo's workload is deterministic on the simulated device (the README shows it).
+    assert_eq!(meta["devices"][0]["events"], 2822, "{meta}");
+    assert_eq!(get(server.port, "/").status, 200);
 }

@@ -59,7 +59,19 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
         } => timeline::run(&file, &svg, device, out),
         Command::Diff { a, b, device, json } => diff::run(&a, &b, device, json, out),
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
-        Command::Demo { out: trace } => demo::run(&trace, out),
+        Command::Demo {
+            out: trace,
+            serve: then_serve,
+            port,
+            open,
+        } => {
+            demo::run(&trace, out)?;
+            if then_serve || open {
+                out.write("\n")?;
+                serve::run(&trace, port, open, out)?;
+            }
+            Ok(())
+        }
         Command::Doctor { json } => doctor::run(json, out),
         Command::Replay(args) => replay::run(args, out),
         Command::Serve { file, port, open } => serve::run(&file, port, open, out),
