@@ -24,6 +24,9 @@
 //!   reserved address range that is mapped to memory in 2 MiB / 20 MiB units as requests need
 //!   it and unmapped by `empty_cache`, so large blocks pack without gaps between segments
 //!   (on backends with virtual memory management: CUDA's `cuMemMap`, and [`SimBackend`]).
+//! * **Threads.** One lock per device; with `release_lock_on_cudamalloc:True` it is released
+//!   while the device allocates a segment, so other threads keep allocating from the cache
+//!   during a slow `cuMemAlloc`.
 //! * **Statistics.** [`CachingAllocator::memory_stats`] has the 122 keys of
 //!   `torch.cuda.memory_stats()`; [`CachingAllocator::memory_summary`] prints its table.
 //!
@@ -61,8 +64,9 @@
 //! ## Features of the simulated device
 //!
 //! [`SimBackend`] simulates devices with deterministic fake addresses (or real host memory),
-//! streams whose events complete only when a test advances them, call counters and fault
-//! injection, so every rule above is tested exactly without a GPU.
+//! streams whose events complete only when a test advances them, call counters, fault
+//! injection and a hook into segment allocation ([`SimBackend::set_alloc_hook`]), so every rule
+//! above is tested exactly without a GPU.
 
 pub mod backend;
 pub mod config;
