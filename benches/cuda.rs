@@ -5,6 +5,10 @@
 //! 64 MiB, all in one run. After criterion's groups it prints the ratios, measured again here
 //! with a plain timer (median of batches), as `ratio` lines the GPU check script collects.
 //!
+//! Then one more table: 4 KiB cache-hit pairs on one thread while another thread allocates a
+//! 64 MiB segment (`cuMemAlloc`), drops it and empties the cache (`cuMemFree`), over and over,
+//! with `release_lock_on_cudamalloc` off and on, printed as `lock` lines.
+//!
 //! Every iteration batch ends with a stream synchronize (outside nothing is queued, so for the
 //! synchronous pair and blockpool it returns at once), so the stream-ordered pair cannot hide
 //! work in the stream. Without a usable GPU it says why and exits with status 0.
@@ -12,7 +16,9 @@
 //! Run with `cargo bench --bench cuda` on a machine with an NVIDIA GPU, or through
 //! `scripts/gpu-check.sh`; see `benches/README.md`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use blockpool::backend::CudaBackend;
@@ -225,6 +231,89 @@ fn ratio_table(gpu: &Gpu) {
     }
 }
 
+/// The other thread's segment in [`lock_table`].
+const CONTENDED_SEGMENT: usize = 64 << 20;
+
+/// Median nanoseconds per 4 KiB cache-hit pair on `alloc` over [`RATIO_BATCHES`] batches.
+fn median_pair_ns(alloc: &CachingAllocator<CudaBackend>, stream: StreamId) -> f64 {
+    let pairs = |iters: u64| {
+        let start = Instant::now();
+        for _ in 0..iters {
+            match alloc.allocate(0, black_box(4 << 10), stream) {
+                Ok(block) => drop(black_box(block)),
+                Err(e) => {
+                    eprintln!("benches/cuda: allocate failed: {e}");
+                    std::process::exit(2)
+                }
+            }
+        }
+        start.elapsed().as_secs_f64()
+    };
+    let pilot = pairs(100) / 100.0;
+    let iters = ((RATIO_BATCH_TIME.as_secs_f64() / pilot.max(1e-9)) as u64).clamp(100, 10_000_000);
+    let mut samples: Vec<f64> = (0..RATIO_BATCHES)
+        .map(|_| pairs(iters) * 1e9 / iters as f64)
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Cache-hit pairs while another thread allocates and frees segments on the same device, with
+/// the device lock held and released during `cuMemAlloc`.
+fn lock_table() {
+    println!();
+    println!(
+        "4 KiB cache-hit pair while another thread allocates {} MiB segments and empties the cache:",
+        CONTENDED_SEGMENT >> 20
+    );
+    for release in [false, true] {
+        let backend = match CudaBackend::new() {
+            Ok(backend) => backend,
+            Err(e) => {
+                eprintln!("benches/cuda: a second backend failed: {e}");
+                std::process::exit(2)
+            }
+        };
+        let config = AllocatorConfig::builder()
+            .release_lock_on_cudamalloc(release)
+            .build()
+            .unwrap_or_else(|e| panic!("a valid configuration: {e}"));
+        let alloc = CachingAllocator::new(backend, config);
+        // Kept for the whole run, so `empty_cache` never releases the pairs' small segment.
+        let anchor = alloc.allocate(0, 4 << 10, StreamId::DEFAULT);
+        let anchor = anchor.unwrap_or_else(|e| {
+            eprintln!("benches/cuda: allocate failed: {e}");
+            std::process::exit(2)
+        });
+        let stop = AtomicBool::new(false);
+        let started = Instant::now();
+        let (pair_ns, segments) = thread::scope(|s| {
+            let other = s.spawn(|| {
+                let mut segments = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(segment) = alloc.allocate(0, CONTENDED_SEGMENT, StreamId::DEFAULT) {
+                        drop(segment);
+                        segments += 1;
+                    }
+                    if alloc.empty_cache().is_err() {
+                        break;
+                    }
+                }
+                segments
+            });
+            let pair_ns = median_pair_ns(&alloc, StreamId::DEFAULT);
+            stop.store(true, Ordering::Relaxed);
+            (pair_ns, other.join().unwrap_or(0))
+        });
+        let per_second = segments as f64 / started.elapsed().as_secs_f64();
+        let flag = if release { "on" } else { "off" };
+        println!(
+            "lock release_lock_on_cudamalloc={flag} pair_ns={pair_ns:.1} other_thread_segments_per_s={per_second:.0}"
+        );
+        drop(anchor);
+    }
+}
+
 fn main() {
     let gpu = match Gpu::open() {
         Ok(gpu) => gpu,
@@ -242,4 +331,5 @@ fn main() {
         return;
     }
     ratio_table(&gpu);
+    lock_table();
 }

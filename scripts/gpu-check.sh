@@ -196,6 +196,15 @@ run() {
                 's/^ratio size=([^ ]+) blockpool_ns=([^ ]+) sync_ns=([^ ]+) async_ns=([^ ]+) sync_over_blockpool=([^ ]+) async_over_blockpool=([^ ]+).*$/| \1 | \2 | \3 | \4 | \5x | \6x |/' -e 's/ -x \|/ - |/g'
             echo
         fi
+        if grep -q '^lock ' "$out/bench-cuda.log"; then
+            echo "4 KiB cache-hit pair while another thread allocates and frees 64 MiB segments:"
+            echo
+            echo "| release_lock_on_cudamalloc | pair ns | other thread's segments/s |"
+            echo "|---|---|---|"
+            grep '^lock ' "$out/bench-cuda.log" | sed -E \
+                's/^lock release_lock_on_cudamalloc=([^ ]+) pair_ns=([^ ]+) other_thread_segments_per_s=([^ ]+).*$/| \1 | \2 | \3 |/'
+            echo
+        fi
         echo "Full logs: gpu-tests.log, bench-cuda.log, nvidia-smi.log (when nvidia-smi exists), BUILD"
     } >"$out/results.md"
     cat "$out/results.md"
@@ -212,6 +221,10 @@ selftest() {
     for size in 4KiB 1MiB 64MiB; do
         grep -q "^| $size | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]*x | [0-9.]*x |$" "$table" ||
             die "selftest: the results table has no complete row for $size"
+    done
+    for flag in off on; do
+        grep -q "^| $flag | [0-9.]* | [0-9]* |$" "$table" ||
+            die "selftest: the results table has no release_lock_on_cudamalloc=$flag row"
     done
     echo "gpu-check: selftest passed"
 }
