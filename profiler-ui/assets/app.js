@@ -277,7 +277,7 @@ function drawState() {
     `active ${fmtBytes(s.active_bytes)}, reserved ${fmtBytes(s.reserved_bytes)} in ${s.segments.length} segments` +
     (s.unsegmented.length ? `, ${s.unsegmented.length} blocks in no known segment` : '') +
     (s.truncated ? ' (more segments left out)' : '');
-  const rows = s.segments.map((seg) => ({ label: `${seg.address} ${seg.pool} s${seg.stream}`, size: seg.size, blocks: seg.blocks }));
+  const rows = s.segments.map((seg) => ({ label: `${seg.address} ${seg.pool}${seg.expandable ? ' expandable' : ''} s${seg.stream}`, size: seg.size, blocks: seg.blocks }));
   if (s.unsegmented.length) {
     const last = s.unsegmented[s.unsegmented.length - 1];
     rows.push({ label: 'no segment', size: last[0] + last[1], blocks: s.unsegmented });

@@ -231,6 +231,7 @@ fn every_route_answers_with_exact_values() {
 
     let state = get(port, &format!("/api/state?index={events}")).json();
     assert_eq!(state["allocated_bytes"], 4096);
+    assert_eq!(state["segments"][0]["expandable"], false);
     let start = get(port, "/api/state?index=0").json();
     assert_eq!(start["allocated_bytes"], 0);
     assert_eq!(start["event"], Value::Null);
@@ -427,4 +428,20 @@ fn the_demo_serves_its_trace_when_asked() {
     // The demo's workload is deterministic on the simulated device (the README shows it).
     assert_eq!(meta["devices"][0]["events"], 2822, "{meta}");
     assert_eq!(get(server.port, "/").status, 200);
+    drop(server);
+
+    // With expandable segments the viewer's segments say so.
+    let server = start(
+        &["demo", "--out", &trace, "--serve", "--port", "0"],
+        &[
+            ("BLOCKPOOL_BACKEND", "sim"),
+            ("BLOCKPOOL_ALLOC_CONF", "expandable_segments:True"),
+        ],
+    );
+    let meta = get(server.port, "/api/meta").json();
+    let events = meta["devices"][0]["events"].as_u64().expect("events");
+    let state = get(server.port, &format!("/api/state?index={events}")).json();
+    let segments = state["segments"].as_array().expect("segments");
+    assert_eq!(segments.len(), 2, "one mapped run per pool: {state}");
+    assert!(segments.iter().all(|s| s["expandable"] == true), "{state}");
 }

@@ -23,6 +23,8 @@ pub struct SegmentView {
     pub stream: u64,
     /// `small` or `large`.
     pub pool: &'static str,
+    /// Whether the segment is mapped memory of an expandable segment.
+    pub expandable: bool,
     /// `[offset in the segment, size, requested, state, context id]` per block, lowest address
     /// first; state is 0 allocated, 1 pending free, 2 inactive.
     pub blocks: Vec<[u64; 5]>,
@@ -121,6 +123,7 @@ pub fn state_view(
             size: segment.size,
             stream: segment.stream.0,
             pool: pool_name(segment.pool),
+            expandable: segment.expandable,
             blocks: segment
                 .blocks
                 .iter()
