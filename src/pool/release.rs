@@ -26,7 +26,10 @@ pub enum MallocStep {
 }
 
 /// A fixed segment `malloc` needs from the device, at one rung of the out-of-memory ladder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Not `Clone`: each request is answered once, by moving it into
+/// [`DeviceAllocator::finish_segment`].
+#[derive(Debug, PartialEq, Eq)]
 pub struct SegmentRequest {
     /// Bytes the caller asked for.
     pub requested: usize,
@@ -153,6 +156,10 @@ impl<E> DeviceAllocator<E> {
     /// Takes the device's answer to a [`MallocStep::Device`] request: a new segment serves
     /// the request; out of memory climbs to the next rung (another request, or the final
     /// out-of-memory error); any other device failure is returned as it is.
+    ///
+    /// `answer` must be what `backend.alloc_segment` returned for this allocator's device and
+    /// [`SegmentRequest::segment_size`]: an `Ok` address becomes a segment of this allocator,
+    /// which gives it back to the device in time.
     ///
     /// The allocator may have changed since the request was made (other threads allocate and
     /// free while the device is asked without the lock); the segment joins it as it is now.
