@@ -378,8 +378,10 @@ impl<B: Backend> Shared<B> {
             if !release_lock {
                 return dev.malloc(&self.backend, size, stream);
             }
-            dev.process_events(&self.backend)?;
-            let step = dev.start_malloc(&self.backend, size, stream, true)?;
+            if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
+                return Ok(block);
+            }
+            let step = dev.start_malloc(&self.backend, size, stream, false)?;
             return self.finish_unlocked(device, dev, step, stamp);
         }
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {

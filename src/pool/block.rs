@@ -115,7 +115,7 @@ pub(crate) struct BlockArena {
 
 impl BlockArena {
     /// Stores `block`; `None` only when 2^32 - 1 blocks already live on one device.
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, block: Block) -> Option<BlockId> {
         let index = match self.vacant.pop() {
             Some(index) => {
