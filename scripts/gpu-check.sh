@@ -88,10 +88,25 @@ build() {
         echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with local changes)')"
         echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -sm)"
         echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
+        echo "needs: $(needed_glibc "$TESTS_BIN" "$BENCH_BIN") or newer (built against $(glibc_here))"
     } >"$GPU_DIR/BUILD"
     echo "gpu-check: ready in .gpu/:"
     ls -l "$GPU_DIR"
     echo "gpu-check: on the GPU machine run: scripts/gpu-check.sh run"
+}
+
+# The newest glibc symbol version the binaries $@ need (e.g. GLIBC_2.34), or "unknown".
+needed_glibc() {
+    local need
+    need="$(objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sort -uV | tail -n 1 || true)"
+    echo "${need:-unknown}"
+}
+
+# This machine's glibc, e.g. "glibc 2.36".
+glibc_here() {
+    local version
+    version="$(getconf GNU_LIBC_VERSION 2>/dev/null || true)"
+    echo "${version:-unknown glibc}"
 }
 
 # Whether the dynamic loader can find libcublas (as cudarc looks for it).
@@ -139,6 +154,13 @@ run() {
     fi
     cp "$GPU_DIR/BUILD" "$out/BUILD" 2>/dev/null || true
 
+    # A binary built against a newer glibc than this machine's cannot start: say so at once
+    # rather than as a failed test run.
+    if ! "$TESTS_BIN" --list >/dev/null 2>"$out/preflight.log"; then
+        cat "$out/preflight.log" >&2
+        die "the GPU test binary does not start here ($(glibc_here); it needs $(grep -o 'GLIBC_[0-9.]*' "$out/preflight.log" | head -n 1 || echo 'see preflight.log')): build it on a machine with this glibc or older"
+    fi
+
     echo "gpu-check: GPU tests..."
     local tests_rc=0
     timeout 150 "$TESTS_BIN" --ignored --test-threads=1 --nocapture "${skip[@]}" \
@@ -182,6 +204,7 @@ run() {
         echo "|---|---|"
         echo "| GPU | $gpu |"
         echo "| build | $(head -n 1 "$GPU_DIR/BUILD" 2>/dev/null || echo unknown) |"
+        echo "| system | $(uname -sr), $(glibc_here) |"
         echo "| GPU tests | $test_summary |"
         [[ -z "$failed" ]] || echo "| failed tests | $failed |"
         echo "| cuBLAS gemm test | $cublas |"
