@@ -171,7 +171,7 @@ pub enum BackendError {
     BadMapping {
         /// Device of the call.
         device: DeviceIndex,
-        /// `"map"` or `"unmap"`.
+        /// `"reserve"` (with `ptr` 0), `"map"` or `"unmap"`.
         what: &'static str,
         /// Address passed.
         ptr: u64,
@@ -207,7 +207,8 @@ impl BackendError {
 /// A device as the caching allocator sees it.
 ///
 /// Implementations must be cheap to call concurrently from several threads: the allocator calls
-/// a backend while holding the lock of one device only.
+/// a backend while holding the lock of one device only, and with `release_lock_on_cudamalloc`
+/// calls [`Backend::alloc_segment`] without it, alongside any other call on the same device.
 pub trait Backend: Send + Sync + 'static {
     /// An event recorded on a stream; completes once the work queued before it has run.
     type Event: Send + 'static;

@@ -169,14 +169,15 @@ pub struct SimEvent {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SimFault {
-    /// The `nth` segment allocation from now (1 is the next one; 0 also means the next one)
-    /// fails with [`BackendError::OutOfMemory`], whatever the free memory.
+    /// The `nth` segment allocation or memory mapping from now (1 is the next one; 0 also means
+    /// the next one) fails with [`BackendError::OutOfMemory`], whatever the free memory.
     AllocOutOfMemory {
         /// Which future allocation fails, counting from 1.
         nth: u64,
     },
-    /// The `nth` segment allocation from now (1 is the next one; 0 also means the next one)
-    /// fails with [`BackendError::InjectedFault`], an error freeing memory cannot cure.
+    /// The `nth` segment allocation or memory mapping from now (1 is the next one; 0 also means
+    /// the next one) fails with [`BackendError::InjectedFault`], an error freeing memory cannot
+    /// cure.
     AllocError {
         /// Which future allocation fails, counting from 1.
         nth: u64,
@@ -398,8 +399,8 @@ impl SimBackend {
         self.inner.host.lock().bytes()
     }
 
-    /// Bytes of live segments on `device`, as the allocator asked for them (0 for a device that
-    /// does not exist).
+    /// Bytes of live segments and mapped memory on `device`, as the allocator asked for them (0
+    /// for a device that does not exist).
     pub fn allocated_bytes(&self, device: DeviceIndex) -> usize {
         self.device(device).map_or(0, |d| d.lock().in_use_bytes())
     }

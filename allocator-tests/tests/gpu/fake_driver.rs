@@ -11,7 +11,7 @@ use std::process::Command;
 
 use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
-use blockpool::{AllocatorConfig, BackendError, CachingAllocator, Error, StreamId};
+use blockpool::{AllocatorConfig, Backend, BackendError, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 
 use crate::MIB;
@@ -245,6 +245,15 @@ fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
         3,
         "the driver refused 3.5 GiB once (then the cache went back), and 1 GiB twice (before \
          and after freeing the cache, which was empty)"
+    );
+
+    // No address space left is out of memory too (retryable), not a hard driver error.
+    let backend = alloc.backend();
+    let huge = usize::MAX - usize::MAX % (2 * MIB);
+    let err = backend.reserve_address_range(0, huge).unwrap_err();
+    assert!(
+        matches!(err, BackendError::OutOfMemory { device: 0, .. }),
+        "{err:?}"
     );
 }
 

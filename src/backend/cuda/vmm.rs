@@ -118,10 +118,13 @@ impl AddressSpace {
                 sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
             )
         };
-        if code != CUresult::CUDA_SUCCESS || granularity == 0 || POOL_UNIT % granularity != 0 {
+        if let Err(e) = check(device, code, "cuMemGetAllocationGranularity") {
+            tracing::warn!(device, "no expandable segments: {e}");
+            return none;
+        }
+        if granularity == 0 || POOL_UNIT % granularity != 0 {
             tracing::debug!(
                 device,
-                ?code,
                 granularity,
                 "no expandable segments: the mapping granularity does not divide 2 MiB"
             );
@@ -182,7 +185,16 @@ impl CudaDevice {
         // SAFETY: the device's context is current and `ptr` is a valid out-pointer; address 0
         // and alignment 0 let the driver choose.
         let code = unsafe { sys::cuMemAddressReserve(&mut ptr, size_bytes, 0, 0, 0) };
-        check(self.index, code, "cuMemAddressReserve")?;
+        // Running out of address space is out of memory too: the allocator then releases
+        // what it caches and retries, as for memory.
+        if code != CUresult::CUDA_SUCCESS {
+            return Err(device_alloc_error(
+                self.index,
+                code,
+                size_bytes,
+                "cuMemAddressReserve",
+            ));
+        }
         self.address_space.ranges.lock().insert(
             ptr,
             Range {
@@ -323,21 +335,42 @@ impl CudaDevice {
             });
         };
         self.make_current()?;
+        self.synchronize()?;
         // SAFETY: `ptr..ptr + size_bytes` is exactly one mapping made by `map_memory` (it is in
-        // `mappings`, under the lock); the allocator unmaps only free units whose events have
-        // completed.
+        // `mappings`, under the lock); the allocator unmaps only free units (blocks freed on
+        // other streams after their events completed), and the device has just finished all
+        // work queued before, so no kernel still uses the unit.
         let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
         check(self.index, code, "cuMemUnmap")?;
         range.mappings.remove(&ptr);
         // SAFETY: `handle` was created for this mapping, which is gone; released once, here.
         let code = unsafe { sys::cuMemRelease(handle) };
-        check(self.index, code, "cuMemRelease")
+        if let Err(e) = check(self.index, code, "cuMemRelease") {
+            // The range is unmapped whatever happened to the memory behind it: say so, and
+            // leak the handle to the context rather than report a mapping that is gone.
+            tracing::warn!(device = self.index, "{e}");
+        }
+        Ok(())
+    }
+
+    /// Waits for all work queued on the device's context. Unlike `cuMemFree`, `cuMemUnmap`
+    /// does not wait for kernels that may still use the memory (PyTorch synchronizes before
+    /// unmapping for the same reason); the caller has made the context current.
+    fn synchronize(&self) -> Result<(), BackendError> {
+        // SAFETY: the device's context is current on this thread; the call takes no pointers.
+        let code = unsafe { sys::cuCtxSynchronize() };
+        check(self.index, code, "cuCtxSynchronize")
     }
 
     /// Unmaps and frees every mapping and releases every range (the backend is going away);
     /// failures are warned about, and what failed is leaked to the context.
     pub(super) fn release_address_space(&self) {
         let ranges = std::mem::take(&mut *self.address_space.ranges.lock());
+        if ranges.values().any(|range| !range.mappings.is_empty()) {
+            if let Err(e) = self.synchronize() {
+                tracing::warn!(device = self.index, "{e}");
+            }
+        }
         for (start, range) in ranges {
             for (ptr, (size_bytes, handle)) in range.mappings {
                 // SAFETY: a mapping made by `map_memory` on this device, whose context is
