@@ -33,7 +33,8 @@ pub enum Error {
     ExceedsCapacity {
         /// Device asked.
         device: DeviceIndex,
-        /// Bytes the allocator would need from the device (the rounded segment size).
+        /// Bytes the allocator would need from the device: the segment size, or with
+        /// expandable segments the request rounded up to whole mapping units.
         requested_bytes: usize,
         /// Total capacity, or the memory-fraction limit when `limited`.
         limit_bytes: usize,

@@ -372,24 +372,27 @@ impl<B: Backend> Shared<B> {
         let stamp = self.stamp(ContextLevel::State);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
-        let release_lock = dev.config().release_lock_on_cudamalloc();
-        // No callbacks, or already inside them: the plain ladder.
-        if !self.has_callbacks.load(Ordering::Acquire) || IN_CALLBACKS.get() {
-            if !release_lock {
-                return dev.malloc(&self.backend, size, stream);
-            }
-            if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
-                return Ok(block);
-            }
-            let step = dev.start_malloc(&self.backend, size, stream, false)?;
-            return self.finish_unlocked(device, dev, step, stamp);
-        }
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
             return Ok(block);
         }
-        drop(dev);
-        // Run the callbacks with no lock held: neither a device's nor the list's, so a callback
-        // may free, allocate or register callbacks.
+        // A miss. Free-memory callbacks run first (unless there are none, or this allocation
+        // is made inside one); as in PyTorch, the cache is searched again only if one of them
+        // freed something.
+        let mut search_again = false;
+        if self.has_callbacks.load(Ordering::Acquire) && !IN_CALLBACKS.get() {
+            drop(dev);
+            search_again = self.run_free_memory_callbacks(device);
+            dev = self.lock(device)?;
+            dev.set_event_stamp(stamp);
+        }
+        let step = dev.start_malloc(&self.backend, size, stream, search_again)?;
+        let unlock = dev.config().release_lock_on_cudamalloc();
+        self.finish_malloc(device, dev, step, stamp, unlock)
+    }
+
+    /// Runs every free-memory callback with no lock held (neither a device's nor the list's,
+    /// so a callback may free, allocate or register callbacks); whether one freed memory.
+    fn run_free_memory_callbacks(&self, device: DeviceIndex) -> bool {
         let callbacks: Vec<Arc<FreeMemoryCallback>> = self.callbacks.read().clone();
         let freed = {
             let _running = CallbacksRunning::enter();
@@ -402,35 +405,36 @@ impl<B: Backend> Shared<B> {
             freed,
             "free-memory callbacks ran after a cache miss"
         );
-        let mut dev = self.lock(device)?;
-        dev.set_event_stamp(stamp);
-        if !release_lock {
-            return dev.malloc_after_callbacks(&self.backend, size, stream, freed);
-        }
-        let step = dev.start_malloc(&self.backend, size, stream, freed)?;
-        self.finish_unlocked(device, dev, step, stamp)
+        freed
     }
 
-    /// `release_lock_on_cudamalloc`: drives `step` to its end as `finish_malloc` does, but
-    /// asks the device for each segment with the device lock released, as PyTorch does
-    /// around `cudaMalloc`, so other threads allocate and free from the cache meanwhile.
-    fn finish_unlocked(
+    /// Drives `step` to its end, asking the backend for each segment the out-of-memory ladder
+    /// needs. With `unlock` (`release_lock_on_cudamalloc`) the device lock is released around
+    /// each of those calls, as PyTorch releases its mutex around `cudaMalloc`, so other
+    /// threads allocate and free from the cache meanwhile.
+    fn finish_malloc(
         &self,
         device: DeviceIndex,
         mut dev: MutexGuard<'_, DeviceAllocator<B::Event>>,
         mut step: MallocStep,
         stamp: EventStamp,
+        unlock: bool,
     ) -> Result<AllocatedBlock> {
         loop {
             let request = match step {
                 MallocStep::Done(block) => return Ok(block),
                 MallocStep::Device(request) => request,
             };
-            let answer = MutexGuard::unlocked(&mut dev, || {
-                self.backend.alloc_segment(device, request.segment_size)
-            });
-            // Another thread's events may have been stamped while the lock was down.
-            dev.set_event_stamp(stamp);
+            let size = request.segment_size;
+            let answer = if unlock {
+                let answer =
+                    MutexGuard::unlocked(&mut dev, || self.backend.alloc_segment(device, size));
+                // Another thread's events may have been stamped while the lock was down.
+                dev.set_event_stamp(stamp);
+                answer
+            } else {
+                self.backend.alloc_segment(device, size)
+            };
             step = dev.finish_segment(&self.backend, request, answer)?;
         }
     }

@@ -159,10 +159,8 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<Vec<AdoptedBlock>, AdoptError> {
         let pieces = layout(segment)?;
         let size = segment.size;
-        if let Some(limit) = self.limit_bytes(backend)? {
-            if self.reserved.saturating_add(size) > limit {
-                return Err(self.out_of_memory(size));
-            }
+        if self.over_limit_with(backend, size)? {
+            return Err(self.out_of_memory(size));
         }
         let addr = match backend.alloc_segment(self.device, size) {
             Ok(addr) => addr,

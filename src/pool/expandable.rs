@@ -253,7 +253,9 @@ impl<E> DeviceAllocator<E> {
 
     /// Maps the whole units covering the first `size` bytes of the unmapped block `id`, which
     /// then merges with free mapped neighbours and is cached. Returns the merged block, or
-    /// `None` when the device (or the memory fraction) refused, changing nothing.
+    /// `None` when the device (or the memory fraction) refused, having unmapped what this call
+    /// mapped. Should an unmap fail too, the units still mapped are cached and counted like
+    /// any others and the error is returned: the allocator's state matches the device's.
     fn map_block<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
@@ -269,32 +271,44 @@ impl<E> DeviceAllocator<E> {
             });
         }
         let unit = unit(small);
-        let bytes = size.div_ceil(unit) * unit;
-        if let Some(limit) = self.limit_bytes(backend)? {
-            if self.reserved.saturating_add(bytes) > limit {
-                return Ok(None);
-            }
+        let wanted = size.div_ceil(unit) * unit;
+        if self.over_limit_with(backend, wanted)? {
+            return Ok(None);
         }
-        if bytes < block_size && !self.blocks.has_room() {
+        if !self.blocks.has_room() {
             return Err(TOO_MANY_BLOCKS);
         }
-        for done in 0..bytes / unit {
-            let ptr = addr + (done * unit) as u64;
-            match backend.map_memory(self.device, ptr, unit) {
-                Ok(()) => {}
+        let mut bytes = 0;
+        let mut refused = None;
+        while bytes < wanted {
+            match backend.map_memory(self.device, addr + bytes as u64, unit) {
+                Ok(()) => bytes += unit,
                 Err(e) => {
-                    // Give back what this call mapped, so nothing changed.
-                    for undo in 0..done {
-                        let ptr = addr + (undo * unit) as u64;
-                        backend.unmap_memory(self.device, ptr, unit)?;
-                    }
-                    return if e.is_out_of_memory() {
-                        Ok(None)
-                    } else {
-                        Err(e.into())
-                    };
+                    refused = Some(e);
+                    break;
                 }
             }
+        }
+        if refused.is_some() {
+            // Give back what this call mapped, as PyTorch does, last unit first: should the
+            // device refuse an unmap too, what stays mapped is a prefix, accounted below.
+            while bytes > 0 {
+                let ptr = addr + (bytes - unit) as u64;
+                if let Err(e) = backend.unmap_memory(self.device, ptr, unit) {
+                    tracing::warn!(
+                        device = self.device,
+                        "undoing a partial mapping failed; {bytes} bytes stay mapped: {e}"
+                    );
+                    break;
+                }
+                bytes -= unit;
+            }
+        }
+        if bytes == 0 {
+            return match refused {
+                Some(e) if !e.is_out_of_memory() => Err(e.into()),
+                _ => Ok(None),
+            };
         }
 
         if self.expandable.unmapped[usize::from(small)]
@@ -354,7 +368,11 @@ impl<E> DeviceAllocator<E> {
             (addr, bytes as u64, 0),
             ContextId::NONE,
         );
-        Ok(Some(merged))
+        match refused {
+            None => Ok(Some(merged)),
+            Some(e) if e.is_out_of_memory() => Ok(None),
+            Some(e) => Err(e.into()),
+        }
     }
 
     /// Unmaps the whole units inside the cached block `id` of an expandable segment; partial

@@ -34,8 +34,9 @@ impl<E> DeviceAllocator<E> {
     }
 
     /// Only the cache: completes finished deferred frees and takes the best cached block, or
-    /// returns `None` without touching the device. The allocator calls this before running
-    /// free-memory callbacks, then [`DeviceAllocator::malloc_after_callbacks`].
+    /// returns `None` without touching the device. The allocator calls this first, then on a
+    /// miss runs the free-memory callbacks and goes on with [`DeviceAllocator::start_malloc`]
+    /// (searching the cache again only if a callback freed something).
     #[inline(always)]
     pub fn malloc_cached<B: Backend<Event = E>>(
         &mut self,
@@ -70,20 +71,6 @@ impl<E> DeviceAllocator<E> {
                 .map(Some),
             None => Ok(None),
         }
-    }
-
-    /// The rest of `malloc` after [`DeviceAllocator::malloc_cached`] missed and the free-memory
-    /// callbacks ran: as PyTorch, the cache is searched again only if a callback freed
-    /// something, and deferred frees are not processed twice.
-    pub fn malloc_after_callbacks<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        size: usize,
-        stream: StreamId,
-        callbacks_freed: bool,
-    ) -> Result<AllocatedBlock> {
-        let step = self.start_malloc(backend, size, stream, callbacks_freed)?;
-        self.finish_malloc(backend, step)
     }
 
     /// The first half of `malloc`, for a caller that asks the device itself (without this
@@ -193,7 +180,6 @@ impl<E> DeviceAllocator<E> {
         let already_split = block.is_split();
         // PyTorch leaves expandable segments out of the inactive-split statistics: their free
         // whole units can always be unmapped.
-        let counts_split = !block.expandable;
         let expandable = block.expandable;
         // With no slot left for a remainder, the whole block is handed out instead.
         let split =
@@ -230,7 +216,7 @@ impl<E> DeviceAllocator<E> {
                 Some(key) => self.replace_cached(small, &key, rest_key)?,
                 None => self.pool(small).insert(rest_key),
             }
-            if !counts_split {
+            if expandable {
                 // Expandable segments stay out of the inactive-split statistics.
             } else if already_split {
                 // An inactive split block shrinks by the part handed out.
@@ -251,7 +237,7 @@ impl<E> DeviceAllocator<E> {
             if let Some(key) = cached {
                 self.remove_cached(small, &key)?;
             }
-            if already_split && counts_split {
+            if already_split && !expandable {
                 decrease(&mut self.stats.inactive_split_bytes, small, old_size as u64);
                 decrease(&mut self.stats.inactive_split, small, 1);
             }

@@ -111,10 +111,17 @@ impl<E> DeviceAllocator<E> {
         // Without a limit the capacity is only needed to refuse never-fitting requests early;
         // a backend that cannot tell it just skips that check.
         let ceiling = limit.or_else(|| self.total_bytes(backend).ok());
-        if let Some(ceiling) = ceiling.filter(|&c| request.segment_size > c) {
+        // Expandable segments map whole units: a block needs at least its size in units.
+        let needed = if self.expandable_enabled(backend) {
+            let unit = super::expandable::unit(request.small);
+            request.rounded.div_ceil(unit).saturating_mul(unit)
+        } else {
+            request.segment_size
+        };
+        if let Some(ceiling) = ceiling.filter(|&c| needed > c) {
             return Err(Error::ExceedsCapacity {
                 device: self.device,
-                requested_bytes: request.segment_size,
+                requested_bytes: needed,
                 limit_bytes: ceiling,
                 limited: limit.is_some(),
             });
@@ -145,12 +152,21 @@ impl<E> DeviceAllocator<E> {
                 None => self.after_refusal(backend, request),
             };
         }
-        if let Some(limit) = self.limit_bytes(backend)? {
-            if self.reserved.saturating_add(request.segment_size) > limit {
-                return self.after_refusal(backend, request);
-            }
+        if self.over_limit_with(backend, request.segment_size)? {
+            return self.after_refusal(backend, request);
         }
         Ok(MallocStep::Device(request))
+    }
+
+    /// Whether reserving `bytes` more would pass the memory fraction's limit.
+    pub(super) fn over_limit_with<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        bytes: usize,
+    ) -> Result<bool> {
+        Ok(self
+            .limit_bytes(backend)?
+            .is_some_and(|limit| self.reserved.saturating_add(bytes) > limit))
     }
 
     /// Takes the device's answer to a [`MallocStep::Device`] request: a new segment serves
@@ -170,6 +186,12 @@ impl<E> DeviceAllocator<E> {
         answer: std::result::Result<u64, BackendError>,
     ) -> Result<MallocStep> {
         match answer {
+            Ok(addr) if self.over_limit_with(backend, request.segment_size)? => {
+                // Other threads' segments, allocated while this one was, took the room under
+                // the memory fraction: give this one back and treat it as refused.
+                backend.free_segment(self.device, addr, request.segment_size)?;
+                self.after_refusal(backend, request)
+            }
             Ok(addr) => {
                 let id = self.insert_segment(backend, addr, &request)?;
                 self.serve_from_segment(id, &request)
@@ -398,7 +420,9 @@ impl<E> DeviceAllocator<E> {
             for id in whole {
                 self.release_block(backend, id)?;
             }
-            self.release_expandable_blocks(backend, small)?;
+            if self.expandable.on {
+                self.release_expandable_blocks(backend, small)?;
+            }
         }
         synced
     }

@@ -338,3 +338,31 @@ fn the_trace_says_map_and_unmap() {
         "peak reserved is the mapped 40 MiB: {summary}"
     );
 }
+
+#[test]
+fn a_request_whose_units_can_never_fit_is_refused_at_once() {
+    let (sim, alloc) = setup(64 * MIB);
+    alloc.set_per_process_memory_fraction(0.5, 0).unwrap();
+    // 25 MiB is under the 32 MiB limit, but the large pool maps 20 MiB units: it needs 40.
+    let err = alloc.allocate(0, 25 * MIB, S0).unwrap_err();
+    assert_eq!(
+        err,
+        Error::ExceedsCapacity {
+            device: 0,
+            requested_bytes: 40 * MIB,
+            limit_bytes: 32 * MIB,
+            limited: true,
+        }
+    );
+    assert!(!err.is_retryable());
+    assert_eq!(
+        stat(&alloc, "num_alloc_retries"),
+        0,
+        "no ladder was climbed"
+    );
+    assert_eq!(stat(&alloc, "num_ooms"), 0);
+    // 20 MiB (one unit) still fits.
+    let a = alloc.allocate(0, 20 * MIB, S0).unwrap();
+    assert_eq!(a.size(), 20 * MIB);
+    valid(&alloc, &sim);
+}

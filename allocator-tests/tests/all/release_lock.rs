@@ -293,3 +293,50 @@ fn a_device_error_while_unlocked_is_typed_and_leaves_the_allocator_valid() {
     let a = alloc.allocate(0, 4096, S0).unwrap();
     assert_eq!(a.ptr(), BASE);
 }
+
+#[test]
+fn segments_allocated_at_once_by_two_threads_never_pass_the_memory_fraction() {
+    // 64 MiB device, limit 32 MiB; each 17 MiB request needs an 18 MiB segment, so only one
+    // fits. Thread A asks the device; inside that call thread B allocates and keeps its block.
+    let sim = SimBackend::new(1, 64 * MIB);
+    let config = AllocatorConfig::parse("release_lock_on_cudamalloc:True").unwrap();
+    let alloc = CachingAllocator::new(sim.clone(), config);
+    alloc.set_per_process_memory_fraction(0.5, 0).unwrap();
+    let b_block = Arc::new(Mutex::new(None));
+    {
+        let (visitor, b_block) = (alloc.clone(), Arc::clone(&b_block));
+        let first = std::sync::atomic::AtomicBool::new(true);
+        sim.set_alloc_hook(Some(Arc::new(move |_, _| {
+            if !first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return; // thread B's own allocation
+            }
+            let visitor = visitor.clone();
+            let b = thread::spawn(move || visitor.allocate(0, 17 * MIB, StreamId(1)));
+            *b_block.lock().unwrap() = Some(b.join().expect("thread B ran"));
+        })));
+    }
+    let a = alloc.allocate(0, 17 * MIB, S0);
+    sim.set_alloc_hook(None);
+    let b = b_block.lock().unwrap().take().expect("the hook ran");
+    let b = b.expect("thread B's segment fits under the limit");
+    let Err(Error::OutOfMemory(oom)) = &a else {
+        panic!("thread A's segment would pass the limit, yet: {a:?}");
+    };
+    assert_eq!(oom.limit_bytes, Some(32 * MIB));
+    assert_eq!(
+        stat(&alloc, "reserved_bytes.all.current"),
+        (18 * MIB) as i64
+    );
+    assert_eq!(
+        stat(&alloc, "num_device_alloc"),
+        1,
+        "only thread B's segment joined"
+    );
+    assert_eq!(
+        sim.calls(0).segment_frees,
+        1,
+        "thread A's segment went back"
+    );
+    valid(&alloc, &sim);
+    drop(b);
+}
