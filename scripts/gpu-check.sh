@@ -60,21 +60,21 @@ build() {
 
     echo "gpu-check: building the GPU tests (release)..."
     local tests
-    tests="$(cargo test --release -p allocator-tests --test gpu --no-run --message-format=json |
+    tests="$(cargo test --release --locked -p allocator-tests --test gpu --no-run --message-format=json |
         executable_of gpu | tail -n 1)"
     [[ -n "$tests" && -x "$tests" ]] || die "cargo built no executable for the gpu test"
     cp "$tests" "$TESTS_BIN"
 
     echo "gpu-check: building the CUDA benchmark (bench profile)..."
     local bench
-    bench="$(cargo bench -p blockpool --bench cuda --no-run --message-format=json |
+    bench="$(cargo bench --locked -p blockpool --bench cuda --no-run --message-format=json |
         executable_of cuda | tail -n 1)"
     [[ -n "$bench" && -x "$bench" ]] || die "cargo built no executable for the cuda benchmark"
     cp "$bench" "$BENCH_BIN"
 
     echo "gpu-check: building the fake driver library (for selftest)..."
     local out_dir
-    out_dir="$(cargo build --release -p fake-libcuda --message-format=json |
+    out_dir="$(cargo build --release --locked -p fake-libcuda --message-format=json |
         out_dir_of fake-libcuda | tail -n 1)"
     [[ -n "$out_dir" && -f "$out_dir/driver/libcuda.so" ]] || die "cargo built no fake libcuda.so"
     mkdir -p "$GPU_DIR/fake"
@@ -111,7 +111,9 @@ glibc_here() {
 
 # Whether the dynamic loader can find libcublas (as cudarc looks for it).
 has_cublas() {
-    ldconfig -p 2>/dev/null | grep -q 'libcublas\.so' && return 0
+    local ldconfig
+    ldconfig="$(command -v ldconfig || echo /sbin/ldconfig)"
+    "$ldconfig" -p 2>/dev/null | grep -q 'libcublas\.so' && return 0
     local dir
     IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}"
     for dir in "${dirs[@]}"; do
@@ -172,9 +174,17 @@ run() {
         --warm-up-time 0.3 --measurement-time 1 --sample-size 10 >"$out/bench-cuda.log" 2>&1 ||
         bench_rc=$?
 
-    local test_summary failed bench_status status=0
+    local test_summary failed bench_status status=0 expected
     test_summary="$(grep -E '^test result:' "$out/gpu-tests.log" | tail -n 1 || true)"
     [[ -n "$test_summary" ]] || test_summary="no result (exit $tests_rc; see gpu-tests.log)"
+    # As many passed as were meant to run (a skip pattern matching too much passes nothing).
+    expected="$("$TESTS_BIN" --list --ignored "${skip[@]}" 2>/dev/null | grep -c ': test$' || true)"
+    if [[ $tests_rc -eq 0 && "$test_summary" != "test result: ok. $expected passed;"* ]]; then
+        test_summary="$test_summary; EXPECTED $expected to pass"
+        status=1
+    fi
+    # A skipped test is not a pass: without libcublas the check does not succeed.
+    [[ "$cublas" == NOT\ RUN* ]] && status=1
     # libtest's closing list: "failures:" then one indented test name per line.
     failed="$(awk '/^failures:$/ { list = ""; inside = 1; next }
         inside && /^    [^ ]/ { sub(/^ +/, ""); list = list (list == "" ? "" : " ") $0; next }

@@ -143,6 +143,10 @@ pub struct Counts {
     created_bytes: u64,
 }
 
+/// The size `FakeCudaCounts` has in `lib.rs` (which asserts the same): the two structs must
+/// agree, or the tests' reads would run past what the driver writes.
+const _: () = assert!(std::mem::size_of::<Counts>() == 12 * 8);
+
 /// A device: its memory and its primary context's reference count.
 struct Device {
     capacity: usize,

@@ -74,6 +74,9 @@ pub struct FakeCudaCounts {
     pub created_bytes: u64,
 }
 
+// The driver's `Counts` (in `driver.rs`, built into the library apart) asserts the same size.
+const _: () = assert!(std::mem::size_of::<FakeCudaCounts>() == 12 * 8);
+
 /// The value of `LD_LIBRARY_PATH` that puts the fake first, before `current` (the value the
 /// variable has now, if any).
 pub fn library_path_with_fake(current: Option<&std::ffi::OsStr>) -> std::ffi::OsString {

@@ -54,15 +54,24 @@ fn doctor_reports_the_fake_gpu_as_usable() {
     );
     assert_eq!(report["devices"][0]["total_bytes"], 4_u64 << 30);
     assert_eq!(report["devices"][0]["expandable_segments"], true);
+    assert_eq!(report.get("diagnosis"), Some(&Value::Null), "{report}");
     // A driver without virtual memory management: said, and still usable.
     let output = on_fake(&["doctor"], &[("BLOCKPOOL_FAKE_CUDA_VMM", "0")]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
         text.contains("4.00 GiB free, no expandable segments (no virtual memory management)\n"),
         "{text}"
     );
     assert!(text.contains("CUDA:           usable\n"), "{text}");
-    assert_eq!(report["diagnosis"], Value::Null);
+    let output = on_fake(&["doctor", "--json"], &[("BLOCKPOOL_FAKE_CUDA_VMM", "0")]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        report["devices"][0]["expandable_segments"], false,
+        "{report}"
+    );
+    assert_eq!(report.get("diagnosis"), Some(&Value::Null), "{report}");
 }
 
 #[test]
@@ -140,8 +149,9 @@ fn demo_runs_on_the_gpu_with_a_model_that_fits() {
 
 #[test]
 fn demo_on_a_gpu_too_small_says_what_to_do() {
+    let unused = scratch("demo-too-small.jsonl");
     let output = on_fake(
-        &["demo", "--out", "unused.jsonl"],
+        &["demo", "--out", unused.to_str().unwrap()],
         &[("BLOCKPOOL_FAKE_CUDA_MEMORY_MIB", "256")],
     );
     assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
@@ -168,7 +178,8 @@ fn a_busy_gpu_is_diagnosed_and_the_demo_says_what_to_do() {
         assert!(text.contains(line), "`{line}` not in:\n{text}");
     }
     // The demo does not fall back to the simulated device on a machine with a GPU by itself.
-    let output = on_fake(&["demo", "--out", "unused.jsonl"], &busy);
+    let unused = scratch("demo-busy-gpu.jsonl");
+    let output = on_fake(&["demo", "--out", unused.to_str().unwrap()], &busy);
     assert_eq!(output.status.code(), Some(2), "{}", stdout(&output));
     let message = stderr(&output);
     assert!(

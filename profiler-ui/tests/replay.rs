@@ -397,9 +397,7 @@ fn a_segment_free_in_the_trace_empties_the_replayed_cache() {
 fn an_expandable_segments_trace_replays_map_for_map() {
     // The demo on the simulated device with expandable segments: one segment per pool that
     // is mapped 173 times (20 MiB and 2 MiB units) and never unmapped.
-    let dir = std::env::temp_dir().join(format!("memtrace-replay-exp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let trace = dir.join("expandable.jsonl.gz");
+    let trace = common::scratch("replay-expandable.jsonl.gz");
     let trace = trace.to_str().expect("UTF-8 temp path");
     let output = common::memtrace_with_env(
         &["demo", "--out", trace],
@@ -441,5 +439,4 @@ fn an_expandable_segments_trace_replays_map_for_map() {
         "{}",
         common::stdout(&output)
     );
-    std::fs::remove_dir_all(&dir).ok();
 }

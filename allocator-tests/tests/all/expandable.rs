@@ -291,11 +291,11 @@ fn a_backend_that_cannot_map_falls_back_to_fixed_segments() {
     assert_eq!(segments[0].size, 20 * MIB, "a fixed 20 MiB segment");
     assert!(!segments[0].is_expandable);
     assert_eq!(stat(&alloc, "segment.all.current"), 1);
-    assert!(!alloc
+    let config = alloc
         .snapshot()
         .allocator_config
-        .unwrap_or_default()
-        .contains("expandable_segments:True"));
+        .expect("a snapshot states its allocator configuration");
+    assert!(!config.contains("expandable_segments:True"), "{config}");
     drop(a);
     valid(&alloc, &sim);
 }
@@ -332,7 +332,7 @@ fn the_trace_says_map_and_unmap() {
     let reserved_line = summary
         .lines()
         .find(|l| l.contains("GPU reserved memory"))
-        .unwrap_or_default();
+        .expect("the summary has a GPU reserved memory line");
     assert!(
         reserved_line.contains("40960 KiB"),
         "peak reserved is the mapped 40 MiB: {summary}"

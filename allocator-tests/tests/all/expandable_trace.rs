@@ -139,6 +139,7 @@ fn expandable_snapshots_survive_jsonl_and_pytorch_pickle() {
     assert_eq!(from_pickle, last, "PyTorch pickle round trip");
 
     let model = blockpool::trace::pytorch::load_pytorch_snapshot(&pickle).expect("model");
+    assert_eq!(model.segments.len(), last.segments.len());
     assert!(
         model.segments.iter().all(|s| s.is_expandable),
         "PyTorch's snapshot marks every segment is_expandable"

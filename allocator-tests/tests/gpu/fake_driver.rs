@@ -54,7 +54,7 @@ fn the_gpu_tests_pass_on_the_fake_driver() {
             command.args(["--skip", TWO_DEVICE_TEST]);
             expected -= 1;
         }
-        let output = command.output().expect("run the GPU tests again");
+        let output = output_within(command, CHILD_DEADLINE);
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
@@ -66,6 +66,48 @@ fn the_gpu_tests_pass_on_the_fake_driver() {
             stdout.contains(&summary),
             "expected `{summary}` from the fake-driver run with {devices} device(s):\n{stdout}"
         );
+    }
+}
+
+/// How long the fake-driver run may take: seconds normally; a deadlock fails the test instead
+/// of hanging CI.
+const CHILD_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Runs `command` to its end, killing it (and failing) past `deadline`.
+fn output_within(mut command: Command, deadline: std::time::Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the GPU tests again");
+    // Drain the pipes on threads, so a chatty child never blocks on a full pipe.
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut bytes).map(|_| bytes)
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut stderr, &mut bytes).map(|_| bytes)
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the GPU tests") {
+            break status;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the fake-driver run took over {deadline:?}: killed (a deadlock?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: out.join().expect("stdout reader").expect("read stdout"),
+        stderr: err.join().expect("stderr reader").expect("read stderr"),
     }
 }
 
@@ -164,7 +206,7 @@ fn on_fake_a_block_used_on_another_stream_waits_for_its_event() {
     let buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
     home.synchronize().unwrap();
     let ptr = buf.ptr();
-    set_event_delay(u32::MAX); // the other stream is busy until synchronized
+    let delay = EventDelay::set(u32::MAX); // the other stream is busy until synchronized
     buf.record_stream(&other).unwrap();
     drop(buf);
     let busy = alloc
@@ -177,7 +219,7 @@ fn on_fake_a_block_used_on_another_stream_waits_for_its_event() {
         .allocate(0, 8192, CudaBackend::stream_id(&home))
         .unwrap();
     assert_eq!(after.ptr(), ptr, "reused once the other stream finished");
-    set_event_delay(0);
+    drop(delay);
     let counts = counts();
     assert_eq!(counts.errors, before.errors, "{counts:?}");
     assert_eq!(
@@ -185,6 +227,23 @@ fn on_fake_a_block_used_on_another_stream_waits_for_its_event() {
         1,
         "one small segment"
     );
+}
+
+/// An event delay for the fake driver, back to 0 when dropped (also when a test fails, so
+/// the tests after it in the same process are not delayed).
+struct EventDelay;
+
+impl EventDelay {
+    fn set(queries: u32) -> EventDelay {
+        set_event_delay(queries);
+        EventDelay
+    }
+}
+
+impl Drop for EventDelay {
+    fn drop(&mut self) {
+        set_event_delay(0);
+    }
 }
 
 /// How many times each recorded event answers not-ready before completing.
@@ -270,16 +329,21 @@ fn on_fake_pinned_cache_reuses_host_memory_after_its_event() {
     let block = host.allocate(100_000).unwrap();
     let ptr = block.ptr();
     block.record_event(0, id).unwrap();
-    set_event_delay(u32::MAX);
+    let delay = EventDelay::set(u32::MAX);
     drop(block);
     let again = host.allocate(100_000).unwrap();
     assert_ne!(again.ptr(), ptr, "reused before the copy's event completed");
-    drop(again);
-    set_event_delay(0);
+    drop(delay);
     stream.synchronize().unwrap();
+    // `again` is still held: only the first block, its event now complete, can serve this.
     let third = host.allocate(100_000).unwrap();
+    assert_eq!(
+        third.ptr(),
+        ptr,
+        "the first block is reused once its event completed"
+    );
     assert_eq!(host.stats().num_host_alloc, 2, "a cached block is reused");
-    drop(third);
+    drop((again, third));
     host.empty_cache().unwrap();
     let after = counts();
     assert_eq!(after.live_host_allocations, before.live_host_allocations);
