@@ -379,10 +379,22 @@ impl FreeList {
     /// The smallest cached block on `stream` of at least `size` bytes (lowest address first).
     #[inline]
     pub fn best_fit(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
+        self.first_at_or_after(stream, pack(size, 0))
+    }
+
+    /// The cached block right after `key` on its stream, in (size, address) order.
+    pub fn next_after(&self, key: &FreeKey) -> Option<FreeKey> {
+        self.first_at_or_after(key.stream, pack(key.size, key.addr).checked_add(1)?)
+    }
+
+    /// The first cached block on `stream` at or after the packed (size, address) `from`: in
+    /// its own class, or else the first of the next non-empty class.
+    #[inline]
+    fn first_at_or_after(&self, stream: StreamId, from: u128) -> Option<FreeKey> {
         let list = self.stream(stream)?;
-        let class = class_of(size);
+        let class = class_of((from >> 64) as usize);
         if list.has(class) {
-            if let Some((key, id)) = list.class(class).and_then(|c| c.ceiling(pack(size, 0))) {
+            if let Some((key, id)) = list.class(class).and_then(|c| c.ceiling(from)) {
                 return Some(unpack(stream, key, id));
             }
         }
@@ -391,24 +403,22 @@ impl FreeList {
         Some(unpack(stream, key, id))
     }
 
-    /// The cached block right after `key` on its stream, in (size, address) order.
-    pub fn next_after(&self, key: &FreeKey) -> Option<FreeKey> {
-        let list = self.stream(key.stream)?;
-        let class = class_of(key.size);
-        let after = pack(key.size, key.addr).checked_add(1)?;
-        if let Some((packed, id)) = list.class(class).and_then(|c| c.ceiling(after)) {
-            return Some(unpack(key.stream, packed, id));
-        }
-        let next = list.next_class(class)?;
-        let (packed, id) = list.class(next)?.first()?;
-        Some(unpack(key.stream, packed, id))
-    }
-
     /// The largest cached block on `stream` smaller than `size` bytes.
     pub fn largest_below(&self, stream: StreamId, size: usize) -> Option<FreeKey> {
+        self.last_before(stream, pack(size, 0))
+    }
+
+    /// The cached block right before `key` on its stream, in (size, address) order.
+    pub fn before(&self, key: &FreeKey) -> Option<FreeKey> {
+        self.last_before(key.stream, pack(key.size, key.addr))
+    }
+
+    /// The last cached block on `stream` before the packed (size, address) `to`: in its own
+    /// class, or else the last of the previous non-empty class.
+    fn last_before(&self, stream: StreamId, to: u128) -> Option<FreeKey> {
         let list = self.stream(stream)?;
-        let class = class_of(size);
-        if let Some((key, id)) = list.class(class).and_then(|c| c.floor_below(pack(size, 0))) {
+        let class = class_of((to >> 64) as usize);
+        if let Some((key, id)) = list.class(class).and_then(|c| c.floor_below(to)) {
             return Some(unpack(stream, key, id));
         }
         let previous = list.previous_class(class)?;

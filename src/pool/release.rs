@@ -340,38 +340,8 @@ impl<E> DeviceAllocator<E> {
             return Ok(false);
         }
         let target = rounded.max(max_split);
-        if self.expandable.on {
-            return self.release_available_fixed_blocks(backend, target, stream, small);
-        }
-        if let Some(key) = self.pool_ref(small).best_fit(stream, target) {
-            self.release_block(backend, key.id)?;
-            return Ok(true);
-        }
-        let mut released = 0usize;
-        while released < target {
-            let Some(key) = self.pool_ref(small).largest_below(stream, target) else {
-                break;
-            };
-            if key.size < max_split {
-                break;
-            }
-            released += key.size;
-            self.release_block(backend, key.id)?;
-        }
-        Ok(released >= target)
-    }
-
-    /// As `release_available_cached_blocks` while expandable segments are on: only blocks of
-    /// fixed segments (adopted ones) are released; free units of expandable segments are
-    /// unmapped by `release_cached_blocks` instead, as in PyTorch.
-    fn release_available_fixed_blocks<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        target: usize,
-        stream: StreamId,
-        small: bool,
-    ) -> Result<bool> {
-        let max_split = self.config.max_split_size();
+        // Only blocks of fixed segments are released here: free units of expandable segments
+        // are unmapped by `release_cached_blocks` instead, as in PyTorch.
         let fixed = |d: &Self, id: BlockId| d.blocks.get(id).is_some_and(|b| !b.expandable);
         if let Some(key) = self.pool_ref(small).best_fit(stream, target) {
             if fixed(self, key.id) {
@@ -379,21 +349,19 @@ impl<E> DeviceAllocator<E> {
                 return Ok(true);
             }
         }
-        let mut candidates: Vec<(usize, u64, BlockId)> = self
-            .pool_ref(small)
-            .iter()
-            .filter(|k| k.stream == stream && k.size >= max_split && k.size < target)
-            .filter(|k| fixed(self, k.id))
-            .map(|k| (k.size, k.addr, k.id))
-            .collect();
-        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        // Else the largest oversize blocks below the target, biggest (then highest address)
+        // first, until they add up to it.
         let mut released = 0usize;
-        for (size, _, id) in candidates {
-            if released >= target {
+        let mut next = self.pool_ref(small).largest_below(stream, target);
+        while released < target {
+            let Some(key) = next.filter(|k| k.size >= max_split) else {
                 break;
+            };
+            next = self.pool_ref(small).before(&key);
+            if fixed(self, key.id) {
+                released += key.size;
+                self.release_block(backend, key.id)?;
             }
-            released += size;
-            self.release_block(backend, id)?;
         }
         Ok(released >= target)
     }

@@ -123,6 +123,7 @@ enum Op {
     LargestBelow(u64, usize),
     Replace(usize, usize, u64),
     NextAfter(usize),
+    Before(usize),
 }
 
 fn size() -> impl Strategy<Value = usize> {
@@ -138,6 +139,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u64..3, size()).prop_map(|(s, z)| Op::LargestBelow(s, z)),
         2 => (any::<usize>(), size(), 0u64..1_000).prop_map(|(i, z, a)| Op::Replace(i, z, a * 4096)),
         1 => any::<usize>().prop_map(Op::NextAfter),
+        1 => any::<usize>().prop_map(Op::Before),
     ]
 }
 
@@ -184,6 +186,12 @@ proptest! {
                     let k = *reference.iter().nth(i % reference.len()).unwrap();
                     let want = reference.range(k..).nth(1).filter(|n| n.stream == k.stream).copied();
                     prop_assert_eq!(list.next_after(&k).map(|n| (n.size, n.addr)), want.map(|n| (n.size, n.addr)));
+                }
+                Op::Before(i) => {
+                    if reference.is_empty() { continue; }
+                    let k = *reference.iter().nth(i % reference.len()).unwrap();
+                    let want = reference.range(..k).next_back().filter(|p| p.stream == k.stream).copied();
+                    prop_assert_eq!(list.before(&k).map(|p| (p.size, p.addr)), want.map(|p| (p.size, p.addr)));
                 }
                 Op::LargestBelow(s, z) => {
                     let want = reference.iter().rev().find(|k| k.stream.0 == s && k.size < z).copied();
