@@ -5,6 +5,7 @@
 //! tell when work that used a block has finished. [`SimBackend`] simulates devices for tests,
 //! replays and docs; the CUDA backend (a later layer) wraps the driver.
 
+mod address_ranges;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 mod sim;

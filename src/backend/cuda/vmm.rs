@@ -13,6 +13,9 @@ use parking_lot::Mutex;
 
 use super::device::CudaDevice;
 use super::error::{check, device_alloc_error};
+use crate::backend::address_ranges::{
+    check_release, place_mapping, range_of_mapping, ReleaseRefusal, Reserved,
+};
 use crate::backend::{BackendError, DeviceIndex};
 
 /// The unit the pool maps in (its small segment size); the driver's granularity must divide it.
@@ -31,6 +34,16 @@ struct Range {
     size_bytes: usize,
     /// Mappings by start address: size and the physical allocation behind it.
     mappings: BTreeMap<u64, (usize, sys::CUmemGenericAllocationHandle)>,
+}
+
+impl Reserved for Range {
+    type Mapping = (usize, sys::CUmemGenericAllocationHandle);
+    fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+    fn mappings(&self) -> &BTreeMap<u64, Self::Mapping> {
+        &self.mappings
+    }
 }
 
 /// `CUmemLocation` as the C header lays it out. cudarc's binding of it changes with the CUDA
@@ -212,23 +225,18 @@ impl CudaDevice {
         size_bytes: usize,
     ) -> Result<(), BackendError> {
         let mut ranges = self.address_space.ranges.lock();
-        match ranges.get(&ptr) {
-            Some(r) if r.size_bytes == size_bytes && r.mappings.is_empty() => {}
-            Some(r) if r.size_bytes == size_bytes => {
-                return Err(BackendError::AddressRangeInUse {
-                    device: self.index,
-                    ptr,
-                    mapped_bytes: r.mappings.values().map(|&(size, _)| size).sum(),
-                })
-            }
-            _ => {
-                return Err(BackendError::UnknownAddressRange {
-                    device: self.index,
-                    ptr,
-                    size_bytes,
-                })
-            }
-        }
+        check_release(&ranges, ptr, size_bytes).map_err(|refusal| match refusal {
+            ReleaseRefusal::InUse { mapped_bytes } => BackendError::AddressRangeInUse {
+                device: self.index,
+                ptr,
+                mapped_bytes,
+            },
+            ReleaseRefusal::Unknown => BackendError::UnknownAddressRange {
+                device: self.index,
+                ptr,
+                size_bytes,
+            },
+        })?;
         self.make_current()?;
         // SAFETY: `ptr..ptr + size_bytes` was reserved by `cuMemAddressReserve` on this device
         // (it is in `ranges`, removed only here, under the lock) and nothing is mapped in it.
@@ -243,7 +251,15 @@ impl CudaDevice {
     pub(super) fn map_memory(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
         let granularity = self.granularity("mapping memory")?;
         let mut ranges = self.address_space.ranges.lock();
-        let start = self.free_space_at(&ranges, ptr, size_bytes, granularity)?;
+        let start = place_mapping(&ranges, ptr, size_bytes, granularity).map_err(|reason| {
+            BackendError::BadMapping {
+                device: self.index,
+                what: "map",
+                ptr,
+                size_bytes,
+                reason,
+            }
+        })?;
         self.make_current()?;
         let properties = allocation_properties(self.index);
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
@@ -273,6 +289,7 @@ impl CudaDevice {
             }
             return Err(e);
         }
+        // `start` names a range in `ranges`: found above under the lock still held.
         if let Some(range) = ranges.get_mut(&start) {
             range.mappings.insert(ptr, (size_bytes, handle));
         }
@@ -319,13 +336,10 @@ impl CudaDevice {
     /// Unmaps exactly an earlier `map_memory(ptr, size_bytes)` and frees its memory.
     pub(super) fn unmap_memory(&self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
         let mut ranges = self.address_space.ranges.lock();
-        let found = ranges.range_mut(..=ptr).next_back().and_then(|(_, range)| {
-            match range.mappings.get(&ptr) {
-                Some(&(size, handle)) if size == size_bytes => Some((range, handle)),
-                _ => None,
-            }
-        });
-        let Some((range, handle)) = found else {
+        let found = range_of_mapping(&ranges, ptr, size_bytes)
+            .and_then(|start| ranges.get_mut(&start))
+            .and_then(|range| Some((range.mappings.get(&ptr)?.1, range)));
+        let Some((handle, range)) = found else {
             return Err(BackendError::BadMapping {
                 device: self.index,
                 what: "unmap",
@@ -389,45 +403,5 @@ impl CudaDevice {
                 tracing::warn!(device = self.index, "{e}");
             }
         }
-    }
-
-    /// The start of the reserved range holding `[ptr, ptr + size_bytes)` with nothing mapped
-    /// there, or why not.
-    fn free_space_at(
-        &self,
-        ranges: &BTreeMap<u64, Range>,
-        ptr: u64,
-        size_bytes: usize,
-        granularity: usize,
-    ) -> Result<u64, BackendError> {
-        let bad = |reason| BackendError::BadMapping {
-            device: self.index,
-            what: "map",
-            ptr,
-            size_bytes,
-            reason,
-        };
-        if size_bytes == 0 || size_bytes % granularity != 0 || ptr % granularity as u64 != 0 {
-            return Err(bad(
-                "address and size must be non-zero multiples of the driver's granularity",
-            ));
-        }
-        let end = ptr
-            .checked_add(size_bytes as u64)
-            .ok_or(bad("the range runs past the address space"))?;
-        let (&start, range) = ranges
-            .range(..=ptr)
-            .next_back()
-            .filter(|(&start, range)| end <= start + range.size_bytes as u64)
-            .ok_or(bad("the range lies in no reserved address range"))?;
-        let overlaps_before = range
-            .mappings
-            .range(..=ptr)
-            .next_back()
-            .is_some_and(|(&at, &(size, _))| at + size as u64 > ptr);
-        if overlaps_before || range.mappings.range(ptr..end).next().is_some() {
-            return Err(bad("the range overlaps memory mapped earlier"));
-        }
-        Ok(start)
     }
 }

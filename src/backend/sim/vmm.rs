@@ -15,6 +15,9 @@
 use std::collections::BTreeMap;
 
 use super::device::{give_back_range, take_range, Device};
+use crate::backend::address_ranges::{
+    self, check_release, place_mapping, range_of_mapping, ReleaseRefusal, Reserved,
+};
 use crate::backend::BackendError;
 
 /// Granularity of reservations and mappings, in bytes (2 MiB, the driver's usual
@@ -51,9 +54,13 @@ pub(super) struct Reservation {
     mappings: BTreeMap<u64, usize>,
 }
 
-impl Reservation {
-    fn mapped_bytes(&self) -> usize {
-        self.mappings.values().sum()
+impl Reserved for Reservation {
+    type Mapping = usize;
+    fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+    fn mappings(&self) -> &BTreeMap<u64, usize> {
+        &self.mappings
     }
 }
 
@@ -114,22 +121,20 @@ impl Device {
         size_bytes: usize,
     ) -> Result<(), BackendError> {
         let device = self.index();
-        let refusal = match self.reservations.get(&ptr) {
-            Some(r) if r.size_bytes == size_bytes && r.mappings.is_empty() => None,
-            Some(r) if r.size_bytes == size_bytes => Some(BackendError::AddressRangeInUse {
-                device,
-                ptr,
-                mapped_bytes: r.mapped_bytes(),
-            }),
-            _ => Some(BackendError::UnknownAddressRange {
-                device,
-                ptr,
-                size_bytes,
-            }),
-        };
-        if let Some(error) = refusal {
+        if let Err(refusal) = check_release(&self.reservations, ptr, size_bytes) {
             self.calls.failed_vmm_calls += 1;
-            return Err(error);
+            return Err(match refusal {
+                ReleaseRefusal::InUse { mapped_bytes } => BackendError::AddressRangeInUse {
+                    device,
+                    ptr,
+                    mapped_bytes,
+                },
+                ReleaseRefusal::Unknown => BackendError::UnknownAddressRange {
+                    device,
+                    ptr,
+                    size_bytes,
+                },
+            });
         }
         if let Some(reservation) = self.reservations.remove(&ptr) {
             give_back_range(&mut self.free_vmm_ranges, ptr, reservation.range_end);
@@ -157,17 +162,8 @@ impl Device {
             size_bytes,
             reason,
         };
-        let start = self.reservation_holding(ptr, size_bytes).map_err(bad)?;
-        let reservation = &self.reservations[&start];
-        if let Some((&before, &len)) = reservation.mappings.range(..=ptr).next_back() {
-            if before + len as u64 > ptr {
-                return Err(bad("the range overlaps memory mapped earlier"));
-            }
-        }
-        let end = ptr + size_bytes as u64;
-        if reservation.mappings.range(ptr..end).next().is_some() {
-            return Err(bad("the range overlaps memory mapped earlier"));
-        }
+        let start =
+            place_mapping(&self.reservations, ptr, size_bytes, MAPPING_GRANULARITY).map_err(bad)?;
         // The faults and the capacity apply as to a segment allocation.
         self.charge(size_bytes, "map_memory")?;
         if let Some(reservation) = self.reservations.get_mut(&start) {
@@ -179,11 +175,8 @@ impl Device {
     /// Unmaps exactly the earlier mapping `(ptr, size_bytes)`.
     pub(super) fn unmap(&mut self, ptr: u64, size_bytes: usize) -> Result<(), BackendError> {
         let device = self.index();
-        let start = self.reservation_holding(ptr, size_bytes);
-        let mapping = start
-            .ok()
-            .and_then(|start| self.reservations.get_mut(&start))
-            .filter(|r| r.mappings.get(&ptr) == Some(&size_bytes));
+        let mapping = range_of_mapping(&self.reservations, ptr, size_bytes)
+            .and_then(|start| self.reservations.get_mut(&start));
         let Some(reservation) = mapping else {
             self.calls.failed_unmaps += 1;
             return Err(BackendError::BadMapping {
@@ -200,31 +193,11 @@ impl Device {
         Ok(())
     }
 
-    /// The start of the reservation holding `[ptr, ptr + size_bytes)`, checking alignment.
-    fn reservation_holding(&self, ptr: u64, size_bytes: usize) -> Result<u64, &'static str> {
-        let granularity = MAPPING_GRANULARITY as u64;
-        if size_bytes == 0 || size_bytes % MAPPING_GRANULARITY != 0 || ptr % granularity != 0 {
-            return Err("address and size must be non-zero multiples of the 2 MiB granularity");
-        }
-        let end = ptr
-            .checked_add(size_bytes as u64)
-            .ok_or("the range runs past the address space")?;
-        let (&start, reservation) = self
-            .reservations
-            .range(..=ptr)
-            .next_back()
-            .ok_or("the range lies in no reserved address range")?;
-        if end > start + reservation.size_bytes as u64 {
-            return Err("the range lies in no reserved address range");
-        }
-        Ok(start)
-    }
-
     /// Bytes mapped in reserved ranges.
     pub(super) fn mapped_bytes(&self) -> usize {
         self.reservations
             .values()
-            .map(Reservation::mapped_bytes)
+            .map(address_ranges::mapped_bytes)
             .sum()
     }
 
