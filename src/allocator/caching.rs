@@ -474,6 +474,37 @@ impl<B: Backend> Shared<B> {
     }
 }
 
+impl<B: Backend> Drop for Shared<B> {
+    /// Gives every cached segment back to the backend (after waiting for pending deferred
+    /// frees), as `empty_cache` does, so dropping an allocator leaks no device memory; then
+    /// hands a running stream the events the devices still buffer, so dropping the allocator
+    /// before its stream loses nothing (the releases included).
+    ///
+    /// Only raw allocations (`malloc` without `free`) can still be live here: their segments
+    /// are left to the backend, with a warning.
+    fn drop(&mut self) {
+        let stamp = self.stamp(ContextLevel::All);
+        for (device, allocator) in self.devices.iter_mut().enumerate() {
+            let allocator = allocator.get_mut();
+            allocator.set_event_stamp(stamp);
+            if let Err(e) = allocator.empty_cache(&self.backend) {
+                tracing::warn!(
+                    device,
+                    "cached segments could not all be given back when the allocator was \
+                     dropped: {e}"
+                );
+            }
+        }
+        if !self.raw.is_empty() {
+            tracing::warn!(
+                "{} raw allocation(s) never freed are left to the backend with their segments",
+                self.raw.len()
+            );
+        }
+        self.end_stream();
+    }
+}
+
 impl<B: Backend> fmt::Debug for CachingAllocator<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CachingAllocator")
