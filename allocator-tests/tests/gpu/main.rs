@@ -19,9 +19,18 @@ pub const NEEDS_GPU: &str = "needs an NVIDIA GPU: run scripts/gpu-check.sh";
 
 /// A caching allocator over every GPU; panics with the backend's diagnosis when there is none.
 pub fn gpu_allocator() -> CachingAllocator<CudaBackend> {
-    let backend = CudaBackend::new()
-        .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU and CUDA says: {e}"));
-    CachingAllocator::new(backend, AllocatorConfig::default())
+    gpu_allocator_with(AllocatorConfig::default())
+}
+
+/// The same with `config`.
+pub fn gpu_allocator_with(config: AllocatorConfig) -> CachingAllocator<CudaBackend> {
+    CachingAllocator::new(gpu_backend(), config)
+}
+
+/// The CUDA backend; panics with its diagnosis when there is no GPU.
+pub fn gpu_backend() -> CudaBackend {
+    CudaBackend::new()
+        .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU and CUDA says: {e}"))
 }
 
 /// Bytes in a mebibyte.

@@ -6,14 +6,14 @@ use std::thread;
 
 use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
-use blockpool::{AllocatorConfig, Backend, CachingAllocator, StreamId};
+use blockpool::{AllocatorConfig, Backend, StreamId};
 
-use crate::{gpu_allocator, MIB};
+use crate::{gpu_allocator, gpu_allocator_with, gpu_backend, MIB};
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn backend_reports_the_device_and_its_memory() {
-    let backend = CudaBackend::new().expect("a GPU");
+    let backend = gpu_backend();
     assert!(backend.device_count() >= 1);
     let name = backend.device_name(0).unwrap();
     let (major, minor) = backend.compute_capability(0).unwrap();
@@ -167,16 +167,15 @@ fn pinned_host_memory_round_trips_through_the_device() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
-    let backend = CudaBackend::new().expect("a GPU");
-    assert!(
-        backend.supports_expandable_segments(0),
-        "every GPU since Pascal supports virtual memory management"
-    );
-    let config = blockpool::AllocatorConfig::builder()
+    let config = AllocatorConfig::builder()
         .expandable_segments(true)
         .build()
         .unwrap();
-    let alloc = blockpool::CachingAllocator::new(backend, config);
+    let alloc = gpu_allocator_with(config);
+    assert!(
+        alloc.backend().supports_expandable_segments(0),
+        "every GPU since Pascal supports virtual memory management"
+    );
     let free_before = alloc.mem_get_info(0).unwrap().free_bytes;
     let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
     let id = CudaBackend::stream_id(&stream);
@@ -235,10 +234,8 @@ fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn threads_share_a_device_whose_lock_is_released_during_cu_mem_alloc() {
-    let backend = CudaBackend::new()
-        .unwrap_or_else(|e| panic!("this test needs an NVIDIA GPU and CUDA says: {e}"));
     let config = AllocatorConfig::parse("release_lock_on_cudamalloc:True").unwrap();
-    let alloc = CachingAllocator::new(backend, config);
+    let alloc = gpu_allocator_with(config);
     const THREADS: u32 = 4;
     const ROUNDS: u32 = 30;
     // u32 elements: 4 KB (small pool), 1.2 MB (a share of a 20 MiB segment), 12 MiB (a

@@ -105,10 +105,11 @@ impl Device {
                 .context("cannot create a CUDA stream on GPU 0")?;
             let description = format!(
                 "GPU 0 ({}, {}) through CUDA, hidden size {hidden}: its peak of {} on a \
-                 simulated device fits in 80% of the {} free",
+                 simulated device fits in {:.0}% of the {} free",
                 cuda.device_name(0)?,
                 format_size(cuda.total_memory_bytes(0)? as u64),
                 format_size(peak),
+                GPU_SHARE * 100.0,
                 format_size(free as u64),
             );
             return Ok(Device {
