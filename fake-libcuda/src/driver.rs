@@ -321,12 +321,27 @@ impl Driver {
     }
 
     /// The device of a stream handle: the null/legacy/per-thread stream is the current
-    /// context's.
+    /// context's. A stream of a released primary context is gone with it.
     fn stream_device(&self, stream: usize) -> Result<usize, u32> {
         match stream {
             0 | STREAM_LEGACY | STREAM_PER_THREAD => self.current_device(),
-            s => self.streams.get(&s).copied().ok_or(code::INVALID_HANDLE),
+            s => self.live(self.streams.get(&s).copied().ok_or(code::INVALID_HANDLE)?),
         }
+    }
+
+    /// `device`, if its primary context is still retained: handles made in a context (its
+    /// streams and events) are unusable once it is released, as in the real driver, so a
+    /// backend that releases its context before them fails here and not only on a GPU.
+    pub(crate) fn live(&self, device: usize) -> Result<usize, u32> {
+        match self.devices.get(device) {
+            Some(d) if d.primary_refs > 0 => Ok(device),
+            _ => Err(code::INVALID_CONTEXT),
+        }
+    }
+
+    /// The device of a live event of a live context.
+    pub(crate) fn event_device(&self, event: usize) -> Result<usize, u32> {
+        self.live(self.events.get(&event).ok_or(code::INVALID_HANDLE)?.device)
     }
 
     fn new_handle(&mut self, base: usize) -> usize {

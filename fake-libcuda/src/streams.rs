@@ -25,6 +25,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, _flags: c_uint
 #[no_mangle]
 pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> u32 {
     with_driver(|d| {
+        d.stream_device(stream as usize)?;
         d.streams
             .remove(&(stream as usize))
             .map(drop)
@@ -51,11 +52,7 @@ pub extern "C" fn cuStreamWaitEvent(
 ) -> u32 {
     with_driver(|d| {
         let device = d.stream_device(stream as usize)?;
-        let event = d
-            .events
-            .get(&(event as usize))
-            .ok_or(code::INVALID_HANDLE)?;
-        if event.device != device {
+        if d.event_device(event as usize)? != device {
             return Err(code::INVALID_HANDLE);
         }
         Ok(())
@@ -91,6 +88,7 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) 
 pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> u32 {
     with_driver(|d| {
         let device = d.stream_device(stream as usize)?;
+        d.event_device(event as usize)?;
         let delay = d.event_delay;
         let event = d
             .events
@@ -114,6 +112,10 @@ pub extern "C" fn cuEventQuery(event: *mut c_void) -> u32 {
     let Some(driver) = guard.as_mut() else {
         return code::NOT_INITIALIZED;
     };
+    if let Err(code) = driver.event_device(event as usize) {
+        driver.counts.errors += 1;
+        return code;
+    }
     match driver.events.get_mut(&(event as usize)) {
         None => {
             driver.counts.errors += 1;
@@ -131,6 +133,7 @@ pub extern "C" fn cuEventQuery(event: *mut c_void) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> u32 {
     with_driver(|d| {
+        d.event_device(event as usize)?;
         let event = d
             .events
             .get_mut(&(event as usize))
@@ -144,6 +147,7 @@ pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(event: *mut c_void) -> u32 {
     with_driver(|d| {
+        d.event_device(event as usize)?;
         d.events
             .remove(&(event as usize))
             .map(drop)
