@@ -79,7 +79,7 @@ pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(pool: *mut *mut c_void, devic
 #[no_mangle]
 pub extern "C" fn cuMemPoolSetAttribute(
     pool: *mut c_void,
-    _attribute: c_uint,
+    attribute: c_uint,
     value: *mut c_void,
 ) -> u32 {
     with_driver(|d| {
@@ -87,6 +87,11 @@ pub extern "C" fn cuMemPoolSetAttribute(
             .checked_sub(POOL_BASE)
             .ok_or(code::INVALID_HANDLE)?;
         if offset % HANDLE_STEP != 0 || offset / HANDLE_STEP >= d.devices.len() || value.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // The CUmemPool_attribute values run from REUSE_FOLLOW_EVENT_DEPENDENCIES (1) to
+        // USED_MEM_HIGH (8).
+        if !(1..=8).contains(&attribute) {
             return Err(code::INVALID_VALUE);
         }
         Ok(())
@@ -98,10 +103,11 @@ pub extern "C" fn cuMemPoolSetAttribute(
 /// # Safety
 /// `ptr` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, _flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> u32 {
     with_driver(|d| {
         d.current_device()?;
-        if size == 0 || ptr.is_null() {
+        // PORTABLE (1), DEVICEMAP (2), WRITECOMBINED (4).
+        if size == 0 || ptr.is_null() || flags & !7 != 0 {
             return Err(code::INVALID_VALUE);
         }
         let layout = std::alloc::Layout::from_size_align(size, ALIGNMENT)

@@ -9,10 +9,11 @@ use super::*;
 /// # Safety
 /// `stream` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, _flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint) -> u32 {
     with_driver(|d| {
         let device = d.current_device()?;
-        if stream.is_null() {
+        // CU_STREAM_DEFAULT (0) or CU_STREAM_NON_BLOCKING (1).
+        if stream.is_null() || flags > 1 {
             return Err(code::INVALID_VALUE);
         }
         let handle = d.new_handle(STREAM_BASE);
@@ -43,17 +44,15 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> u32 {
     })
 }
 
-/// `cuStreamWaitEvent`: both must be live and of one device.
+/// `cuStreamWaitEvent`: both must be live; the event may be another device's, as CUDA allows.
 #[no_mangle]
-pub extern "C" fn cuStreamWaitEvent(
-    stream: *mut c_void,
-    event: *mut c_void,
-    _flags: c_uint,
-) -> u32 {
+pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, event: *mut c_void, flags: c_uint) -> u32 {
     with_driver(|d| {
-        let device = d.stream_device(stream as usize)?;
-        if d.event_device(event as usize)? != device {
-            return Err(code::INVALID_HANDLE);
+        d.stream_device(stream as usize)?;
+        d.event_device(event as usize)?;
+        // CU_EVENT_WAIT_DEFAULT (0) or CU_EVENT_WAIT_EXTERNAL (1).
+        if flags > 1 {
+            return Err(code::INVALID_VALUE);
         }
         Ok(())
     })
@@ -64,10 +63,12 @@ pub extern "C" fn cuStreamWaitEvent(
 /// # Safety
 /// `event` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, _flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, flags: c_uint) -> u32 {
     with_driver(|d| {
         let device = d.current_device()?;
-        if event.is_null() {
+        // BLOCKING_SYNC (1), DISABLE_TIMING (2), INTERPROCESS (4, only with DISABLE_TIMING).
+        let interprocess_with_timing = flags & 4 != 0 && flags & 2 == 0;
+        if event.is_null() || flags & !7 != 0 || interprocess_with_timing {
             return Err(code::INVALID_VALUE);
         }
         let handle = d.new_handle(EVENT_BASE);

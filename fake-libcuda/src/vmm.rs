@@ -170,10 +170,14 @@ fn with_vmm(f: impl FnOnce(&mut Driver) -> Result<(), u32>) -> u32 {
 pub unsafe extern "C" fn cuMemGetAllocationGranularity(
     granularity: *mut usize,
     properties: *const AllocationProperties,
-    _option: c_uint,
+    option: c_uint,
 ) -> u32 {
     with_vmm(|d| {
         properties_device(d, properties)?;
+        // CU_MEM_ALLOC_GRANULARITY_MINIMUM (0) or _RECOMMENDED (1).
+        if option > 1 {
+            return Err(code::INVALID_VALUE);
+        }
         write(granularity, GRANULARITY)
     })
 }
@@ -187,13 +191,14 @@ pub unsafe extern "C" fn cuMemGetAllocationGranularity(
 pub unsafe extern "C" fn cuMemAddressReserve(
     ptr: *mut u64,
     size: usize,
-    _alignment: usize,
+    alignment: usize,
     _addr: u64,
     flags: u64,
 ) -> u32 {
     with_vmm(|d| {
         d.current_device()?;
-        if ptr.is_null() || size == 0 || size % GRANULARITY != 0 || flags != 0 {
+        let bad_alignment = alignment != 0 && !alignment.is_power_of_two();
+        if ptr.is_null() || size == 0 || size % GRANULARITY != 0 || flags != 0 || bad_alignment {
             return Err(code::INVALID_VALUE);
         }
         let mmap_len = size.checked_add(GRANULARITY).ok_or(code::OUT_OF_MEMORY)?;
