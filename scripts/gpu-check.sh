@@ -122,6 +122,20 @@ has_cublas() {
     return 1
 }
 
+# A folder holding libcublas from PyTorch's NVIDIA wheels (site-packages/nvidia/.../lib), for a
+# machine whose system libraries have none; empty when there is none either.
+wheel_cublas_dir() {
+    command -v python3 >/dev/null 2>&1 || return 0
+    python3 - <<'PY' 2>/dev/null || true
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for root in roots:
+    for lib in sorted(glob.glob(os.path.join(root, "nvidia", "**", "libcublas.so*"), recursive=True)):
+        print(os.path.dirname(lib))
+        raise SystemExit
+PY
+}
+
 run() {
     cd "$ROOT"
     [[ -x "$TESTS_BIN" && -x "$BENCH_BIN" ]] ||
@@ -143,6 +157,14 @@ run() {
             --skip cublas::buffers_go_to_cublas_gemm)
         cublas="not run (fake driver)"
     else
+        if ! has_cublas; then
+            local wheel_dir
+            wheel_dir="$(wheel_cublas_dir)"
+            if [[ -n "$wheel_dir" ]]; then
+                export LD_LIBRARY_PATH="$wheel_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+                cublas="run (libcublas from $wheel_dir)"
+            fi
+        fi
         if ! has_cublas; then
             skip+=(--skip cublas::buffers_go_to_cublas_gemm)
             cublas="NOT RUN: no libcublas on this machine"
