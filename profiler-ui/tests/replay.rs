@@ -425,6 +425,19 @@ fn an_expandable_segments_trace_replays_map_for_map() {
         recorded["peak_reserved_bytes"]
     );
 
+    // `info` counts the mapped runs as expandable segments.
+    let output = common::memtrace(&["info", trace, "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let info: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(info["devices"][0]["segments"], 2, "{info}");
+    assert_eq!(info["devices"][0]["expandable_segments"], 2, "{info}");
+    let output = common::memtrace(&["info", trace]);
+    assert!(
+        common::stdout(&output).contains(" blocks, all expandable), "),
+        "{}",
+        common::stdout(&output)
+    );
+
     // `segments` marks the mapped runs as expandable memory.
     let output = common::memtrace(&["segments", trace, "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));

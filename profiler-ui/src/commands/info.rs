@@ -48,6 +48,8 @@ pub struct DeviceInfo {
     pub last_time_us: Option<u64>,
     /// Segments at the end of the trace.
     pub segments: u64,
+    /// Of them, runs of mapped memory of expandable segments.
+    pub expandable_segments: u64,
     /// Blocks at the end of the trace, all states.
     pub blocks: u64,
     /// Bytes in segments at the end (reserved).
@@ -74,6 +76,7 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 first_time_us: None,
                 last_time_us: None,
                 segments: 0,
+                expandable_segments: 0,
                 blocks: 0,
                 reserved_bytes: 0,
                 allocated_bytes: 0,
@@ -97,6 +100,9 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
             }
             for segment in snapshot.device_segments(device) {
                 info.segments = info.segments.saturating_add(1);
+                if segment.expandable {
+                    info.expandable_segments = info.expandable_segments.saturating_add(1);
+                }
                 info.blocks = info.blocks.saturating_add(segment.blocks.len() as u64);
                 info.reserved_bytes = info.reserved_bytes.saturating_add(segment.size);
                 info.allocated_bytes = info
@@ -154,9 +160,15 @@ pub fn render(report: &InfoReport) -> String {
         if !by_action.is_empty() {
             let _ = writeln!(text, "             {}", by_action.join(", "));
         }
+        let expandable = match device.expandable_segments {
+            0 => String::new(),
+            n if n == device.segments => ", all expandable".to_owned(),
+            n => format!(", {} expandable", count(n)),
+        };
         let _ = writeln!(
             text,
-            "  segments:  {} ({} blocks), {} reserved, {} allocated, {} pending free, {} requested",
+            "  segments:  {} ({} blocks{expandable}), {} reserved, {} allocated, {} pending free, \
+             {} requested",
             count(device.segments),
             count(device.blocks),
             format_size(device.reserved_bytes),
