@@ -386,8 +386,11 @@ impl<B: Backend> Shared<B> {
             dev.set_event_stamp(stamp);
         }
         let step = dev.start_malloc(&self.backend, size, stream, search_again)?;
-        let unlock = dev.config().release_lock_on_cudamalloc();
-        self.finish_malloc(device, dev, step, stamp, unlock)
+        if dev.config().release_lock_on_cudamalloc() {
+            self.finish_unlocked(device, dev, step, stamp)
+        } else {
+            dev.finish_malloc(&self.backend, step)
+        }
     }
 
     /// Runs every free-memory callback with no lock held (neither a device's nor the list's,
@@ -408,17 +411,16 @@ impl<B: Backend> Shared<B> {
         freed
     }
 
-    /// Drives `step` to its end, asking the backend for each segment the out-of-memory ladder
-    /// needs. With `unlock` (`release_lock_on_cudamalloc`) the device lock is released around
-    /// each of those calls, as PyTorch releases its mutex around `cudaMalloc`, so other
-    /// threads allocate and free from the cache meanwhile.
-    fn finish_malloc(
+    /// `release_lock_on_cudamalloc`: drives `step` to its end as
+    /// [`DeviceAllocator::finish_malloc`] does, but with the device lock released around each
+    /// segment allocation, as PyTorch releases its mutex around `cudaMalloc`, so other threads
+    /// allocate and free from the cache meanwhile.
+    fn finish_unlocked(
         &self,
         device: DeviceIndex,
         mut dev: MutexGuard<'_, DeviceAllocator<B::Event>>,
         mut step: MallocStep,
         stamp: EventStamp,
-        unlock: bool,
     ) -> Result<AllocatedBlock> {
         loop {
             let request = match step {
@@ -426,15 +428,10 @@ impl<B: Backend> Shared<B> {
                 MallocStep::Device(request) => request,
             };
             let size = request.segment_size;
-            let answer = if unlock {
-                let answer =
-                    MutexGuard::unlocked(&mut dev, || self.backend.alloc_segment(device, size));
-                // Another thread's events may have been stamped while the lock was down.
-                dev.set_event_stamp(stamp);
-                answer
-            } else {
-                self.backend.alloc_segment(device, size)
-            };
+            let answer =
+                MutexGuard::unlocked(&mut dev, || self.backend.alloc_segment(device, size));
+            // Another thread's events may have been stamped while the lock was down.
+            dev.set_event_stamp(stamp);
             step = dev.finish_segment(&self.backend, request, answer)?;
         }
     }
