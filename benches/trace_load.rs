@@ -5,7 +5,7 @@
 //! by `trace::jsonl::read_snapshot`.
 //!
 //! The snapshot has the shape `torch.cuda.memory._dump_snapshot` writes (see
-//! `../shared/fixtures/pytorch-snapshots/`): a few hundred segments with blocks, and one device
+//! `allocator-tests/fixtures/pytorch-snapshots/`): a few hundred segments with blocks, and one device
 //! trace of trace-entry dicts (`action`, `addr`, `size`, `stream`, `time_us`, `frames`) whose
 //! keys and action names are interned strings and whose frame lists are shared by reference
 //! among events (a few thousand distinct stacks of 10-30 frames, drawn from a thousand shared

@@ -1,11 +1,15 @@
 //! `memtrace` as a user runs it: exit codes, one-line errors, exact reports on the PyTorch
-//! fixtures in `../shared/fixtures/pytorch-snapshots/`, and conversions between every format.
+//! fixtures, and conversions between every format. The `external_` tests read third-party
+//! files the project may not copy (see `allocator_tests::fixtures`).
 
 mod common;
 
-use common::{fixture, memtrace, memtrace_with_env, scratch, stderr, stdout};
+use common::{
+    external_snapshot_names, fixture, memtrace, memtrace_with_env, project_snapshot_names, scratch,
+    stderr, stdout,
+};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// Runs `memtrace info --json` and parses the report.
@@ -34,7 +38,8 @@ fn assert_bad_input(output: &Output, mentions: &str) {
 }
 
 #[test]
-fn info_reports_exact_counts_of_a_pytorch_snapshot() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_info_reports_exact_counts_of_a_pytorch_snapshot() {
     let report = info_json(&fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"));
     assert_eq!(report["format"], "pytorch");
     assert_eq!(report["gzip"], false);
@@ -51,6 +56,29 @@ fn info_reports_exact_counts_of_a_pytorch_snapshot() {
     assert_eq!(device["blocks"], 1_276);
     assert_eq!(device["reserved_bytes"], 19_667_091_456_u64);
     assert_eq!(device["allocated_bytes"], 19_498_420_224_u64);
+}
+
+#[test]
+fn info_reports_exact_counts_of_a_training_step() {
+    let report = info_json(&fixture(
+        "notHanmin_assignment2-systems_memory_snapshot.pickle",
+    ));
+    assert_eq!(report["format"], "pytorch");
+    assert_eq!(report["gzip"], false);
+    let devices = report["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 1);
+    let device = &devices[0];
+    assert_eq!(device["device"], 0);
+    // 19,464 trace entries and the file's 4 external annotations.
+    assert_eq!(device["events"], 19_468);
+    assert_eq!(device["events_by_action"]["alloc"], 6_488);
+    assert_eq!(device["events_by_action"]["free_requested"], 6_488);
+    assert_eq!(device["events_by_action"]["free_completed"], 6_488);
+    assert_eq!(device["events_by_action"]["annotate"], 4);
+    assert_eq!(device["segments"], 999);
+    assert_eq!(device["blocks"], 1_987);
+    assert_eq!(device["reserved_bytes"], 23_842_521_088_u64);
+    assert_eq!(device["allocated_bytes"], 16_019_091_968_u64);
 }
 
 #[test]
@@ -79,7 +107,8 @@ fn info_text_names_format_devices_and_actions() {
 }
 
 #[test]
-fn info_on_a_segment_list_file_reports_its_device() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_info_on_a_segment_list_file_reports_its_device() {
     let report = info_json(&fixture("Muduard_LayoutEditing_memory_snapshot.pkl"));
     let devices = report["devices"].as_array().expect("devices");
     assert_eq!(devices.len(), 1);
@@ -91,24 +120,39 @@ fn info_on_a_segment_list_file_reports_its_device() {
 }
 
 #[test]
-fn every_fixture_converts_through_every_format_and_reads_back() {
-    let dir: PathBuf = Path::new(&fixture("README.md"))
-        .parent()
-        .expect("fixture dir")
-        .to_path_buf();
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("fixture dir")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".pickle") || n.ends_with(".pkl"))
-        .collect();
-    names.sort();
+fn info_on_a_made_segment_list_reports_its_device() {
+    let report = info_json(&fixture("made_segment_list.pickle"));
+    let devices = report["devices"].as_array().expect("devices");
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0]["device"], 1);
+    assert_eq!(devices[0]["events"], 0);
+    assert_eq!(devices[0]["segments"], 3);
+    assert_eq!(devices[0]["blocks"], 6);
+    assert_eq!(devices[0]["reserved_bytes"], 90_177_536_u64);
+    assert_eq!(devices[0]["allocated_bytes"], 79_693_312_u64);
+}
+
+#[test]
+fn every_project_fixture_converts_through_every_format_and_reads_back() {
+    let names = project_snapshot_names();
     assert_eq!(names.len(), 7, "fixtures: {names:?}");
+    check_conversions(&names);
+}
+
+#[test]
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_fixtures_convert_through_every_format_and_read_back() {
+    check_conversions(&external_snapshot_names());
+}
+
+/// Each fixture named converts to JSON Lines, from there to a pickle, and to Perfetto and
+/// RMM's CSV; the first two read back with the same devices, events and segments.
+fn check_conversions(names: &[String]) {
     for name in names {
-        let original = info_json(&fixture(&name));
+        let original = info_json(&fixture(name));
         let jsonl = scratch(&format!("{name}.jsonl.gz"));
         let pickle = scratch(&format!("{name}.again.pickle"));
-        let out = memtrace(&["convert", &fixture(&name), jsonl.to_str().unwrap()]);
+        let out = memtrace(&["convert", &fixture(name), jsonl.to_str().unwrap()]);
         assert!(out.status.success(), "{name} -> jsonl: {}", stderr(&out));
         assert!(stdout(&out).starts_with("wrote "), "{}", stdout(&out));
         let out = memtrace(&["convert", jsonl.to_str().unwrap(), pickle.to_str().unwrap()]);
@@ -130,7 +174,7 @@ fn every_fixture_converts_through_every_format_and_reads_back() {
             let path = scratch(&format!("{name}.{file}"));
             let out = memtrace(&[
                 "convert",
-                &fixture(&name),
+                &fixture(name),
                 path.to_str().unwrap(),
                 "--to",
                 to,
@@ -163,7 +207,10 @@ fn bad_files_exit_2_with_one_line() {
         "the file is empty",
     );
 
-    let bytes = std::fs::read(fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle")).unwrap();
+    let bytes = std::fs::read(fixture(
+        "notHanmin_assignment2-systems_memory_snapshot.pickle",
+    ))
+    .unwrap();
     let truncated = scratch("truncated.pickle");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     assert_bad_input(
@@ -204,7 +251,7 @@ fn convert_refuses_to_overwrite_its_input() {
     let path = scratch("self.jsonl");
     let out = memtrace(&[
         "convert",
-        &fixture("albi2_thesis_dump_snapshot_1064.pickle"),
+        &fixture("made_expandable_two_devices.pickle"),
         path.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -221,7 +268,7 @@ fn a_closed_stdout_ends_quietly_with_status_0() {
         .args([
             "info",
             "--json",
-            &fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle"),
+            &fixture("notHanmin_assignment2-systems_memory_snapshot.pickle"),
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -326,7 +373,8 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
 }
 
 #[test]
-fn summary_of_a_pytorch_fixture_names_python_sites() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_summary_of_a_pytorch_fixture_names_python_sites() {
     let report = {
         let output = memtrace(&[
             "summary",
@@ -378,7 +426,7 @@ fn every_reading_subcommand_refuses_corrupt_and_hostile_files_with_exit_2() {
     std::fs::write(&hostile, &pickle).unwrap();
     let svg = scratch("every.svg");
     let out = scratch("every-out.jsonl");
-    let good = fixture("albi2_thesis_dump_snapshot_1064.pickle");
+    let good = fixture("made_expandable_two_devices.pickle");
     for bad in [&truncated, &garbage, &hostile] {
         let bad = bad.to_str().unwrap();
         for args in [
@@ -408,7 +456,8 @@ fn every_reading_subcommand_refuses_corrupt_and_hostile_files_with_exit_2() {
 }
 
 #[test]
-fn summary_of_a_file_without_times_says_so_once() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_summary_of_a_file_without_times_says_so_once() {
     let output = memtrace(&[
         "summary",
         &fixture("Maphsge4_select_n_snapshot_1.2M.pickle"),
@@ -424,4 +473,51 @@ fn summary_of_a_file_without_times_says_so_once() {
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
+}
+
+#[test]
+fn summary_of_a_made_file_without_times_says_so_once() {
+    let output = memtrace(&[
+        "summary",
+        &fixture("made_four_device_traces_without_times.pickle"),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("  events:    12 (no times recorded)\n"),
+        "{text}"
+    );
+    // 8 MiB + 5,120 bytes live after the tenth event (make.py's trace).
+    assert!(
+        text.contains("  peak allocated   8.00 MiB at event 10\n"),
+        "{text}"
+    );
+    assert!(!text.contains("0.000000 s"), "{text}");
+}
+
+#[test]
+fn summary_of_a_training_step_finds_its_peak_and_names_python_sites() {
+    let report = {
+        let output = memtrace(&[
+            "summary",
+            &fixture("notHanmin_assignment2-systems_memory_snapshot.pickle"),
+            "--json",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        serde_json::from_slice::<Value>(&output.stdout).expect("JSON")
+    };
+    let device = &report["devices"][0];
+    assert_eq!(device["events"], 19_468);
+    // CPython, walking the trace's requested sizes forward from the state its end implies.
+    assert_eq!(device["peak_requested"]["bytes"], 22_827_925_508_u64);
+    assert_eq!(device["segments_at_peak"], 999);
+    let sites = device["top_sites"].as_array().expect("sites");
+    assert!(
+        sites
+            .iter()
+            .filter(|s| s["site"] != "<unknown>")
+            .all(|s| s["site"].as_str().unwrap().contains(".py:")),
+        "sites are Python frames: {sites:?}"
+    );
+    assert_eq!(device["out_of_memory"].as_array().map(Vec::len), Some(0));
 }

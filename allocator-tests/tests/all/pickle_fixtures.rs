@@ -1,15 +1,16 @@
-//! The restricted pickle reader on the seven real PyTorch memory snapshots in
-//! `../shared/fixtures/pytorch-snapshots/`: every file reads, and what it reads matches facts
-//! computed independently with CPython's `pickle` (an `Unpickler` whose `find_class` raises):
-//! top-level shape, segment and trace counts, a fingerprint of every distinct container, and
-//! the sharing of frames. A missing fixture fails these tests; none is skipped.
+//! The restricted pickle reader on real PyTorch memory snapshots and on the project's own:
+//! every file reads, and what it reads matches facts computed independently with CPython's
+//! `pickle` (`fixtures/fingerprint.py`, an `Unpickler` whose `find_class` raises): top-level
+//! shape, segment and trace counts, a fingerprint of every distinct container, and the sharing
+//! of frames. A missing fixture fails these tests; none is skipped. The `external_` tests read
+//! third-party files the project may not copy (see `allocator_tests::fixtures`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use blockpool::trace::pickle::{read, ReadLimits, Value};
 
-use crate::fixtures::{pytorch_snapshot_bytes, pytorch_snapshots_dir};
+use crate::fixtures::{external_snapshot_names, project_snapshot_names, pytorch_snapshot_bytes};
 
 /// Reads and parses one fixture; fails with the path if it is missing or does not parse.
 fn load(name: &str) -> Value {
@@ -195,7 +196,20 @@ fn expanded_frames(value: &Value, memo: &mut HashMap<usize, u64>) -> u64 {
     count
 }
 
-const ALL_FIXTURES: [&str; 7] = [
+/// The PyTorch snapshots in the project: third-party files whose license allows it, then the
+/// ones the project makes itself (`fixtures/made/make.py`).
+const PROJECT_FIXTURES: [&str; 7] = [
+    "Yiyi_LLM-inference_oom_snapshot.pickle",
+    "bcrafton_assignment2-systems_memory_snapshot.pickle",
+    "notHanmin_assignment2-systems_memory_snapshot.pickle",
+    "made_empty_snapshot.pickle",
+    "made_expandable_two_devices.pickle",
+    "made_four_device_traces_without_times.pickle",
+    "made_segment_list.pickle",
+];
+
+/// The external suite's files: every snapshot in `$BLOCKPOOL_FIXTURES/pytorch-snapshots/`.
+const EXTERNAL_FIXTURES: [&str; 8] = [
     "Maphsge4_select_n_snapshot_1.2M.pickle",
     "Muduard_LayoutEditing_memory_snapshot.pkl",
     "SunnySood80_dump_snapshot_517.pickle",
@@ -203,6 +217,7 @@ const ALL_FIXTURES: [&str; 7] = [
     "albi2_thesis_dump_snapshot_1064.pickle",
     "bcrafton_assignment2-systems_memory_snapshot.pickle",
     "kkaitlyn111_cs336_memory_ctx128_forward.pickle",
+    "notHanmin_assignment2-systems_memory_snapshot.pickle",
 ];
 
 const NEW_SCHEMA_KEYS: [&str; 4] = [
@@ -213,31 +228,29 @@ const NEW_SCHEMA_KEYS: [&str; 4] = [
 ];
 
 #[test]
-fn the_fixture_folder_holds_the_seven_snapshots() {
-    let dir = pytorch_snapshots_dir();
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|error| {
-        panic!(
-            "the PyTorch snapshot fixtures are missing: cannot list {}: {error}",
-            dir.display()
-        )
-    });
-    let mut names: Vec<String> = entries
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name != "README.md")
-        .collect();
-    names.sort();
-    assert_eq!(names, ALL_FIXTURES, "fixtures in {}", dir.display());
+fn the_project_holds_the_seven_snapshots() {
+    assert_eq!(project_snapshot_names(), PROJECT_FIXTURES);
 }
 
 #[test]
-fn every_fixture_reads_as_plain_data() {
-    for name in ALL_FIXTURES {
+fn every_project_fixture_reads_as_plain_data() {
+    for name in PROJECT_FIXTURES {
         load(name);
     }
 }
 
 #[test]
-fn maphsge4_has_four_device_traces_and_shares_its_frames() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_folder_holds_the_eight_snapshots_and_each_reads() {
+    assert_eq!(external_snapshot_names(), EXTERNAL_FIXTURES);
+    for name in EXTERNAL_FIXTURES {
+        load(name);
+    }
+}
+
+#[test]
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_maphsge4_has_four_device_traces_and_shares_its_frames() {
     let snapshot = load("Maphsge4_select_n_snapshot_1.2M.pickle");
     assert_eq!(keys(&snapshot), ["segments", "device_traces"]);
     assert_eq!(items(get(&snapshot, "segments")).len(), 82);
@@ -294,7 +307,8 @@ fn maphsge4_has_four_device_traces_and_shares_its_frames() {
 }
 
 #[test]
-fn muduard_is_a_bare_list_of_segments() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_muduard_is_a_bare_list_of_segments() {
     let value = load("Muduard_LayoutEditing_memory_snapshot.pkl");
     assert!(matches!(value, Value::List(_)), "the oldest form is a list");
     let segments = items(&value);
@@ -334,7 +348,8 @@ fn muduard_is_a_bare_list_of_segments() {
 }
 
 #[test]
-fn sunnysood80_is_an_empty_snapshot_with_settings() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_sunnysood80_is_an_empty_snapshot_with_settings() {
     let snapshot = load("SunnySood80_dump_snapshot_517.pickle");
     assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
     assert_eq!(items(get(&snapshot, "segments")).len(), 0);
@@ -407,7 +422,8 @@ fn yiyi_has_legacy_history_blocks_and_one_snapshot_event() {
 }
 
 #[test]
-fn albi2_has_expandable_segments() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_albi2_has_expandable_segments() {
     let snapshot = load("albi2_thesis_dump_snapshot_1064.pickle");
     assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
     let segments = items(get(&snapshot, "segments"));
@@ -496,7 +512,8 @@ fn bcrafton_has_the_newest_schema() {
 }
 
 #[test]
-fn kkaitlyn111_has_segment_alloc_events_with_time() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_kkaitlyn111_has_segment_alloc_events_with_time() {
     let snapshot = load("kkaitlyn111_cs336_memory_ctx128_forward.pickle");
     assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
     assert_eq!(items(get(&snapshot, "segments")).len(), 516);
@@ -526,6 +543,187 @@ fn kkaitlyn111_has_segment_alloc_events_with_time() {
             strs: 49_037,
             str_bytes: 405_625,
             falses: 519,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn nothanmin_is_a_training_step_with_every_setting() {
+    let snapshot = load("notHanmin_assignment2-systems_memory_snapshot.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 999);
+    assert_eq!(trace_lengths(&snapshot), [19_464]);
+    assert_eq!(
+        actions(&snapshot),
+        BTreeMap::from([
+            ("alloc".into(), 6_488),
+            ("free_completed".into(), 6_488),
+            ("free_requested".into(), 6_488),
+        ])
+    );
+    assert_eq!(keys(get(&snapshot, "allocator_settings")).len(), 8);
+    assert_eq!(items(get(&snapshot, "external_annotations")).len(), 4);
+    assert_eq!(frame_sharing(&snapshot), (566_610, 658));
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 23_115,
+            lists: 14_847,
+            tuples: 999,
+            edges: 872_513,
+            ints: 93_492,
+            int_sum: 420_325_403_588_452_309,
+            strs: 164_500,
+            str_bytes: 1_212_034,
+            falses: 1_002,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+/// The made files' numbers follow from `fixtures/made/make.py`; the fingerprints are
+/// `fixtures/fingerprint.py`'s.
+#[test]
+fn made_four_device_traces_have_no_times_and_share_frame_lists() {
+    let snapshot = load("made_four_device_traces_without_times.pickle");
+    assert_eq!(keys(&snapshot), ["segments", "device_traces"]);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 2);
+    assert_eq!(trace_lengths(&snapshot), [12, 0, 0, 0]);
+    assert_eq!(
+        actions(&snapshot),
+        BTreeMap::from([
+            ("alloc".into(), 6),
+            ("free_completed".into(), 2),
+            ("free_requested".into(), 2),
+            ("segment_alloc".into(), 2),
+        ])
+    );
+    let trace = items(&items(get(&snapshot, "device_traces"))[0]);
+    assert!(
+        trace.iter().all(|event| !keys(event).contains(&"time_us")),
+        "the 2023 schema has no times"
+    );
+    // Python: trace[0]['frames'] is trace[1]['frames'].
+    let (Value::List(first), Value::List(second)) =
+        (get(&trace[0], "frames"), get(&trace[1], "frames"))
+    else {
+        panic!("frames are not lists")
+    };
+    assert!(
+        Arc::ptr_eq(first, second),
+        "the memoized frame list must be one Arc, not a copy"
+    );
+    assert_eq!(frame_sharing(&snapshot), (6, 6));
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 29,
+            lists: 16,
+            tuples: 1,
+            edges: 322,
+            ints: 82,
+            int_sum: 3_072_036_211_566_643,
+            strs: 178,
+            str_bytes: 1_417,
+            falses: 2,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn made_segment_list_is_a_bare_list_on_device_1() {
+    let value = load("made_segment_list.pickle");
+    assert!(matches!(value, Value::List(_)), "the oldest form is a list");
+    let segments = items(&value);
+    assert_eq!(segments.len(), 3);
+    assert!(
+        segments.iter().all(|s| get(s, "device") == &Value::Int(1)),
+        "every segment is on device 1"
+    );
+    let blocks: usize = segments.iter().map(|s| items(get(s, "blocks")).len()).sum();
+    assert_eq!(blocks, 6);
+    assert_eq!(
+        fingerprint(&value),
+        Fingerprint {
+            dicts: 15,
+            lists: 11,
+            tuples: 1,
+            edges: 185,
+            ints: 47,
+            int_sum: 1_257_361_054_377_254,
+            strs: 105,
+            str_bytes: 1_009,
+            falses: 3,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn made_empty_snapshot_has_settings_and_four_empty_traces() {
+    let snapshot = load("made_empty_snapshot.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    assert_eq!(items(get(&snapshot, "segments")).len(), 0);
+    assert_eq!(trace_lengths(&snapshot), [0, 0, 0, 0]);
+    let settings = get(&snapshot, "allocator_settings");
+    assert_eq!(
+        get(settings, "PYTORCH_CUDA_ALLOC_CONF"),
+        &Value::Str("expandable_segments:True,max_split_size_mb:64".into())
+    );
+    assert_eq!(get(settings, "max_split_size"), &Value::Int(67_108_864));
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 3,
+            lists: 7,
+            edges: 60,
+            ints: 18,
+            int_sum: 67_108_865,
+            strs: 29,
+            str_bytes: 339,
+            trues: 1,
+            falses: 2,
+            floats: 1,
+            ..Fingerprint::default()
+        }
+    );
+}
+
+#[test]
+fn made_expandable_segments_span_two_devices() {
+    let snapshot = load("made_expandable_two_devices.pickle");
+    assert_eq!(keys(&snapshot), NEW_SCHEMA_KEYS);
+    let segments = items(get(&snapshot, "segments"));
+    assert_eq!(segments.len(), 3);
+    assert!(segments
+        .iter()
+        .all(|s| get(s, "is_expandable") == &Value::Bool(true)));
+    let devices: Vec<&Value> = segments.iter().map(|s| get(s, "device")).collect();
+    assert_eq!(devices, [&Value::Int(0), &Value::Int(0), &Value::Int(1)]);
+    assert_eq!(trace_lengths(&snapshot), [0, 0]);
+    // A 16-entry dict: past the reader's linear key scan.
+    let divisions = get(
+        get(&snapshot, "allocator_settings"),
+        "roundup_power2_divisions",
+    );
+    assert_eq!(keys(divisions).len(), 16);
+    assert_eq!(
+        fingerprint(&snapshot),
+        Fingerprint {
+            dicts: 13,
+            lists: 18,
+            tuples: 1,
+            edges: 212,
+            ints: 62,
+            int_sum: 464_150_084_082,
+            strs: 110,
+            str_bytes: 1_047,
+            trues: 4,
+            falses: 2,
             floats: 1,
             ..Fingerprint::default()
         }

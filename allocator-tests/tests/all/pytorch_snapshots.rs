@@ -1,5 +1,6 @@
-//! Typed import of PyTorch memory snapshots (`blockpool::trace::pytorch`) on the seven real
-//! files in `../shared/fixtures/pytorch-snapshots/`, and its errors on malformed values.
+//! Typed import of PyTorch memory snapshots (`blockpool::trace::pytorch`) on real files and the
+//! project's own (`fixtures/made/`), and its errors on malformed values. The `external_` tests
+//! read third-party files the project may not copy (see `allocator_tests::fixtures`).
 //!
 //! Every figure asserted here was computed independently with CPython (`pickle.Unpickler` with
 //! a `find_class` that raises): counts of segments, blocks and trace entries, entries per
@@ -115,7 +116,8 @@ fn check(name: &str, want: &Expected) -> PytorchSnapshot {
 }
 
 #[test]
-fn maphsge4_imports_without_times_and_shares_frames() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_maphsge4_imports_without_times_and_shares_frames() {
     let snapshot = check(
         "Maphsge4_select_n_snapshot_1.2M.pickle",
         &Expected {
@@ -174,7 +176,8 @@ fn maphsge4_imports_without_times_and_shares_frames() {
 }
 
 #[test]
-fn muduard_bare_segment_list_imports() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_muduard_bare_segment_list_imports() {
     let snapshot = check(
         "Muduard_LayoutEditing_memory_snapshot.pkl",
         &Expected {
@@ -254,7 +257,8 @@ fn yiyi_legacy_blocks_get_computed_addresses_and_history_frames() {
 }
 
 #[test]
-fn albi2_expandable_segments_import() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_albi2_expandable_segments_import() {
     let snapshot = check(
         "albi2_thesis_dump_snapshot_1064.pickle",
         &Expected {
@@ -279,7 +283,8 @@ fn albi2_expandable_segments_import() {
 }
 
 #[test]
-fn sunnysood80_empty_snapshot_imports() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_sunnysood80_empty_snapshot_imports() {
     let snapshot = check(
         "SunnySood80_dump_snapshot_517.pickle",
         &Expected {
@@ -333,7 +338,8 @@ fn bcrafton_newest_schema_imports() {
 }
 
 #[test]
-fn kkaitlyn111_imports_segment_allocs_with_times() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_kkaitlyn111_imports_segment_allocs_with_times() {
     let snapshot = check(
         "kkaitlyn111_cs336_memory_ctx128_forward.pickle",
         &Expected {
@@ -357,6 +363,145 @@ fn kkaitlyn111_imports_segment_allocs_with_times() {
     assert_eq!(
         snapshot.device_traces[0][0].time_us,
         Some(1_748_729_097_138_624)
+    );
+}
+
+#[test]
+fn nothanmin_training_step_imports() {
+    let snapshot = check(
+        "notHanmin_assignment2-systems_memory_snapshot.pickle",
+        &Expected {
+            schema: Schema::AllocatorSettings,
+            segments: 999,
+            blocks: 1_987,
+            entries_per_device: &[19_464],
+            actions: &[
+                (Action::Alloc, 6_488),
+                (Action::FreeRequested, 6_488),
+                (Action::FreeCompleted, 6_488),
+            ],
+            total_size: 23_842_521_088,
+            allocated_block_bytes: 16_019_091_968,
+            distinct_frame_lists: 13_843,
+            frames_referenced: 777_770,
+            timed_entries: 19_464,
+        },
+    );
+    let small = snapshot
+        .segments
+        .iter()
+        .filter(|s| s.segment_type == SegmentType::Small)
+        .count();
+    assert_eq!(small, 16, "small segments");
+}
+
+// The project's own files; their numbers follow from `fixtures/made/make.py`.
+
+#[test]
+fn made_four_device_traces_import_without_times() {
+    let snapshot = check(
+        "made_four_device_traces_without_times.pickle",
+        &Expected {
+            schema: Schema::DeviceTraces,
+            segments: 2,
+            blocks: 8,
+            entries_per_device: &[12, 0, 0, 0],
+            actions: &[
+                (Action::Alloc, 6),
+                (Action::FreeRequested, 2),
+                (Action::FreeCompleted, 2),
+                (Action::SegmentAlloc, 2),
+            ],
+            total_size: 23_068_672,
+            allocated_block_bytes: 5_248_000,
+            distinct_frame_lists: 2,
+            frames_referenced: 48,
+            timed_entries: 0,
+        },
+    );
+    assert!(snapshot.allocator_settings.is_none(), "no settings in 2023");
+    let trace = &snapshot.device_traces[0];
+    assert!(
+        Arc::ptr_eq(&snapshot.segments[0].blocks[0].frames, &trace[0].frames),
+        "a block and the event that allocated it share one Arc<[Frame]>"
+    );
+}
+
+#[test]
+fn made_segment_list_imports() {
+    let snapshot = check(
+        "made_segment_list.pickle",
+        &Expected {
+            schema: Schema::SegmentList,
+            segments: 3,
+            blocks: 6,
+            entries_per_device: &[],
+            actions: &[],
+            total_size: 90_177_536,
+            allocated_block_bytes: 79_693_312,
+            distinct_frame_lists: 2,
+            frames_referenced: 12,
+            timed_entries: 0,
+        },
+    );
+    assert!(
+        snapshot.segments.iter().all(|s| s.device == 1),
+        "all on device 1"
+    );
+    let types: Vec<SegmentType> = snapshot.segments.iter().map(|s| s.segment_type).collect();
+    assert_eq!(
+        types,
+        [SegmentType::Small, SegmentType::Large, SegmentType::Large]
+    );
+}
+
+#[test]
+fn made_expandable_segments_on_two_devices_import() {
+    let snapshot = check(
+        "made_expandable_two_devices.pickle",
+        &Expected {
+            schema: Schema::AllocatorSettings,
+            segments: 3,
+            blocks: 7,
+            entries_per_device: &[0, 0],
+            actions: &[],
+            total_size: 37_748_736,
+            allocated_block_bytes: 16_780_288,
+            distinct_frame_lists: 0,
+            frames_referenced: 0,
+            timed_entries: 0,
+        },
+    );
+    assert!(
+        snapshot.segments.iter().all(|s| s.is_expandable),
+        "expandable"
+    );
+    let devices: Vec<_> = snapshot.segments.iter().map(|s| s.device).collect();
+    assert_eq!(devices, [0, 0, 1]);
+    let settings = snapshot.allocator_settings.as_ref().expect("settings");
+    assert_eq!(field(settings, "max_split_size"), &Value::Int(134_217_728));
+}
+
+#[test]
+fn made_empty_snapshot_imports() {
+    let snapshot = check(
+        "made_empty_snapshot.pickle",
+        &Expected {
+            schema: Schema::AllocatorSettings,
+            segments: 0,
+            blocks: 0,
+            entries_per_device: &[0, 0, 0, 0],
+            actions: &[],
+            total_size: 0,
+            allocated_block_bytes: 0,
+            distinct_frame_lists: 0,
+            frames_referenced: 0,
+            timed_entries: 0,
+        },
+    );
+    assert_eq!(
+        snapshot.external_annotations,
+        Some(Value::List(Arc::new(vec![])))
     );
 }
 

@@ -1,7 +1,7 @@
 //! RMM's CSV allocation log: the documented examples load to exact records, every malformed
 //! field is reported with its line and text, and no input makes the reader panic.
 //!
-//! The fixture (`shared/fixtures/rmm/doc_examples.csv`) holds example lines from RMM's and
+//! The fixture (`allocator-tests/fixtures/rmm/doc_examples.csv`) holds example lines from RMM's and
 //! Spark RAPIDS' documentation; it must exist, so a missing fixture fails rather than skips.
 
 use blockpool::trace::rmm::{
@@ -15,12 +15,13 @@ use std::num::NonZeroU64;
 const HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream\n";
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = format!(
-        "{}/../../shared/fixtures/rmm/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("fixture {path} is missing or unreadable ({e}); it is required"))
+    let path = crate::fixtures::rmm_log_path(name);
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "fixture {} is missing or unreadable ({e}); it is required",
+            path.display()
+        )
+    })
 }
 
 fn time_us(hours: u64, minutes: u64, seconds: u64, micros: u64) -> u64 {

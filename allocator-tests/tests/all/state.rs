@@ -2,7 +2,7 @@
 //! snapshot, walked back, must give the segments and blocks each intermediate snapshot saw,
 //! and its walker's totals must equal `memory_stats` at those points; across splits, merges,
 //! pending frees, `empty_cache`, two devices and a ring buffer that lost the start of the
-//! history. Every real PyTorch fixture must rebuild at index 0.
+//! history. Every PyTorch fixture must rebuild at index 0.
 
 use blockpool::trace::pytorch::load_pytorch_snapshot_as_snapshot;
 use blockpool::trace::state::{MemoryTotals, StateWalker};
@@ -12,7 +12,7 @@ use blockpool::{
     StreamId,
 };
 
-use crate::fixtures::pytorch_snapshot_bytes;
+use crate::fixtures::{external_snapshot_names, project_snapshot_names, pytorch_snapshot_bytes};
 
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
@@ -224,20 +224,21 @@ fn ring_buffer_scenario() -> bool {
     true
 }
 
-const FIXTURES: [&str; 7] = [
-    "Maphsge4_select_n_snapshot_1.2M.pickle",
-    "Muduard_LayoutEditing_memory_snapshot.pkl",
-    "SunnySood80_dump_snapshot_517.pickle",
-    "Yiyi_LLM-inference_oom_snapshot.pickle",
-    "albi2_thesis_dump_snapshot_1064.pickle",
-    "bcrafton_assignment2-systems_memory_snapshot.pickle",
-    "kkaitlyn111_cs336_memory_ctx128_forward.pickle",
-];
+#[test]
+fn every_project_fixture_rebuilds_at_index_zero_and_back_to_its_end_state() {
+    check_rebuilds(&project_snapshot_names());
+}
 
 #[test]
-fn every_pytorch_fixture_rebuilds_at_index_zero_and_back_to_its_end_state() {
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_fixtures_rebuild_at_index_zero_and_back_to_their_end_state() {
+    check_rebuilds(&external_snapshot_names());
+}
+
+/// Every snapshot named rebuilds its state at index 0 and walks forward to its end state.
+fn check_rebuilds(names: &[String]) {
     use blockpool::trace::Action;
-    for name in FIXTURES {
+    for name in names {
         let snapshot = load_pytorch_snapshot_as_snapshot(&pytorch_snapshot_bytes(name))
             .unwrap_or_else(|e| panic!("{name} should import: {e}"));
         for device in snapshot.devices() {

@@ -2,21 +2,10 @@
 //! random through the whole import path (pickle reader, snapshot import, validation, state
 //! rebuild, every writer): never a panic, a typed error or a valid result.
 
-use crate::fixtures::{pytorch_snapshot_bytes, pytorch_snapshots_dir};
+use crate::fixtures::{external_snapshot_names, project_snapshot_names, pytorch_snapshot_bytes};
 use blockpool::trace::pytorch::{load_pytorch_snapshot_as_snapshot, write_pytorch_snapshot};
 use blockpool::trace::{jsonl, perfetto, rmm, Snapshot};
 use proptest::prelude::*;
-
-fn fixture_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(pytorch_snapshots_dir())
-        .expect("the fixture folder")
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".pickle") || n.ends_with(".pkl"))
-        .collect();
-    names.sort();
-    names
-}
 
 fn through_jsonl(snapshot: &Snapshot) -> Snapshot {
     let mut bytes = Vec::new();
@@ -33,11 +22,23 @@ fn through_pickle(snapshot: &Snapshot) -> Snapshot {
 }
 
 #[test]
-fn every_fixture_survives_jsonl_then_pickle_exactly() {
-    let names = fixture_names();
+fn every_project_fixture_survives_jsonl_then_pickle_exactly() {
+    let names = project_snapshot_names();
     assert_eq!(names.len(), 7, "{names:?}");
+    check_round_trips(&names);
+}
+
+#[test]
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_fixtures_survive_jsonl_then_pickle_exactly() {
+    check_round_trips(&external_snapshot_names());
+}
+
+/// Each snapshot named goes through JSON Lines and pickle, both ways round, and comes back
+/// exactly.
+fn check_round_trips(names: &[String]) {
     for name in names {
-        let original = load_pytorch_snapshot_as_snapshot(&pytorch_snapshot_bytes(&name))
+        let original = load_pytorch_snapshot_as_snapshot(&pytorch_snapshot_bytes(name))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         original
             .validate()
@@ -120,19 +121,23 @@ fn apply(bytes: &mut Vec<u8>, mutation: &Mutation) {
     }
 }
 
-/// Small fixtures, read once: the mutations reach every part of a real file.
+/// Small fixtures, one of each schema: the mutations reach every part of a file.
+const SMALL_FIXTURES: [&str; 5] = [
+    "made_empty_snapshot.pickle",
+    "made_expandable_two_devices.pickle",
+    "Yiyi_LLM-inference_oom_snapshot.pickle",
+    "made_segment_list.pickle",
+    "made_four_device_traces_without_times.pickle",
+];
+
+/// The small fixtures' bytes, read once.
 fn small_fixtures() -> &'static [Vec<u8>] {
     static FIXTURES: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
     FIXTURES.get_or_init(|| {
-        [
-            "SunnySood80_dump_snapshot_517.pickle",
-            "albi2_thesis_dump_snapshot_1064.pickle",
-            "Yiyi_LLM-inference_oom_snapshot.pickle",
-            "Muduard_LayoutEditing_memory_snapshot.pkl",
-        ]
-        .iter()
-        .map(|name| pytorch_snapshot_bytes(name))
-        .collect()
+        SMALL_FIXTURES
+            .iter()
+            .map(|name| pytorch_snapshot_bytes(name))
+            .collect()
     })
 }
 
@@ -141,7 +146,7 @@ proptest! {
 
     #[test]
     fn mutated_fixtures_never_panic_anywhere_in_the_pipeline(
-        file in 0usize..4,
+        file in 0..SMALL_FIXTURES.len(),
         mutations in prop::collection::vec(mutation(), 1..6),
     ) {
         let mut bytes = small_fixtures()[file].clone();
@@ -153,7 +158,7 @@ proptest! {
 
     #[test]
     fn mutated_jsonl_never_panics_anywhere_in_the_pipeline(
-        file in 0usize..4,
+        file in 0..SMALL_FIXTURES.len(),
         mutations in prop::collection::vec(mutation(), 1..6),
     ) {
         let snapshot = load_pytorch_snapshot_as_snapshot(&small_fixtures()[file]).expect("loads");

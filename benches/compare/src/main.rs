@@ -1,6 +1,6 @@
 //! `blockpool-compare`: the side-by-side comparison of issue 6. Identical operation streams
 //! (RMM's random allocations, a synthetic transformer training loop, a multi-stream
-//! producer/consumer, and PyTorch's own traces from the shared fixtures) run through
+//! producer/consumer, and PyTorch's own traces from a fixture folder) run through
 //! (a) blockpool with PyTorch's policy, (b) blockpool's other configurations, (c) cubecl's
 //! `MemoryManagement`, (d) no caching and (e) the system allocator, in one process, and the
 //! results are printed as tables (and JSON) with every ratio taken within this one run.
@@ -61,7 +61,7 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         quick: false,
         memtrace: None,
         fixtures: Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/fixtures/pytorch-snapshots"),
+            .join("../../allocator-tests/fixtures/pytorch-snapshots"),
         json: None,
         seed: 42,
     };

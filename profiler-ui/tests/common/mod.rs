@@ -1,5 +1,5 @@
-//! What every `memtrace` test file needs: running the binary, the shared PyTorch fixtures and
-//! a scratch folder. Each test file uses what it needs of it.
+//! What every `memtrace` test file needs: running the binary, the PyTorch fixtures and a
+//! scratch folder. Each test file uses what it needs of it.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -20,30 +20,15 @@ pub fn memtrace_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("memtrace runs")
 }
 
-/// The folder of the real PyTorch snapshot files, `../shared/fixtures/pytorch-snapshots/`
-/// beside the workspace root (read from there, never copied).
-pub fn fixtures_dir() -> PathBuf {
-    [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "shared",
-        "fixtures",
-        "pytorch-snapshots",
-    ]
-    .iter()
-    .collect()
-}
+// Not every test file lists the fixtures.
+#[allow(unused_imports)]
+pub use allocator_tests::fixtures::{external_snapshot_names, project_snapshot_names};
 
-/// The path of the fixture `name`; a missing one fails the test with its path.
+/// The path of the PyTorch snapshot fixture `name` (`allocator_tests::fixtures` says where
+/// each kind lives); a missing one fails the test with its path.
 pub fn fixture(name: &str) -> String {
-    let path = fixtures_dir().join(name);
-    assert!(
-        path.exists(),
-        "missing fixture {}: the fixtures live in ../shared/fixtures/pytorch-snapshots/ beside \
-         the workspace root",
-        path.display()
-    );
+    let path = allocator_tests::fixtures::pytorch_snapshot_path(name);
+    assert!(path.exists(), "missing fixture {}", path.display());
     path.to_string_lossy().into_owned()
 }
 

@@ -10,29 +10,34 @@ use proptest::prelude::*;
 use super::opcodes::*;
 use super::{read, ReadLimits};
 
-/// The smallest fixtures, whole; mutating them reaches every part of a real file.
+/// The smallest snapshot files, whole (the project's own, made as PyTorch writes them by
+/// `allocator-tests/fixtures/made/make.py`); mutating them reaches every part of a file.
 const SMALL_FIXTURES: [&str; 2] = [
-    "SunnySood80_dump_snapshot_517.pickle",
-    "albi2_thesis_dump_snapshot_1064.pickle",
+    "made_empty_snapshot.pickle",
+    "made_expandable_two_devices.pickle",
 ];
 
-/// The bytes of a fixture from `../shared/fixtures/pytorch-snapshots/`; a missing file fails
-/// the test, it is never skipped.
+/// The bytes of a snapshot in `allocator-tests/fixtures/`: `made/` for the project's own
+/// (`made_...`), `pytorch-snapshots/` for the third-party ones. A missing file fails the test,
+/// it is never skipped.
 fn fixture(name: &str) -> Vec<u8> {
+    let folder = if name.starts_with("made_") {
+        "made"
+    } else {
+        "pytorch-snapshots"
+    };
     let path: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "shared",
+        "allocator-tests",
         "fixtures",
-        "pytorch-snapshots",
+        folder,
         name,
     ]
     .iter()
     .collect();
     std::fs::read(&path).unwrap_or_else(|error| {
         panic!(
-            "cannot read the PyTorch snapshot fixture {}: {error}; the fixtures live in \
-             ../shared/fixtures/pytorch-snapshots/ beside the workspace root",
+            "cannot read the snapshot fixture {}: {error}",
             path.display()
         )
     })
