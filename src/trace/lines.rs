@@ -1,6 +1,7 @@
 //! Reading text files one bounded line at a time, for the trace readers that stream their
 //! input (JSON Lines, RMM's CSV): a line longer than the limit is refused before it is held,
-//! so no input can make a reader hold more than one limit's worth of a line.
+//! so no input can make a reader hold more than one limit's worth of a line. Both readers are
+//! iterators that stop at their first error, through [`impl_record_iterator`].
 
 use std::io::{self, BufRead};
 
@@ -48,6 +49,33 @@ pub(crate) fn read_line<R: BufRead>(
         }
     }
 }
+
+/// Implements `Iterator` and `FusedIterator` for the streaming reader `$reader<R: BufRead>`:
+/// it yields `Result<$record, $error>` until the end of its input or its first error, and
+/// nothing after either. The reader provides `fn next_record(&mut self) ->
+/// Result<Option<$record>, $error>` (`None` at the end of the input) and a `finished: bool`
+/// field, false until then.
+macro_rules! impl_record_iterator {
+    ($reader:ident, $record:ty, $error:ty) => {
+        impl<R: ::std::io::BufRead> ::std::iter::Iterator for $reader<R> {
+            type Item = ::std::result::Result<$record, $error>;
+
+            fn next(&mut self) -> ::std::option::Option<Self::Item> {
+                if self.finished {
+                    return None;
+                }
+                let next = self.next_record();
+                if !matches!(next, Ok(Some(_))) {
+                    self.finished = true;
+                }
+                next.transpose()
+            }
+        }
+
+        impl<R: ::std::io::BufRead> ::std::iter::FusedIterator for $reader<R> {}
+    };
+}
+pub(crate) use impl_record_iterator;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 //! the restricted pickle reader and writer for PyTorch's snapshot files ([`pickle`]), typed
 //! import of PyTorch's memory snapshots ([`pytorch`]) and RMM's CSV allocation log ([`rmm`]).
 
+mod address_hash;
 mod context;
 mod event;
 pub mod file;
@@ -18,6 +19,7 @@ pub mod rmm;
 pub mod snapshot;
 pub mod state;
 
+pub(crate) use address_hash::AddressHasher;
 pub use context::{annotate, AnnotationGuard, Context, Frame};
 pub(crate) use context::{current as current_context, lookup as lookup_context, AnnotationSink};
 pub(crate) use context::{register as register_sink, unregister as unregister_sink};

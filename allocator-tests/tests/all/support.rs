@@ -3,6 +3,7 @@
 
 use blockpool::{CachingAllocator, SimBackend};
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
+use std::ffi::OsStr;
 
 /// The statistic `key` of device 0, as `torch.cuda.memory_stats()` names it.
 pub fn stat(alloc: &CachingAllocator<SimBackend>, key: &str) -> i64 {
@@ -28,13 +29,68 @@ pub fn valid(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) {
 /// A property test's configuration: failures persisted in the file `regressions`, and
 /// `default_cases` cases unless `PROPTEST_CASES` says otherwise.
 pub fn proptest_config(regressions: &'static str, default_cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig {
+    ProptestConfig {
+        cases: case_count(std::env::var_os("PROPTEST_CASES").as_deref(), default_cases),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        // Proptest's other variables (PROPTEST_MAX_SHRINK_ITERS and the like) still apply.
         ..ProptestConfig::default()
-    };
-    // `ProptestConfig::default()` has read PROPTEST_CASES; only its absence gets our default.
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = default_cases;
     }
-    config
+}
+
+/// The cases to run when `PROPTEST_CASES` is `proptest_cases` (`None`: not set): its number,
+/// or `default_cases` when it is not set. A value that is no number gets proptest's own
+/// count, as proptest gives it (proptest warns about the value). The variable's value is an
+/// argument so that tests need not set it: the property tests read it concurrently.
+fn case_count(proptest_cases: Option<&OsStr>, default_cases: u32) -> u32 {
+    match proptest_cases {
+        None => default_cases,
+        Some(value) => value
+            .to_str()
+            .and_then(|text| text.parse().ok())
+            .unwrap_or(ProptestConfig::default().cases),
+    }
+}
+
+#[test]
+fn proptest_cases_sets_the_case_count_and_only_its_absence_gives_the_default() {
+    assert_eq!(
+        case_count(None, 7),
+        7,
+        "without PROPTEST_CASES a property test must run its own default count"
+    );
+    assert_eq!(
+        case_count(Some(OsStr::new("12")), 7),
+        12,
+        "PROPTEST_CASES=12 must run 12 cases, not the test's default"
+    );
+    assert_eq!(
+        case_count(Some(OsStr::new("1000000")), 7),
+        1_000_000,
+        "PROPTEST_CASES may ask for more cases than the default"
+    );
+    assert_eq!(
+        case_count(Some(OsStr::new("many")), 7),
+        ProptestConfig::default().cases,
+        "a PROPTEST_CASES that is no number must leave proptest's count, as proptest does"
+    );
+}
+
+#[test]
+fn proptest_config_reads_proptest_cases_and_persists_failures_in_the_named_file() {
+    // Reads the environment and never sets it, so it cannot race the property tests.
+    let config = proptest_config("proptest-regressions/example.txt", 7);
+    assert_eq!(
+        config.cases,
+        case_count(std::env::var_os("PROPTEST_CASES").as_deref(), 7),
+        "the count must come from PROPTEST_CASES, or the default when it is unset"
+    );
+    let expected = FileFailurePersistence::Direct("proptest-regressions/example.txt");
+    assert!(
+        config
+            .failure_persistence
+            .as_deref()
+            .is_some_and(|persistence| persistence.eq(&expected)),
+        "failures must be persisted in the named file, got {:?}",
+        config.failure_persistence
+    );
 }

@@ -176,7 +176,14 @@ mod tests {
         assert_eq!(sim.placements(1), (2, 1));
         assert_eq!(sim.placements(0), (0, 0));
         assert_eq!(sim.placements(9), (0, 0));
-        assert!(sim.place_next_segment(9, None).is_err());
+        assert_eq!(
+            sim.place_next_segment(9, None),
+            Err(BackendError::InvalidDevice {
+                device: 9,
+                device_count: 2
+            }),
+            "a placement on a device that does not exist must be refused"
+        );
         assert_eq!(sim.address_range(2), None);
     }
 }

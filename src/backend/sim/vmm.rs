@@ -255,25 +255,33 @@ mod tests {
         assert_eq!(sim.mem_get_info(0)?.free_bytes, 2 * G);
         assert_eq!(sim.mapped_bytes(0), 4 * G);
         let segment = sim.alloc_segment(0, G)?;
+        let out_of_memory = Err(BackendError::OutOfMemory {
+            device: 0,
+            requested_bytes: 2 * G,
+        });
         let past = sim.map_memory(0, range + 4 * G as u64, 2 * G);
-        assert!(
-            past.is_err_and(|e| e.is_out_of_memory()),
-            "past the capacity"
-        );
+        assert_eq!(past, out_of_memory, "past the capacity");
         sim.free_segment(0, segment, G)?;
         sim.set_oom_above(0, Some(5 * G))?;
         let limited = sim.map_memory(0, range + 4 * G as u64, 2 * G);
-        assert!(
-            limited.is_err_and(|e| e.is_out_of_memory()),
-            "past the limit"
-        );
+        assert_eq!(limited, out_of_memory, "past the limit");
         sim.set_oom_above(0, None)?;
         sim.inject(0, SimFault::AllocOutOfMemory { nth: 1 })?;
         let injected = sim.map_memory(0, range + 4 * G as u64, 2 * G);
-        assert!(injected.is_err_and(|e| e.is_out_of_memory()));
+        assert_eq!(
+            injected, out_of_memory,
+            "an injected out-of-memory fault fails the mapping as out of memory"
+        );
         sim.inject(0, SimFault::AllocError { nth: 1 })?;
-        let error = sim.map_memory(0, range + 4 * G as u64, 2 * G).unwrap_err();
-        assert!(!error.is_out_of_memory(), "{error}");
+        let error = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        assert_eq!(
+            error,
+            Err(BackendError::InjectedFault {
+                device: 0,
+                what: "map_memory"
+            }),
+            "an injected device error fails the mapping, and is no out-of-memory"
+        );
         sim.map_memory(0, range + 4 * G as u64, 2 * G)?;
         assert_eq!(sim.allocated_bytes(0), 6 * G);
         let calls = sim.calls(0);

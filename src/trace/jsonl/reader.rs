@@ -6,14 +6,13 @@ use super::error::JsonlError;
 use super::format::{Header, ReadReport, FORMAT_VERSION, MAX_LINE_BYTES};
 use super::line::{self, RawLine};
 use crate::backend::StreamId;
-use crate::trace::lines::LineError;
+use crate::trace::lines::{impl_record_iterator, LineError};
 use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use crate::trace::{Context, ContextId, Frame, SnapshotInvalid, TraceEvent};
 use flate2::bufread::MultiGzDecoder;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
-use std::iter::FusedIterator;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -443,22 +442,7 @@ fn redefined(line: u64, kind: &'static str, id: u64, first: u64) -> JsonlError {
     }
 }
 
-impl<R: BufRead> Iterator for JsonlReader<R> {
-    type Item = Result<Record, JsonlError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.finished {
-            return None;
-        }
-        let next = self.next_record();
-        if !matches!(next, Ok(Some(_))) {
-            self.finished = true;
-        }
-        next.transpose()
-    }
-}
-
-impl<R: BufRead> FusedIterator for JsonlReader<R> {}
+impl_record_iterator!(JsonlReader, Record, JsonlError);
 
 /// Reads a whole trace (plain or gzip) into a [`Snapshot`], with what the reader found.
 ///

@@ -2,7 +2,7 @@
 //! blocks, the trace entries, and frame lists converted once per shared list.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use super::error::SnapshotError;
@@ -11,7 +11,7 @@ use super::model::{
     Block, BlockState, Frame, PytorchSnapshot, PytorchTraceEntry, Schema, Segment, SegmentType,
 };
 use crate::trace::pickle::{read, ReadLimits, Value};
-use crate::trace::Action;
+use crate::trace::{Action, AddressHasher};
 
 /// Reads a PyTorch memory snapshot file (the bytes `torch.cuda.memory._dump_snapshot` wrote)
 /// with the restricted pickle reader and its default [`ReadLimits`], then converts it with
@@ -87,32 +87,6 @@ pub fn snapshot_from_value(value: &Value) -> Result<PytorchSnapshot, SnapshotErr
         }
         Value::Dict(_) => converter.snapshot(Fields::new(value, &root)?),
         other => Err(wrong_type(&root, "a dict or a list of segments", other)),
-    }
-}
-
-/// Hashes the address of a frame list: a multiply that spreads the aligned address over the
-/// high bits, which the map uses. Addresses come from this process's allocator, not from the
-/// file, so no input can aim collisions at it.
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
-        }
-    }
-
-    fn write_usize(&mut self, address: usize) {
-        self.write_u64(address as u64);
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
 }
 

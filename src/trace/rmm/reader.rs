@@ -15,9 +15,8 @@
 
 use super::error::{FieldProblem, RmmError, RmmField};
 use super::record::{RmmAction, RmmRecord};
-use crate::trace::lines::LineError;
+use crate::trace::lines::{impl_record_iterator, LineError};
 use std::io::BufRead;
-use std::iter::FusedIterator;
 use std::num::NonZeroU64;
 
 /// The longest line the reader accepts, in bytes, not counting the line ending. RMM's lines are
@@ -156,22 +155,7 @@ impl<R: BufRead> RmmReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for RmmReader<R> {
-    type Item = Result<RmmRecord, RmmError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.finished {
-            return None;
-        }
-        let next = self.next_record();
-        if !matches!(next, Ok(Some(_))) {
-            self.finished = true;
-        }
-        next.transpose()
-    }
-}
-
-impl<R: BufRead> FusedIterator for RmmReader<R> {}
+impl_record_iterator!(RmmReader, RmmRecord, RmmError);
 
 /// Which field each header column holds; every field must be there exactly once.
 fn parse_header(header: &[u8], line: u64) -> Result<Vec<Option<RmmField>>, RmmError> {

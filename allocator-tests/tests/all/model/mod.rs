@@ -60,13 +60,3 @@ proptest! {
         harness.finish();
     }
 }
-
-#[test]
-fn default_case_count_is_at_least_1000_without_proptest_cases() {
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        assert!(
-            proptest_config("proptest-regressions/model.txt", DEFAULT_CASES).cases >= 1000,
-            "the model must run 1000 cases by default"
-        );
-    }
-}

@@ -75,7 +75,11 @@ fn after_callbacks_that_freed_nothing_the_cache_is_not_searched_again() {
         }));
     }
     let b = alloc.allocate(0, 30 * MIB, S0).unwrap();
-    assert_ne!(b.ptr(), BASE, "a new segment, as PyTorch would allocate");
+    assert_eq!(
+        b.ptr(),
+        BASE + (30 << 20),
+        "a new 30 MiB segment after the first, as PyTorch would allocate"
+    );
     assert_eq!(stat(&alloc, "num_device_alloc"), 2);
     let c = alloc.allocate(0, 30 * MIB, S0).unwrap();
     assert_eq!(

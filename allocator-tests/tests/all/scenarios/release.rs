@@ -50,7 +50,12 @@ fn dropping_the_allocator_gives_every_cached_segment_back() {
         calls.event_syncs, 1,
         "the other stream's use was waited for first"
     );
-    assert_ne!(raw, 0);
+    assert_eq!(
+        raw,
+        BASE + ((2 + 40 + 20) << 20),
+        "stream 2 had no cached block: the raw allocation got a new 2 MiB segment after the \
+         2 MiB, 40 MiB and 20 MiB ones"
+    );
 }
 
 /// The case PyTorch users hit: small tensors split a large cached segment, so a later large
@@ -121,10 +126,10 @@ fn oversize_requests_take_cached_blocks_only_within_the_rounding_margin() {
     let (sim, alloc) = setup(1 << 30, config);
     drop(alloc.allocate(0, 80 * MIB, S0).unwrap());
     let a = alloc.allocate(0, 40 * MIB, S0).unwrap();
-    assert_ne!(
+    assert_eq!(
         a.ptr(),
-        BASE,
-        "80 MiB is more than 40 MiB + 20 MiB: not reused"
+        BASE + (80 << 20),
+        "80 MiB is more than 40 MiB + 20 MiB: not reused, a new segment after it"
     );
     let b = alloc.allocate(0, 62 * MIB, S0).unwrap();
     assert_eq!(

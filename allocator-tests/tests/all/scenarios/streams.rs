@@ -70,11 +70,18 @@ fn a_hung_stream_does_not_hold_back_frees_on_other_streams() {
         BASE + 4096,
         "the block waiting on stream 1 is free again"
     );
+    // The 2 MiB segment holds stuck (BASE, 4 KiB, waiting on the hung stream 2), a (8 KiB,
+    // where ready was) and the free rest from BASE + 12 KiB: only the rest fits.
     let b = alloc.allocate(0, 4096, S0).unwrap();
-    assert_ne!(
+    assert_eq!(
         b.ptr(),
-        BASE,
-        "the block waiting on the hung stream is never reused"
+        BASE + 4096 + 8192,
+        "the block waiting on the hung stream must not be reused: b goes after a"
+    );
+    assert_eq!(
+        sim.calls(0).segment_allocs,
+        1,
+        "the rest of the first segment serves b"
     );
     valid(&alloc, &sim);
 
@@ -141,8 +148,14 @@ fn a_failed_event_record_keeps_the_block_out_of_reach_for_good() {
     valid(&alloc, &sim);
     sim.complete_all();
     alloc.empty_cache().unwrap();
+    // The stranded block keeps its segment from empty_cache, so b is split from that
+    // segment's free rest, right after the stranded block.
     let b = alloc.allocate(0, 4096, S0).unwrap();
-    assert_ne!(b.ptr(), BASE, "the stranded block is not handed out again");
+    assert_eq!(
+        b.ptr(),
+        BASE + 4096,
+        "the stranded block at BASE must not be handed out again"
+    );
     assert_eq!(
         stat(&alloc, "segment.all.current"),
         1,

@@ -53,15 +53,35 @@ fn host_backed_out_of_bounds_is_an_unknown_segment() -> Result<(), BackendError>
         size_bytes: 2,
     };
     assert_eq!(sim.read(0, a - 1, &mut [0; 2]), Err(before));
-    assert!(
-        sim.read(0, a + 1000, &mut [0; 1]).is_err(),
-        "first byte past the end"
+    let unknown = |ptr| {
+        Err(BackendError::UnknownSegment {
+            device: 0,
+            ptr,
+            size_bytes: 1,
+        })
+    };
+    assert_eq!(
+        sim.read(0, a + 1000, &mut [0; 1]),
+        unknown(a + 1000),
+        "the first byte past the end is outside the segment"
     );
-    assert!(sim.read(0, u64::MAX, &mut [0; 1]).is_err());
-    assert!(sim.write(1, a, &[1]).is_err(), "device 1 does not exist");
+    assert_eq!(
+        sim.read(0, u64::MAX, &mut [0; 1]),
+        unknown(u64::MAX),
+        "the last address of the address space is in no segment"
+    );
+    assert_eq!(
+        sim.write(1, a, &[1]),
+        Err(BackendError::InvalidDevice {
+            device: 1,
+            device_count: 1
+        }),
+        "device 1 does not exist"
+    );
     sim.free_segment(0, a, 1000)?;
-    assert!(
-        sim.read(0, a, &mut [0; 1]).is_err(),
+    assert_eq!(
+        sim.read(0, a, &mut [0; 1]),
+        unknown(a),
         "a freed segment has no bytes"
     );
     Ok(())

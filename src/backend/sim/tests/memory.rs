@@ -132,9 +132,14 @@ fn oom_limit_below_capacity_refuses_and_shows_in_free_bytes() -> Result<(), Back
             total_bytes: 10_000
         }
     );
-    assert!(sim
-        .alloc_segment(0, 1001)
-        .is_err_and(|e| e.is_out_of_memory()));
+    assert_eq!(
+        sim.alloc_segment(0, 1001),
+        Err(BackendError::OutOfMemory {
+            device: 0,
+            requested_bytes: 1001
+        }),
+        "3000 + 1001 bytes pass the 4000-byte limit"
+    );
     sim.alloc_segment(0, 1000)?;
     sim.inject(0, SimFault::OutOfMemoryAbove { limit_bytes: 1 })?;
     assert_eq!(
@@ -166,17 +171,39 @@ fn free_of_unknown_or_wrong_size_segment_changes_nothing() -> Result<(), Backend
         ptr: a,
         size_bytes: 512,
     };
-    assert_eq!(sim.free_segment(0, a, 512), Err(wrong_size));
-    assert!(
-        sim.free_segment(0, a + 512, 512).is_err(),
-        "interior address is not a segment"
+    assert_eq!(
+        sim.free_segment(0, a, 512),
+        Err(wrong_size),
+        "a free with the wrong size must be refused as an unknown segment"
     );
-    assert!(sim.free_segment(0, 0, 0).is_err());
+    assert_eq!(
+        sim.free_segment(0, a + 512, 512),
+        Err(BackendError::UnknownSegment {
+            device: 0,
+            ptr: a + 512,
+            size_bytes: 512
+        }),
+        "an interior address is not a segment"
+    );
+    assert_eq!(
+        sim.free_segment(0, 0, 0),
+        Err(BackendError::UnknownSegment {
+            device: 0,
+            ptr: 0,
+            size_bytes: 0
+        }),
+        "address 0 was never handed out"
+    );
     assert_eq!((sim.segment_count(0), sim.allocated_bytes(0)), (1, 1024));
     sim.free_segment(0, a, 1024)?;
-    assert!(
-        sim.free_segment(0, a, 1024).is_err(),
-        "double free is refused"
+    assert_eq!(
+        sim.free_segment(0, a, 1024),
+        Err(BackendError::UnknownSegment {
+            device: 0,
+            ptr: a,
+            size_bytes: 1024
+        }),
+        "a double free must be refused as an unknown segment"
     );
     let calls = sim.calls(0);
     assert_eq!((calls.segment_frees, calls.failed_frees), (1, 4));
@@ -219,25 +246,41 @@ fn huge_sizes_are_out_of_memory_without_overflow() -> Result<(), BackendError> {
         BASE,
         "exactly the whole range fits"
     );
-    assert!(
-        sim.alloc_segment(0, 512)
-            .is_err_and(|e| e.is_out_of_memory()),
-        "range is full"
+    let out_of_memory = |requested_bytes| {
+        Err(BackendError::OutOfMemory {
+            device: 0,
+            requested_bytes,
+        })
+    };
+    assert_eq!(
+        sim.alloc_segment(0, 512),
+        out_of_memory(512),
+        "the fake address range is full"
     );
-    assert!(sim
-        .alloc_segment(0, usize::MAX)
-        .is_err_and(|e| e.is_out_of_memory()));
-    assert!(sim.free_segment(0, u64::MAX, usize::MAX).is_err());
+    assert_eq!(
+        sim.alloc_segment(0, usize::MAX),
+        out_of_memory(usize::MAX),
+        "the in-use count must not overflow"
+    );
+    assert_eq!(
+        sim.free_segment(0, u64::MAX, usize::MAX),
+        Err(BackendError::UnknownSegment {
+            device: 0,
+            ptr: u64::MAX,
+            size_bytes: usize::MAX
+        }),
+        "a free at the top of the address space names no segment"
+    );
 
     let host = SimBackend::builder()
         .capacity(usize::MAX)
         .host_backed(true)
         .build();
     for size in [usize::MAX, usize::MAX - 511, usize::MAX / 2] {
-        assert!(
-            host.alloc_segment(0, size)
-                .is_err_and(|e| e.is_out_of_memory()),
-            "{size}"
+        assert_eq!(
+            host.alloc_segment(0, size),
+            out_of_memory(size),
+            "the host cannot back {size} bytes"
         );
     }
     assert_eq!(host.allocated_bytes(0), 0);
@@ -274,7 +317,14 @@ fn invalid_device_is_an_error_everywhere() {
 
     let none = SimBackend::builder().devices(0).build();
     assert_eq!(none.device_count(), 0);
-    assert!(none.alloc_segment(0, 512).is_err());
+    assert_eq!(
+        none.alloc_segment(0, 512),
+        Err(BackendError::InvalidDevice {
+            device: 0,
+            device_count: 0
+        }),
+        "a backend without devices has no device 0"
+    );
     assert_eq!(none.complete_all(), 0);
 }
 

@@ -16,6 +16,20 @@ use super::arena::{Slot, Unpacked};
 /// Entries up to which a linear scan is cheaper than a hash index.
 const LINEAR_SCAN_ENTRIES: usize = 8;
 
+#[cfg(test)]
+thread_local! {
+    /// Entries whose key [`KeyIndex::find`] has compared with a key looked up, on this thread:
+    /// tests bound the work of a read's key lookups by this count instead of by the clock.
+    pub(super) static KEYS_COMPARED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one key comparison in [`KEYS_COMPARED`]; nothing outside tests.
+#[inline(always)]
+fn count_comparison() {
+    #[cfg(test)]
+    KEYS_COMPARED.with(|count| count.set(count.get() + 1));
+}
+
 /// A key as it compares: a borrowed, normalized view of a [`Slot`].
 #[derive(Debug, PartialEq, Eq, Hash)]
 enum KeyRef<'a> {
@@ -81,6 +95,7 @@ fn find_str(scalars: &[Value], slots: &[Slot], stride: usize, key: Slot) -> Opti
     };
     let mut entry = 0;
     while let Some(&other) = slots.get(entry * stride) {
+        count_comparison();
         if other == key || (other.may_equal_str(key) && same_text(other)) {
             return Some(entry);
         }
@@ -111,6 +126,7 @@ impl KeyIndex {
         let key_slot = key;
         let key = KeyRef::of(scalars, key)?;
         let matches = |entry: usize| {
+            count_comparison();
             let other = *slots.get(entry * stride)?;
             // The same object, or equal atoms; two different ints held in slots differ.
             if other == key_slot {

@@ -9,10 +9,11 @@
 //! holds only the frames and strings that really are shared, and stays small and fast.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use super::super::Value;
+use crate::trace::AddressHasher;
 
 /// How the memo knows an object written before: its kind and its `Arc`'s address. The kind
 /// keeps apart an empty `str` and an empty `bytes` that share one static allocation.
@@ -100,34 +101,4 @@ fn shared_key(value: &Value) -> Option<Key> {
 fn key<T: ?Sized>(kind: Kind, arc: &Arc<T>) -> Option<Key> {
     // Another owner made after this check is outside the borrowed value, so cannot matter.
     (Arc::strong_count(arc) > 1).then(|| (kind, Arc::as_ptr(arc).cast::<u8>() as usize))
-}
-
-/// A hasher for addresses: one folded multiply, mixing every bit of the address into the low
-/// bits the table indexes by (addresses are aligned, so their own low bits are zero).
-/// Addresses come from our allocator, not from input, so no seed is needed against
-/// collisions chosen by an attacker.
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        // The multiplier of FxHash; folding the 128-bit product brings high bits down.
-        let product = u128::from(self.0 ^ word) * 0x517c_c1b7_2722_0a95;
-        self.0 = (product as u64) ^ ((product >> 64) as u64);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        // usize -> u64 is lossless on every platform Rust supports.
-        self.write_u64(word as u64);
-    }
 }
