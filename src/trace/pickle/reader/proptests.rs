@@ -1,14 +1,17 @@
 //! Property tests: real snapshot files mutated at random (bit flips, truncations, insertions,
 //! deletions), and random opcode sequences, must read or fail with a typed error, never panic,
-//! and finish quickly.
+//! and do work bounded by the input's size.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::keys::KEYS_COMPARED;
 use super::opcodes::*;
 use super::{read, ReadLimits};
+use crate::trace::pickle::Value;
 
 /// The smallest snapshot files, whole (the project's own, made as PyTorch writes them by
 /// `allocator-tests/fixtures/made/make.py`); mutating them reaches every part of a file.
@@ -44,22 +47,67 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 /// Reads `bytes` with default and with tight limits; returns whether the default read
-/// succeeded. Fails the case if a read takes more than a second.
+/// succeeded. Fails the case if a read's work is not bounded by the input: more key
+/// comparisons than [`COMPARISONS_PER_BYTE`] per input byte, or a result with more distinct
+/// containers and references than input bytes (each costs at least one opcode).
 fn read_quickly(bytes: &[u8]) -> Result<bool, TestCaseError> {
     let tight = ReadLimits {
         max_depth: 4,
         max_items: 64,
         max_memo_entries: 16,
     };
-    let start = Instant::now();
-    let ok = read(bytes, &ReadLimits::default()).is_ok();
-    let _ = read(bytes, &tight);
-    prop_assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        start.elapsed()
-    );
+    let budget = COMPARISONS_PER_BYTE * (bytes.len() as u64 + 1);
+    let mut ok = false;
+    for limits in [ReadLimits::default(), tight] {
+        KEYS_COMPARED.with(|count| count.set(0));
+        let result = read(bytes, &limits);
+        let compared = KEYS_COMPARED.with(|count| count.get());
+        prop_assert!(
+            compared <= budget,
+            "{compared} key comparisons for {} input bytes",
+            bytes.len()
+        );
+        if let Ok(value) = &result {
+            let size = distinct_size(value);
+            prop_assert!(
+                size <= bytes.len(),
+                "{size} distinct containers and references from {} input bytes",
+                bytes.len()
+            );
+        }
+        if limits == ReadLimits::default() {
+            ok = result.is_ok();
+        }
+    }
     Ok(ok)
+}
+
+/// Key comparisons a read may make per input byte: a dict lookup compares a few entries of
+/// one hash bucket, never a scan of the dict.
+const COMPARISONS_PER_BYTE: u64 = 8;
+
+/// Distinct containers (by identity) plus the references they hold.
+fn distinct_size(root: &Value) -> usize {
+    let mut seen = HashSet::new();
+    let mut stack = vec![root];
+    let mut size = 0;
+    while let Some(value) = stack.pop() {
+        let (id, children): (usize, Vec<&Value>) = match value {
+            Value::List(items) | Value::Tuple(items) | Value::Set(items) => {
+                (Arc::as_ptr(items) as usize, items.iter().collect())
+            }
+            Value::Dict(pairs) => (
+                Arc::as_ptr(pairs) as usize,
+                pairs.iter().flat_map(|(k, v)| [k, v]).collect(),
+            ),
+            _ => continue,
+        };
+        if seen.insert(id) {
+            size += 1 + children.len();
+            stack.extend(children);
+        }
+    }
+    size
 }
 
 /// One edit of a file, at a position taken modulo its length.
