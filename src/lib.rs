@@ -72,6 +72,7 @@ pub mod backend;
 pub mod config;
 pub mod cuda;
 pub mod error;
+pub mod event;
 pub mod global;
 pub mod host;
 pub mod pool;
@@ -92,10 +93,10 @@ pub use config::{AllocatorConfig, ConfigError};
 pub use cuda::DeviceBuffer;
 pub use cuda::{BufferError, TypedAllocation};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
-pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
-pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
-pub use stats::{DeviceStats, MemoryStats};
-pub use trace::{
+pub use event::{
     annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,
     TraceEvent,
 };
+pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
+pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
+pub use stats::{DeviceStats, MemoryStats};

@@ -7,9 +7,9 @@ use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
+use crate::event::{ContextLevel, EventStamp};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep, SegmentView};
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
-use crate::trace::{ContextLevel, EventStamp};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::fmt;
@@ -101,6 +101,7 @@ pub(super) struct Shared<B: Backend> {
     /// Serializes `record_memory_history` and `stream_history_to` calls.
     pub(super) history_settings: Mutex<()>,
     /// The stream the devices buffer events for, while one runs (`sink.rs`).
+    #[cfg(feature = "trace-files")]
     pub(super) stream: Mutex<Option<Arc<crate::trace::jsonl::StreamState>>>,
 }
 
@@ -153,6 +154,7 @@ impl<B: Backend> CachingAllocator<B> {
                 recording_since_ns: AtomicU64::new(0),
                 recording_since_unix_us: AtomicU64::new(0),
                 history_settings: Mutex::new(()),
+                #[cfg(feature = "trace-files")]
                 stream: Mutex::new(None),
             }),
         }
@@ -498,6 +500,7 @@ impl<B: Backend> Drop for Shared<B> {
                 self.raw.len()
             );
         }
+        #[cfg(feature = "trace-files")]
         self.end_stream();
     }
 }

@@ -7,12 +7,12 @@ use super::caching::{CachingAllocator, Shared};
 use crate::backend::StreamId;
 use crate::backend::{Backend, DeviceIndex};
 use crate::error::{Error, Result};
-use crate::pool::SegmentView;
-use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
-use crate::trace::{
+use crate::event::{
     Action, AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings,
     TraceEvent,
 };
+use crate::pool::SegmentView;
+use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
@@ -46,7 +46,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// thread brings an earlier one, so each history is in time order. `enabled: false` stops recording and clears every
     /// device's history. Which events carry a context is `settings.context` (see
     /// [`ContextLevel`]); contexts are the thread's [`annotate`](crate::annotate) tags, plus the
-    /// call stack with [`Backtraces::Rust`](crate::trace::Backtraces::Rust).
+    /// call stack with [`Backtraces::Rust`](crate::event::Backtraces::Rust).
     ///
     /// `max_entries == 0` with `enabled` is refused with
     /// [`Error::InvalidHistorySettings`] and changes nothing (PyTorch clamps it to 1).
@@ -87,7 +87,7 @@ impl<B: Backend> CachingAllocator<B> {
                     .recording_since_unix_us
                     .store(unix_us, Ordering::Release);
             }
-            let stacks = settings.stacks == crate::trace::Backtraces::Rust;
+            let stacks = settings.stacks == crate::event::Backtraces::Rust;
             shared.stacks.store(stacks, Ordering::Release);
             shared
                 .recording
@@ -95,9 +95,10 @@ impl<B: Backend> CachingAllocator<B> {
             for device in shared.devices.iter() {
                 device.lock().record_history(&settings);
             }
-            crate::trace::register_sink(sink);
+            crate::event::register_sink(sink);
         } else {
-            crate::trace::unregister_sink(&sink);
+            crate::event::unregister_sink(&sink);
+            #[cfg(feature = "trace-files")]
             shared.end_stream();
             shared.recording.store(0, Ordering::Release);
             for device in shared.devices.iter() {
@@ -146,7 +147,7 @@ impl<B: Backend> CachingAllocator<B> {
                 return id;
             }
             *local.entry(id).or_insert_with(|| {
-                crate::trace::lookup_context(id).map_or(ContextId::NONE, |c| contexts.intern(c))
+                crate::event::lookup_context(id).map_or(ContextId::NONE, |c| contexts.intern(c))
             })
         };
         let mut segments = Vec::new();
@@ -191,7 +192,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// [`ContextId::NONE`] and ids never handed out. Contexts are interned process-wide, so an
     /// id means the same in every allocator.
     pub fn context(&self, id: ContextId) -> Option<Context> {
-        crate::trace::lookup_context(id)
+        crate::event::lookup_context(id)
     }
 }
 
@@ -244,7 +245,7 @@ impl<B: Backend> Shared<B> {
     fn gather_stamp(&self, state: u8, gather: ContextLevel) -> EventStamp {
         let level = LEVELS[usize::from(state - 1).min(LEVELS.len() - 1)];
         let context = if level >= gather {
-            crate::trace::current_context(self.stacks.load(Ordering::Relaxed))
+            crate::event::current_context(self.stacks.load(Ordering::Relaxed))
         } else {
             ContextId::NONE
         };
@@ -266,7 +267,7 @@ impl<B: Backend> AnnotationSink for Shared<B> {
         if self.recording.load(Ordering::Acquire) == 0 {
             return;
         }
-        let context = crate::trace::current_context(self.stacks.load(Ordering::Relaxed));
+        let context = crate::event::current_context(self.stacks.load(Ordering::Relaxed));
         let stamp = EventStamp {
             time_us: self.recording_time_us(),
             context,

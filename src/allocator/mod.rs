@@ -13,6 +13,7 @@ mod caching;
 mod handle;
 mod history;
 mod replay;
+#[cfg(feature = "trace-files")]
 mod sink;
 
 pub use caching::{CachingAllocator, FreeMemoryCallback};

@@ -16,7 +16,7 @@ use super::sizing::MIN_BLOCK_SIZE;
 use super::stat_updates::{count_allocation, increase};
 use crate::backend::{Backend, BackendError, DeviceIndex, StreamId};
 use crate::error::Error;
-use crate::trace::ContextId;
+use crate::event::ContextId;
 
 /// A live block of a segment to adopt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use super::stat_updates::{apply_net, decrease};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
+use crate::event::{Action, ContextId};
 use crate::stats::DeviceStats;
-use crate::trace::{Action, ContextId};
 use std::collections::{BTreeMap, VecDeque};
 
 /// A block id that names no block: a bookkeeping bug.

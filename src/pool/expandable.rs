@@ -25,7 +25,7 @@ use super::sizing::{LARGE_BUFFER, SMALL_BUFFER};
 use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, Result};
-use crate::trace::{Action, ContextId};
+use crate::event::{Action, ContextId};
 use std::collections::BTreeMap;
 
 /// A device's expandable-segment state.

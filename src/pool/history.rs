@@ -13,7 +13,7 @@
 use super::block::BlockId;
 use super::device::DeviceAllocator;
 use crate::backend::StreamId;
-use crate::trace::{
+use crate::event::{
     Action, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent, TraceRing,
 };
 
@@ -176,6 +176,7 @@ impl<E> DeviceAllocator<E> {
 
     /// Starts buffering every event recorded from now on for a stream (nothing while not
     /// recording).
+    #[cfg_attr(not(feature = "trace-files"), allow(dead_code))]
     pub(crate) fn start_streaming(&mut self) {
         if let Some(history) = self.history.as_deref_mut() {
             history.streamed = Some(Vec::new());
@@ -185,6 +186,7 @@ impl<E> DeviceAllocator<E> {
 
     /// Swaps the events buffered for the stream with `buffer` (which should be empty, so its
     /// capacity is reused); returns how many were dropped since the last take.
+    #[cfg_attr(not(feature = "trace-files"), allow(dead_code))]
     pub(crate) fn take_streamed(&mut self, buffer: &mut Vec<TraceEvent>) -> u64 {
         match self.history.as_deref_mut() {
             Some(History {
@@ -201,6 +203,7 @@ impl<E> DeviceAllocator<E> {
 
     /// Stops buffering for the stream, appending the last buffered events to `buffer`;
     /// returns how many were dropped since the last take.
+    #[cfg_attr(not(feature = "trace-files"), allow(dead_code))]
     pub(crate) fn stop_streaming(&mut self, buffer: &mut Vec<TraceEvent>) -> u64 {
         match self.history.as_deref_mut() {
             Some(history) => {

@@ -12,7 +12,7 @@ use super::device::{AllocatedBlock, DeviceAllocator, Segment};
 use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, OutOfMemoryError, Result};
-use crate::trace::{Action, ContextId};
+use crate::event::{Action, ContextId};
 
 /// Where a `malloc` stands: served, or waiting for the device to allocate a segment.
 #[derive(Debug)]

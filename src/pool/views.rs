@@ -7,7 +7,7 @@ use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
 use super::free_list::PoolKind;
 use crate::backend::StreamId;
-use crate::trace::ContextId;
+use crate::event::ContextId;
 
 /// A segment as seen from outside: its blocks in address order.
 ///
@@ -28,7 +28,7 @@ pub struct SegmentView {
     /// Whether this is (mapped memory of) an expandable segment.
     pub is_expandable: bool,
     /// Context of the call that allocated the segment, when history was recorded with
-    /// [`ContextLevel::State`](crate::trace::ContextLevel::State) or more; [`ContextId::NONE`]
+    /// [`ContextLevel::State`](crate::event::ContextLevel::State) or more; [`ContextId::NONE`]
     /// otherwise.
     pub context: ContextId,
 }
@@ -45,7 +45,7 @@ pub struct BlockView {
     /// Life state.
     pub state: BlockState,
     /// Context of the call that allocated the block, while it is allocated or pending and
-    /// history is recorded with [`ContextLevel::State`](crate::trace::ContextLevel::State) or
+    /// history is recorded with [`ContextLevel::State`](crate::event::ContextLevel::State) or
     /// more; [`ContextId::NONE`] otherwise.
     pub context: ContextId,
 }

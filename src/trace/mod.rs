@@ -1,30 +1,42 @@
-//! Traces: allocation history, snapshots and trace files, ours and PyTorch's.
+//! Traces: snapshots, the state at any event, and trace files, ours and PyTorch's.
 //!
-//! So far: the event model ([`TraceEvent`]), history recording settings and the per-device
-//! ring buffer ([`HistorySettings`]), contexts and annotations ([`annotate`], [`Context`]),
-//! the restricted pickle reader and writer for PyTorch's snapshot files ([`pickle`]), typed
-//! import of PyTorch's memory snapshots ([`pytorch`]) and RMM's CSV allocation log ([`rmm`]).
+//! Always compiled: [`Snapshot`] (segments, blocks, events and their contexts, as
+//! [`CachingAllocator::snapshot`](crate::CachingAllocator::snapshot) takes it) and [`state`]
+//! (the segments and blocks at any event, by walking a trace back from its end). The event
+//! model itself ([`TraceEvent`], [`HistorySettings`], [`annotate`]) lives in
+//! [`event`](crate::event) and is re-exported here.
+//!
+//! With the `trace-files` feature (on by default), the file formats: [`jsonl`] (blockpool's
+//! JSON Lines, with the streaming sink), [`pickle`] (a restricted reader that runs no code, and
+//! a writer) and [`pytorch`] (PyTorch's snapshot files both ways), [`perfetto`] (counter
+//! tracks for Perfetto and `chrome://tracing`), [`rmm`] (RAPIDS RMM's CSV log) and [`file`]
+//! (loading any of them by content).
 
+#[cfg(feature = "trace-files")]
 mod address_hash;
-mod context;
-mod event;
+#[cfg(feature = "trace-files")]
 pub mod file;
-mod history;
+#[cfg(feature = "trace-files")]
 pub mod jsonl;
+#[cfg(feature = "trace-files")]
 mod lines;
+#[cfg(feature = "trace-files")]
 pub mod perfetto;
+#[cfg(feature = "trace-files")]
 pub mod pickle;
+#[cfg(feature = "trace-files")]
 pub mod pytorch;
+#[cfg(feature = "trace-files")]
 pub mod rmm;
 pub mod snapshot;
 pub mod state;
 
+#[cfg(feature = "trace-files")]
 pub(crate) use address_hash::AddressHasher;
-pub use context::{annotate, AnnotationGuard, Context, Frame};
-pub(crate) use context::{current as current_context, lookup as lookup_context, AnnotationSink};
-pub(crate) use context::{register as register_sink, unregister as unregister_sink};
-pub use event::{Action, ContextId, TraceEvent};
-pub(crate) use history::TraceRing;
-pub use history::{Backtraces, ContextLevel, EventStamp, HistorySettings};
+// The event model lives in its own leaf; its types are part of every trace.
+pub use crate::event::{
+    annotate, Action, AnnotationGuard, Backtraces, Context, ContextId, ContextLevel, EventStamp,
+    Frame, HistorySettings, TraceEvent,
+};
 pub use snapshot::{BlockState, Contexts, Snapshot, SnapshotInvalid};
 pub use state::{Conflict, DeviceState, MemoryTotals, StateError, StateWalker};

@@ -8,9 +8,9 @@
 //! snapshot: [`ContextId`]`(n)` is [`Contexts::get`]`(n)`, so a snapshot stands on its own once
 //! written to a file or read back from one.
 
-use super::context::{Context, Frame};
-use super::event::{Action, ContextId, TraceEvent};
 use crate::backend::StreamId;
+use crate::event::{Action, ContextId, TraceEvent};
+use crate::event::{Context, Frame};
 use crate::pool::PoolKind;
 use std::collections::HashMap;
 use std::fmt;

@@ -269,7 +269,7 @@ impl Pump {
         if let Some(Some(local)) = self.contexts.get(index) {
             return Ok(*local);
         }
-        let local = match crate::trace::lookup_context(id) {
+        let local = match crate::event::lookup_context(id) {
             Some(context) => self.writer.context(&context)?,
             None => ContextId::NONE,
         };

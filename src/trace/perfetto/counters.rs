@@ -2,7 +2,7 @@
 //! changes them, computed by walking the events forward from the bytes live when the trace
 //! began.
 
-use crate::trace::event::{Action, TraceEvent};
+use crate::event::{Action, TraceEvent};
 use crate::trace::snapshot::Snapshot;
 
 /// A device's memory at one moment.

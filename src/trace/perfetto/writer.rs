@@ -6,7 +6,7 @@
 
 use super::annotations::annotation_intervals;
 use super::counters::{memory_timeline, MemorySample};
-use crate::trace::event::Action;
+use crate::event::Action;
 use crate::trace::snapshot::Snapshot;
 use serde::Serialize;
 use std::io::{self, BufWriter, Write};

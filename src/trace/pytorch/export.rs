@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use std::sync::Arc;
 
 use super::extras::{self, is_block_event, TAG_FILENAME};
-use crate::trace::context::{Context, Frame};
+use crate::event::{Context, Frame};
 use crate::trace::pickle::{write_to, Value};
 use crate::trace::snapshot::{pool_name, Block, Segment};
 use crate::trace::{Action, BlockState, ContextId, Snapshot, TraceEvent};

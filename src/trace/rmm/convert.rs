@@ -16,8 +16,8 @@
 
 use super::record::{RmmAction, RmmRecord, MICROS_PER_DAY};
 use crate::backend::StreamId;
-use crate::trace::context::Context;
-use crate::trace::event::{Action, ContextId, TraceEvent};
+use crate::event::Context;
+use crate::event::{Action, ContextId, TraceEvent};
 use crate::trace::snapshot::{Contexts, Snapshot};
 use std::collections::HashMap;
 use std::num::NonZeroU64;

@@ -4,7 +4,7 @@
 //! stacks, max_entries)`. The ring buffer is PyTorch's `TraceEntryRingBuffer`: once full, each
 //! new event overwrites the oldest.
 
-use super::event::{ContextId, TraceEvent};
+use super::entry::{ContextId, TraceEvent};
 
 /// Which events carry a context, as PyTorch's `context=` argument.
 ///
@@ -158,7 +158,7 @@ impl TraceRing {
 mod tests {
     use super::*;
     use crate::backend::StreamId;
-    use crate::trace::Action;
+    use crate::event::Action;
 
     fn event(addr: u64) -> TraceEvent {
         TraceEvent {

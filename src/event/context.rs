@@ -9,7 +9,7 @@
 //! in the process-wide table, which only grows (a program has few distinct tag stacks; with
 //! call stacks captured, one entry per distinct stack).
 
-use super::event::ContextId;
+use super::entry::ContextId;
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -124,7 +124,7 @@ pub(crate) fn current(frames: bool) -> ContextId {
 /// Every change of the stack is recorded: pushing the tag and dropping the guard each give
 /// every device of every allocator that is recording an `annotate` event whose context is
 /// the stack after the change, so the event of the pop that empties the stack has the empty
-/// context. [`perfetto::annotation_intervals`](super::perfetto::annotation_intervals) turns
+/// context. [`perfetto::annotation_intervals`](crate::trace::perfetto::annotation_intervals) turns
 /// these events back into one interval per tag.
 ///
 /// ```
