@@ -101,7 +101,10 @@ pub enum Error {
     /// The allocator configuration is malformed.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The device failed in a way other than running out of memory.
+    /// The device failed. Out of memory normally arrives as [`Error::OutOfMemory`], with the
+    /// allocator's numbers; a device that reports it from another call (creating an event,
+    /// say) gives this variant holding [`BackendError::OutOfMemory`], which stays retryable
+    /// ([`Error::is_retryable`]). Any other device failure is not.
     #[error("device error: {0}")]
     Backend(BackendError),
     /// The allocator's own bookkeeping disagrees with itself: a bug in blockpool. The operation
@@ -114,7 +117,10 @@ pub enum Error {
 }
 
 /// The numbers behind an out-of-memory failure, as PyTorch's message gives them.
+///
+/// Built only by the allocator (more numbers may be added); read its fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutOfMemoryError {
     /// Device that ran out.
     pub device: DeviceIndex,
@@ -185,9 +191,15 @@ impl fmt::Display for OutOfMemoryError {
 impl std::error::Error for OutOfMemoryError {}
 
 impl Error {
-    /// Whether freeing memory may let the same request succeed (only out-of-memory).
+    /// Whether freeing memory may let the same request succeed: out-of-memory, whether the
+    /// allocator ([`Error::OutOfMemory`]) or the device ([`Error::Backend`] holding
+    /// [`BackendError::OutOfMemory`]) said so. Requests that never fit and misuse are not.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::OutOfMemory(_))
+        match self {
+            Error::OutOfMemory(_) => true,
+            Error::Backend(e) => e.is_out_of_memory(),
+            _ => false,
+        }
     }
 
     /// The out-of-memory details, if this is an out-of-memory error.
@@ -199,6 +211,8 @@ impl Error {
     }
 }
 
+/// A device failure the allocator did not handle itself. A device out-of-memory converted here
+/// stays retryable (see [`Error::Backend`]).
 impl From<BackendError> for Error {
     fn from(e: BackendError) -> Self {
         Error::Backend(e)
@@ -234,6 +248,33 @@ mod tests {
         assert_eq!(format_size(1 << 20), "1024.00 KiB");
         assert_eq!(format_size(20 << 20), "20.00 MiB");
         assert_eq!(format_size(3 << 29), "1.50 GiB");
+    }
+
+    #[test]
+    fn a_device_out_of_memory_stays_retryable_through_from() {
+        let oom = Error::from(BackendError::OutOfMemory {
+            device: 0,
+            requested_bytes: 4096,
+        });
+        assert!(oom.is_retryable(), "{oom:?} must stay retryable");
+        let host = Error::from(BackendError::HostOutOfMemory {
+            requested_bytes: 4096,
+        });
+        assert!(host.is_retryable(), "{host:?} must stay retryable");
+        let driver = Error::from(BackendError::Driver {
+            device: 0,
+            code: 700,
+            name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            message: "an illegal memory access".into(),
+        });
+        assert!(!driver.is_retryable(), "{driver:?} is not retryable");
+        let never = Error::ExceedsCapacity {
+            device: 0,
+            requested_bytes: 1 << 40,
+            limit_bytes: 1 << 30,
+            limited: false,
+        };
+        assert!(!never.is_retryable(), "a request that never fits is not");
     }
 
     #[test]

@@ -192,11 +192,12 @@ impl<B: Backend> CachingAllocator<B> {
         size_bytes: usize,
         stream: StreamId,
     ) -> Result<Allocation<B>> {
+        let created = self.shared.recording_stamp(ContextLevel::State);
         let block = if size_bytes == 0 {
             self.shared.check_device(device)?;
             None
         } else {
-            Some(self.shared.malloc(device, size_bytes, stream)?)
+            Some(self.shared.malloc(device, size_bytes, stream, created)?)
         };
         Ok(Allocation {
             shared: Arc::clone(&self.shared),
@@ -204,6 +205,7 @@ impl<B: Backend> CachingAllocator<B> {
             block,
             requested: size_bytes,
             stream,
+            created,
         })
     }
 
@@ -214,7 +216,8 @@ impl<B: Backend> CachingAllocator<B> {
             self.shared.check_device(device)?;
             return Ok(0);
         }
-        let block = self.shared.malloc(device, size_bytes, stream)?;
+        let stamp = self.shared.recording_stamp(ContextLevel::State);
+        let block = self.shared.malloc(device, size_bytes, stream, stamp)?;
         self.shared.raw.insert(block.addr, (device, block.id));
         Ok(block.addr)
     }
@@ -370,8 +373,15 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    fn malloc(&self, device: DeviceIndex, size: usize, stream: StreamId) -> Result<AllocatedBlock> {
-        let stamp = self.stamp(ContextLevel::State);
+    /// Allocates a block for a call stamped `stamp` ([`Shared::recording_stamp`]).
+    fn malloc(
+        &self,
+        device: DeviceIndex,
+        size: usize,
+        stream: StreamId,
+        stamp: Option<EventStamp>,
+    ) -> Result<AllocatedBlock> {
+        let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {

@@ -7,6 +7,7 @@ use super::caching::CachingAllocator;
 use super::caching::Shared;
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
+use crate::event::{Context, ContextId, EventStamp};
 use crate::pool::AllocatedBlock;
 use std::fmt;
 use std::sync::Arc;
@@ -19,6 +20,8 @@ pub struct Allocation<B: Backend> {
     pub(super) block: Option<AllocatedBlock>,
     pub(super) requested: usize,
     pub(super) stream: StreamId,
+    /// Time and context of the call that made it, while history was recorded.
+    pub(super) created: Option<EventStamp>,
 }
 
 impl<B: Backend> Allocation<B> {
@@ -50,6 +53,44 @@ impl<B: Backend> Allocation<B> {
     /// Allocation number on its device, counting from 1 (0 for a zero-byte allocation).
     pub fn id(&self) -> u64 {
         self.block.map_or(0, |b| b.alloc_id)
+    }
+
+    /// When it was allocated, in microseconds since history recording started
+    /// ([`CachingAllocator::record_memory_history`]); `None` if history was not being
+    /// recorded then. Taking the time costs a clock read, so it is taken only while recording.
+    pub fn created_us(&self) -> Option<u64> {
+        self.created.map(|stamp| stamp.time_us)
+    }
+
+    /// The interned id of [`Allocation::context`], as events and snapshots refer to it;
+    /// [`ContextId::NONE`] when none was gathered.
+    pub fn context_id(&self) -> ContextId {
+        self.created.map_or(ContextId::NONE, |stamp| stamp.context)
+    }
+
+    /// Where it was allocated: the thread's [`annotate`](crate::annotate) tags, with the call
+    /// stack when history records [`Backtraces::Rust`](crate::Backtraces::Rust). Gathered only
+    /// while history is recorded with [`ContextLevel::State`](crate::ContextLevel::State) or
+    /// more (PyTorch's `context="state"` / `"all"`); `None` otherwise.
+    ///
+    /// ```
+    /// use blockpool::{annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// let before = alloc.allocate(0, 4096, StreamId::DEFAULT)?;
+    /// assert!(before.context().is_none() && before.created_us().is_none());
+    /// alloc.record_memory_history(HistorySettings::default())?;
+    /// let a = {
+    ///     let _tag = annotate("layer3.attn");
+    ///     alloc.allocate(0, 4096, StreamId::DEFAULT)?
+    /// };
+    /// let context = a.context().expect("recorded");
+    /// assert_eq!(context.tags, ["layer3.attn".into()]);
+    /// assert!(a.created_us().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn context(&self) -> Option<Context> {
+        crate::event::lookup_context(self.context_id())
     }
 
     /// Marks the memory as used on `stream` too: when freed, it is not reused before the work

@@ -235,9 +235,15 @@ impl<B: Backend> Shared<B> {
     /// slow. With recording off this is one load and one branch.
     #[inline]
     pub(super) fn stamp(&self, gather: ContextLevel) -> EventStamp {
+        self.recording_stamp(gather).unwrap_or_default()
+    }
+
+    /// [`Shared::stamp`], or `None` while history is not recorded.
+    #[inline]
+    pub(super) fn recording_stamp(&self, gather: ContextLevel) -> Option<EventStamp> {
         match self.recording.load(Ordering::Relaxed) {
-            0 => EventStamp::default(),
-            state => self.gather_stamp(state, gather),
+            0 => None,
+            state => Some(self.gather_stamp(state, gather)),
         }
     }
 

@@ -8,7 +8,7 @@
 
 use super::block::{Block, BlockId, BlockState};
 use super::device::{AllocatedBlock, DeviceAllocator, NO_BLOCK, TOO_MANY_BLOCKS};
-use super::free_list::FreeKey;
+use super::free_list::{FreeKey, PoolKind};
 use super::release::{Attempt, MallocStep, SegmentRequest};
 use super::sizing;
 use super::stat_updates::{count_allocation, decrease, increase};
@@ -177,14 +177,18 @@ impl<E> DeviceAllocator<E> {
             block.size,
             block.next,
         );
+        let pool = if small {
+            PoolKind::Small
+        } else {
+            PoolKind::Large
+        };
         let already_split = block.is_split();
         // PyTorch leaves expandable segments out of the inactive-split statistics: their free
         // whole units can always be unmapped.
         let expandable = block.expandable;
         // With no slot left for a remainder, the whole block is handed out instead.
-        let split =
-            sizing::should_split(old_size, rounded, small, self.expandable.on, &self.config)
-                && self.blocks.has_room();
+        let split = sizing::should_split(old_size, rounded, pool, self.expandable.on, &self.config)
+            && self.blocks.has_room();
         let size = if split {
             let rest_size = old_size - rounded;
             let rest_key = FreeKey {

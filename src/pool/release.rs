@@ -101,7 +101,8 @@ impl<E> DeviceAllocator<E> {
     }
 
     /// The ladder's start for a request no cached block could serve: refuses a segment that
-    /// can never fit, garbage-collects when that is on, then makes the first attempt.
+    /// can never fit (counted in `num_ooms` and traced as `oom`, as PyTorch does), garbage-
+    /// collects when that is on, then makes the first attempt.
     pub(super) fn start_segment<B: Backend<Event = E>>(
         &mut self,
         backend: &B,
@@ -119,6 +120,14 @@ impl<E> DeviceAllocator<E> {
             request.segment_size
         };
         if let Some(ceiling) = ceiling.filter(|&c| needed > c) {
+            // As PyTorch, whose device allocation fails here: counted and traced as an
+            // out-of-memory, though the error says it can never fit.
+            self.stats.num_ooms += 1;
+            let free = backend
+                .mem_get_info(self.device)
+                .map_or(0, |i| i.free_bytes);
+            let sizes = (free as u64, request.rounded as u64, 0);
+            self.record(Action::Oom, request.stream, sizes, ContextId::NONE);
             return Err(Error::ExceedsCapacity {
                 device: self.device,
                 requested_bytes: needed,

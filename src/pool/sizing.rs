@@ -1,6 +1,7 @@
 //! Sizing rules of PyTorch's caching allocator: how requests are rounded, which pool serves
 //! them, how large a new segment is, and when a block is split.
 
+use super::free_list::PoolKind;
 use crate::config::AllocatorConfig;
 
 /// Every block is a multiple of this many bytes (and requests below it become this size).
@@ -77,8 +78,8 @@ pub fn segment_size(rounded_size: usize) -> Option<usize> {
     }
 }
 
-/// Whether a free block of `block_size` bytes serving a request of `rounded_size` bytes is split
-/// and its remainder kept as a free block.
+/// Whether a free block of `block_size` bytes in `pool` serving a request of `rounded_size`
+/// bytes is split and its remainder kept as a free block.
 ///
 /// Small pool, and every pool while expandable segments are on (`expandable`): when at least
 /// 512 bytes remain, as memory past the request can be unmapped later. Large pool otherwise:
@@ -88,12 +89,12 @@ pub fn segment_size(rounded_size: usize) -> Option<usize> {
 pub fn should_split(
     block_size: usize,
     rounded_size: usize,
-    small_pool: bool,
+    pool: PoolKind,
     expandable: bool,
     config: &AllocatorConfig,
 ) -> bool {
     let remaining = block_size - rounded_size;
-    if small_pool || expandable {
+    if pool == PoolKind::Small || expandable {
         remaining >= MIN_BLOCK_SIZE
     } else {
         rounded_size < config.max_split_size() && remaining > SMALL_SIZE
@@ -162,20 +163,32 @@ mod tests {
         assert!(should_split(
             2 << 20,
             (2 << 20) - 512,
-            true,
+            PoolKind::Small,
             false,
             &default()
         ));
-        assert!(!should_split(1024, 1024, true, false, &default()));
+        assert!(!should_split(
+            1024,
+            1024,
+            PoolKind::Small,
+            false,
+            &default()
+        ));
     }
 
     #[test]
     fn large_blocks_split_only_when_more_than_1_mib_remains() {
-        assert!(!should_split(20 << 20, 19 << 20, false, false, &default()));
+        assert!(!should_split(
+            20 << 20,
+            19 << 20,
+            PoolKind::Large,
+            false,
+            &default()
+        ));
         assert!(should_split(
             20 << 20,
             (19 << 20) - 512,
-            false,
+            PoolKind::Large,
             false,
             &default()
         ));
@@ -186,7 +199,7 @@ mod tests {
         assert!(should_split(
             20 << 20,
             (20 << 20) - 512,
-            false,
+            PoolKind::Large,
             true,
             &default()
         ));
@@ -195,7 +208,7 @@ mod tests {
             .build()
             .expect("valid config");
         assert!(
-            should_split(100 << 20, 60 << 20, false, true, &capped),
+            should_split(100 << 20, 60 << 20, PoolKind::Large, true, &capped),
             "past max_split_size too"
         );
     }

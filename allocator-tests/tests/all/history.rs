@@ -470,3 +470,69 @@ fn backtraces_add_the_callers_frames() {
     );
     drop(a);
 }
+
+#[test]
+fn a_handle_knows_when_and_where_it_was_allocated_while_history_is_recorded() {
+    let _serial = annotating();
+    let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    let unrecorded = {
+        let _tag = annotate("before-recording");
+        alloc.allocate(0, 4096, S0).unwrap()
+    };
+    assert_eq!(
+        (unrecorded.created_us(), unrecorded.context_id()),
+        (None, ContextId::NONE),
+        "nothing is gathered while history is off"
+    );
+    assert!(unrecorded.context().is_none());
+
+    alloc
+        .record_memory_history(HistorySettings {
+            stacks: Backtraces::Rust,
+            ..HistorySettings::default()
+        })
+        .unwrap();
+    let first = alloc.allocate(0, 4096, S0).unwrap();
+    let tagged = {
+        let _outer = annotate("step3");
+        let _inner = annotate("layer7");
+        alloc.allocate(0, 1 << 20, S0).unwrap()
+    };
+    let (t0, t1) = (first.created_us().unwrap(), tagged.created_us().unwrap());
+    assert!(t0 <= t1, "creation times follow the calls: {t0} then {t1}");
+    let context = tagged.context().expect("recorded with ContextLevel::All");
+    let tags: Vec<&str> = context.tags.iter().map(|t| &**t).collect();
+    assert_eq!(tags, ["step3", "layer7"], "outermost tag first");
+    assert!(
+        !context.frames.is_empty(),
+        "Backtraces::Rust captures the call stack"
+    );
+    // The id is the one the snapshot gives the live block.
+    let snapshot = alloc.snapshot();
+    let block = snapshot
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .find(|b| b.address == tagged.ptr())
+        .expect("the live block is in the snapshot");
+    assert_eq!(
+        snapshot.contexts.tag_path(block.context),
+        "step3/layer7",
+        "the snapshot names the same context"
+    );
+
+    alloc
+        .record_memory_history(HistorySettings {
+            context: ContextLevel::None,
+            ..HistorySettings::default()
+        })
+        .unwrap();
+    let untagged = {
+        let _tag = annotate("no-context");
+        alloc.allocate(0, 4096, S0).unwrap()
+    };
+    assert!(
+        untagged.created_us().is_some() && untagged.context().is_none(),
+        "ContextLevel::None keeps the time only"
+    );
+}

@@ -173,6 +173,39 @@ fn sizes_that_cannot_fit_are_refused_without_touching_state() {
     );
     assert!(err.to_string().contains("1073741824.00 GiB"), "{err}");
     assert_eq!(sim.calls(0).segment_allocs + sim.calls(0).failed_allocs, 0);
-    assert_eq!(stat(&alloc, "num_ooms"), 0);
+    // As PyTorch counts a request its device can never provide: one out-of-memory (the size
+    // that overflows when rounded is refused before that, and is not counted).
+    assert_eq!(stat(&alloc, "num_ooms"), 1);
+    valid(&alloc, &sim);
+}
+
+#[test]
+fn a_request_that_never_fits_is_traced_as_pytorch_traces_its_out_of_memory() {
+    use blockpool::trace::Action;
+    use blockpool::HistorySettings;
+    let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
+    alloc
+        .record_memory_history(HistorySettings {
+            enabled: true,
+            max_entries: 16,
+            ..HistorySettings::default()
+        })
+        .expect("valid history settings");
+    let kept = alloc.allocate(0, 4096, S0).expect("fits");
+    let err = alloc.allocate(0, 3 << 30, S0).unwrap_err();
+    assert!(
+        matches!(err, Error::ExceedsCapacity { .. }) && !err.is_retryable(),
+        "never fits, and says so: {err:?}"
+    );
+    assert_eq!(stat(&alloc, "num_ooms"), 1, "counted as an out-of-memory");
+    let events = alloc.history(0).expect("device 0");
+    let oom = events.last().expect("events recorded");
+    // As PyTorch: `addr` holds the device's free bytes, `size` the rounded request.
+    assert_eq!(
+        (oom.action, oom.addr, oom.size, oom.stream),
+        (Action::Oom, (1 << 30) - (2 << 20), 3 << 30, S0),
+        "the last event is the out-of-memory: {events:?}"
+    );
+    drop(kept);
     valid(&alloc, &sim);
 }
