@@ -7,6 +7,7 @@
 mod analysis;
 mod cli;
 mod commands;
+mod format;
 mod output;
 mod serve;
 

@@ -2,7 +2,7 @@
 //! writes it in another.
 
 use crate::cli::OutputFormat as CliFormat;
-use crate::commands::info::count;
+use crate::format::count;
 use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;

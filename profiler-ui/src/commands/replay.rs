@@ -13,11 +13,10 @@ mod engine;
 mod recorded;
 mod start;
 
-use crate::commands::info::count;
+use crate::format::{count, device_list, format_size};
 use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use blockpool::trace::file::TraceFormat;
 use blockpool::trace::{Action, Snapshot};
 use blockpool::AllocatorConfig;
@@ -125,7 +124,7 @@ pub fn replay(
         Some(device) if devices.contains(&device) || devices.is_empty() && device == 0 => device,
         Some(device) => anyhow::bail!(
             "device {device} has no events or segments in this trace (it has: {})",
-            list(&devices)
+            device_list(&devices)
         ),
         None => first_device(snapshot, &devices),
     };
@@ -217,14 +216,6 @@ fn first_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
         .min()
         .or_else(|| devices.first().copied())
         .unwrap_or(0)
-}
-
-fn list(devices: &[u32]) -> String {
-    if devices.is_empty() {
-        return "none".to_string();
-    }
-    let names: Vec<String> = devices.iter().map(u32::to_string).collect();
-    names.join(", ")
 }
 
 /// The settings to replay with: `--config`, else the trace's own when blockpool understands

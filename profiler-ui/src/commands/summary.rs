@@ -3,11 +3,10 @@
 //! most memory there, and every out-of-memory event explained.
 
 use crate::analysis::sites::{sites_in, Site};
-use crate::commands::info::{count, seconds};
+use crate::format::{count, format_size, seconds};
 use crate::output::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};
 use serde::Serialize;
 use std::fmt::Write as _;
