@@ -8,6 +8,7 @@ mod analysis;
 mod cli;
 mod commands;
 mod format;
+mod load;
 mod output;
 mod serve;
 

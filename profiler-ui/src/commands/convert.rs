@@ -3,7 +3,7 @@
 
 use crate::cli::OutputFormat as CliFormat;
 use crate::format::count;
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::file::{save_trace, OutputFormat};

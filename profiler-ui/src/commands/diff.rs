@@ -4,7 +4,7 @@
 use crate::analysis::sites::{sites_in, Site};
 use crate::analysis::timeline::{allocated_peak, memory_series, pick_device, walker};
 use crate::format::{format_size, signed_size};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::Snapshot;

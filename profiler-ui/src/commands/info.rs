@@ -2,7 +2,7 @@
 //! by action, segments and blocks at the end, and the time span.
 
 use crate::format::{count, format_size, seconds};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::file::LoadedTrace;

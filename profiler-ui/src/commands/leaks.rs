@@ -3,7 +3,7 @@
 
 use crate::analysis::leaks::{find_leaks, LeakReport};
 use crate::format::{count, format_size};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use std::fmt::Write as _;

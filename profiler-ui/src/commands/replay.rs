@@ -14,7 +14,7 @@ mod recorded;
 mod start;
 
 use crate::format::{count, device_list, format_size};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::file::TraceFormat;

@@ -5,7 +5,7 @@
 use crate::analysis::sites::site_name;
 use crate::analysis::timeline::{pick_device, walker, Point};
 use crate::format::{count, format_size};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::snapshot::{pool_name, Segment};

@@ -4,7 +4,7 @@
 
 use crate::analysis::sites::{sites_in, Site};
 use crate::format::{count, format_size, seconds};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};

@@ -3,7 +3,7 @@
 
 use crate::analysis::timeline::{memory_series, pick_device, steps, Sample, Step};
 use crate::format::{count, duration, format_size};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use std::fmt::Write as _;

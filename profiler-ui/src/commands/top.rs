@@ -4,7 +4,7 @@
 use crate::analysis::sites::{sites_in, sort_sites, Site, SiteOrder};
 use crate::analysis::timeline::{pick_device, walker, Point};
 use crate::format::{count, format_size};
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use serde::Serialize;
