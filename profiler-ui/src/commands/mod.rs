@@ -9,7 +9,7 @@ mod leaks;
 pub mod replay;
 mod segments;
 mod serve;
-pub(crate) mod summary;
+mod summary;
 mod timeline;
 mod top;
 
