@@ -9,7 +9,7 @@ mod dispatch;
 mod doctor;
 mod info;
 mod leaks;
-pub mod replay;
+mod replay;
 mod segments;
 mod serve;
 mod summary;
