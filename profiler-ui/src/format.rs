@@ -1,7 +1,7 @@
 //! Numbers as the reports print them for people: counts with thousands separators, times in
 //! seconds or in the unit that suits them, byte changes with their sign, lists of devices.
-//! Byte sizes are blockpool's own [`format_size`] (`1.50 GiB`, PyTorch's units), re-exported here so that every
-//! command and analysis takes its formatters from one place.
+//! Byte sizes are blockpool's own [`format_size`] (`1.50 GiB`, PyTorch's units), re-exported
+//! here so that every command and analysis takes its formatters from one place.
 
 pub use blockpool::format_size;
 
