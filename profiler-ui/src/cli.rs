@@ -1,6 +1,8 @@
-//! The command line: subcommands and their arguments (clap), and how usage errors exit.
+//! The command line: subcommands and their arguments (clap), the readers of the values clap
+//! cannot read itself (`replay --config`, `--capacity`), and how usage errors exit.
 
 use crate::analysis::sites::SiteOrder;
+use blockpool::AllocatorConfig;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -151,7 +153,7 @@ pub enum Command {
     },
     /// Run the trace's allocation stream through blockpool's allocator on a simulated device,
     /// from the trace's first state, and set what it did beside what the trace's allocator did.
-    Replay(crate::commands::replay::ReplayArgs),
+    Replay(ReplayArgs),
     /// Whether CUDA is usable here: the driver library and version, each GPU's name, compute
     /// capability and memory, and if CUDA is unusable, why and what to do. Exits 0 either way:
     /// it is a report.
@@ -160,6 +162,70 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The arguments of `memtrace replay`.
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// The trace file.
+    pub file: PathBuf,
+    /// Allocator settings in `PYTORCH_CUDA_ALLOC_CONF` syntax (default: the trace's own, else
+    /// PyTorch's defaults).
+    #[arg(long, value_name = "STR", value_parser = parse_config)]
+    pub config: Option<AllocatorConfig>,
+    /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix (default 1T).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Start from the live blocks alone, allocated first in address order, instead of the
+    /// trace's segments.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Also search the smallest capacity (on 2 MiB steps) that replays without out-of-memory.
+    #[arg(long)]
+    pub find_capacity: bool,
+    /// Put each segment where the trace had it and report how many allocations got the very
+    /// address the trace shows.
+    #[arg(long)]
+    pub exact: bool,
+    /// The device of the trace to replay (default: the first with events).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_config(text: &str) -> Result<AllocatorConfig, String> {
+    AllocatorConfig::parse(text).map_err(|e| e.to_string())
+}
+
+/// Reads a byte count: digits, optionally followed by `K`, `M`, `G` or `T` (powers of 1024,
+/// with or without `iB` or `B`), as `--capacity` takes it.
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "`{text}` is not a byte count: use digits with an optional K, M, G or T suffix \
+                 (powers of 1024), e.g. 80G"
+            ))
+        }
+    };
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a byte count: it needs digits, e.g. 80G"))?;
+    value
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("`{text}` is more bytes than 2^64"))
 }
 
 /// `--at EVENT` or `--peak`: a point of the trace.
@@ -217,5 +283,35 @@ pub fn usage_exit(error: clap::Error) -> ExitCode {
             eprintln!("memtrace: {first} (see memtrace --help)");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_read_with_binary_suffixes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("80G"), Ok(80 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2kb"), Ok(2048));
+        assert_eq!(parse_bytes("1T"), Ok(1 << 40));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("G").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("1.5G").is_err());
+        assert_eq!(
+            parse_bytes("12 parsecs"),
+            Err(
+                "`12 parsecs` is not a byte count: use digits with an optional K, M, G or T \
+                 suffix (powers of 1024), e.g. 80G"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            parse_bytes("99999999999T"),
+            Err("`99999999999T` is more bytes than 2^64".to_string())
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! Writing to stdout: every write is checked, and a reader that went away (`memtrace info f |
-//! head`) ends the command quietly instead of panicking.
+//! Where a command's report goes: buffered standard output, every write checked, and
+//! [`is_broken_pipe`] to tell a reader that went away (`memtrace info f | head`) from a real
+//! failure, so that the command ends quietly instead of panicking.
 
 use std::io::{self, Write};
 
@@ -45,28 +46,4 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
                 .and_then(serde_json::Error::io_error_kind)
                 == broken
     })
-}
-
-/// Files at least this large get a spinner on stderr while they load.
-const SPINNER_FROM_BYTES: u64 = 16 << 20;
-
-/// Reads the trace in `path` (see [`blockpool::trace::file::load_trace`]), with a spinner on
-/// stderr while a large file loads. The spinner is drawn only when stderr is a terminal, so
-/// pipes and logs stay clean.
-pub fn load_trace(
-    path: &std::path::Path,
-) -> Result<blockpool::trace::file::LoadedTrace, blockpool::trace::file::TraceFileError> {
-    let large = std::fs::metadata(path).is_ok_and(|m| m.len() >= SPINNER_FROM_BYTES);
-    let spinner = large.then(|| {
-        let spinner =
-            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-        spinner.set_message(format!("reading {}", path.display()));
-        spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-        spinner
-    });
-    let loaded = blockpool::trace::file::load_trace(path);
-    if let Some(spinner) = spinner {
-        spinner.finish_and_clear();
-    }
-    loaded
 }

@@ -1,6 +1,7 @@
 //! Memory over a device's events: allocated, reserved, requested and active bytes after each
 //! event, the peaks, and which state a `--at EVENT` / `--peak` option names.
 
+use crate::format::device_list;
 use anyhow::Context as _;
 use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
 use serde::Serialize;
@@ -115,15 +116,7 @@ pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u
         Some(d) if devices.contains(&d) => Ok(d),
         Some(d) => anyhow::bail!(
             "device {d} has no segments or events in this trace (devices: {})",
-            if devices.is_empty() {
-                "none".to_string()
-            } else {
-                devices
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
+            device_list(&devices)
         ),
         None => devices
             .first()

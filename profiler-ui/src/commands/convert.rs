@@ -2,8 +2,8 @@
 //! writes it in another.
 
 use crate::cli::OutputFormat as CliFormat;
-use crate::commands::info::count;
-use crate::output::load_trace;
+use crate::format::count;
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::file::{save_trace, OutputFormat};

@@ -10,13 +10,13 @@
 //! six steps of varying sequence length.
 
 use crate::commands::info;
+use crate::format::format_size;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::global::{default_backend_for, DefaultBackend, BACKEND_ENV_VAR};
 use blockpool::trace::file::load_trace;
 use blockpool::{
-    annotate, format_size, Allocation, AllocatorConfig, CachingAllocator, HistorySettings,
-    SimBackend, StreamId,
+    annotate, Allocation, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
 use std::path::Path;
 

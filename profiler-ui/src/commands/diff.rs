@@ -3,10 +3,10 @@
 
 use crate::analysis::sites::{sites_in, Site};
 use crate::analysis::timeline::{allocated_peak, memory_series, pick_device, walker};
-use crate::output::load_trace;
+use crate::format::{format_size, signed_size};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use blockpool::trace::Snapshot;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -116,7 +116,7 @@ pub fn run(
         "allocated peak: {} -> {} ({})",
         format_size(report.peak_a),
         format_size(report.peak_b),
-        signed(report.peak_b as i128 - report.peak_a as i128)
+        signed_size(report.peak_b as i128 - report.peak_a as i128)
     );
     let _ = writeln!(
         text,
@@ -133,10 +133,10 @@ pub fn run(
             "{:>11} {:>11} {:>12}   {:>11} {:>11} {:>12}   {}",
             format_size(d.peak_a),
             format_size(d.peak_b),
-            signed(d.peak_change()),
+            signed_size(d.peak_change()),
             format_size(d.end_a),
             format_size(d.end_b),
-            signed(d.end_change()),
+            signed_size(d.end_change()),
             d.site
         );
     }
@@ -149,14 +149,4 @@ pub fn run(
     out.write(&text)?;
     out.flush()?;
     Ok(())
-}
-
-/// A change in bytes with its sign.
-fn signed(change: i128) -> String {
-    let magnitude = format_size(change.unsigned_abs().min(u64::MAX as u128) as u64);
-    match change {
-        0 => "0".to_string(),
-        c if c > 0 => format!("+{magnitude}"),
-        _ => format!("-{magnitude}"),
-    }
 }

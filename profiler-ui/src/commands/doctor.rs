@@ -5,9 +5,9 @@
 //! It exits 0 whether or not CUDA is usable: the report is the answer, and "unusable, because
 //! ..." is as much an answer as "usable".
 
+use crate::format::format_size;
 use crate::output::Output;
 use blockpool::cuda::{probe, DeviceReport, ProbedDevice};
-use blockpool::format_size;
 use std::fmt::Write as _;
 
 /// Probes CUDA and prints the report: text, one fact a line, or JSON with `json`.

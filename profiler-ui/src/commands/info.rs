@@ -1,10 +1,10 @@
 //! `memtrace info FILE [--json]`: what a trace holds — its format, devices, events per device
 //! by action, segments and blocks at the end, and the time span.
 
-use crate::output::load_trace;
+use crate::format::{count, format_size, seconds};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use blockpool::trace::file::LoadedTrace;
 use blockpool::trace::{Action, BlockState};
 use serde::Serialize;
@@ -190,38 +190,5 @@ pub fn run(file: &Path, json: bool, out: &mut Output) -> anyhow::Result<()> {
         out.write(&render(&report))?;
         out.flush()?;
         Ok(())
-    }
-}
-
-/// `1234567` as `1,234,567`.
-pub fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut text = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            text.push(',');
-        }
-        text.push(c);
-    }
-    text
-}
-
-/// Microseconds as seconds with six decimals.
-pub fn seconds(us: u64) -> String {
-    format!("{}.{:06} s", us / 1_000_000, us % 1_000_000)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_and_seconds_read_naturally() {
-        assert_eq!(count(0), "0");
-        assert_eq!(count(999), "999");
-        assert_eq!(count(1000), "1,000");
-        assert_eq!(count(1_234_567), "1,234,567");
-        assert_eq!(seconds(12_345_678), "12.345678 s");
-        assert_eq!(seconds(5), "0.000005 s");
     }
 }

@@ -2,11 +2,10 @@
 //! its end, grouped by site, and the sites whose live memory grows across annotated steps.
 
 use crate::analysis::leaks::{find_leaks, LeakReport};
-use crate::commands::info::count;
-use crate::output::load_trace;
+use crate::format::{count, format_size};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use std::fmt::Write as _;
 use std::path::Path;
 

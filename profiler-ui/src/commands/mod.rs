@@ -1,79 +1,19 @@
-//! One module per subcommand; [`run`] dispatches.
+//! The subcommands, one module each, named as on the command line; [`run`] (`dispatch.rs`)
+//! runs the one a command line names. Most read a trace (`load.rs`), take what they show from
+//! `analysis/` and print it as text or JSON; `serve` hands the trace to the viewer (`serve/`).
 
 mod convert;
 mod demo;
 mod diff;
+mod dispatch;
 mod doctor;
 mod info;
 mod leaks;
-pub mod replay;
+mod replay;
 mod segments;
 mod serve;
-pub(crate) mod summary;
+mod summary;
 mod timeline;
 mod top;
 
-use crate::analysis::timeline::Point;
-use crate::cli::Command;
-use crate::output::Output;
-
-/// Runs `command`, writing its report to `out`.
-pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
-    match command {
-        Command::Info { file, json } => info::run(&file, json, out),
-        Command::Summary { file, json } => summary::run(&file, json, out),
-        Command::Leaks { file, device, json } => leaks::run(&file, device, json, out),
-        Command::Top {
-            file,
-            at,
-            device,
-            sort,
-            limit,
-            json,
-        } => {
-            let options = top::TopOptions {
-                device,
-                point: Point::from_options(at.at, at.peak),
-                order: sort,
-                limit,
-                json,
-            };
-            top::run(&file, options, out)
-        }
-        Command::Segments {
-            file,
-            at,
-            device,
-            json,
-        } => segments::run(
-            &file,
-            device,
-            Point::from_options(at.at, at.peak),
-            json,
-            out,
-        ),
-        Command::Timeline {
-            file,
-            out: svg,
-            device,
-        } => timeline::run(&file, &svg, device, out),
-        Command::Diff { a, b, device, json } => diff::run(&a, &b, device, json, out),
-        Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
-        Command::Demo {
-            out: trace,
-            serve: then_serve,
-            port,
-            open,
-        } => {
-            demo::run(&trace, out)?;
-            if then_serve || open {
-                out.write("\n")?;
-                serve::run(&trace, port, open, out)?;
-            }
-            Ok(())
-        }
-        Command::Doctor { json } => doctor::run(json, out),
-        Command::Replay(args) => replay::run(args, out),
-        Command::Serve { file, port, open } => serve::run(&file, port, open, out),
-    }
-}
+pub use dispatch::run;

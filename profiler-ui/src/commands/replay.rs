@@ -5,19 +5,20 @@
 //! blockpool did beside what the trace's own allocator did.
 //!
 //! `start.rs` turns the starting state into segments to adopt, `engine.rs` runs one replay,
-//! `recorded.rs` rebuilds the trace allocator's own figures, `capacity.rs` reads `--capacity`
-//! and searches the smallest capacity that suffices.
+//! `recorded.rs` rebuilds the trace allocator's own figures, `capacity.rs` holds the default
+//! capacity and searches the smallest capacity that suffices. The arguments are
+//! [`ReplayArgs`], defined with the rest of the command line in `cli.rs`.
 
 mod capacity;
 mod engine;
 mod recorded;
 mod start;
 
-use crate::commands::info::count;
-use crate::output::load_trace;
+use crate::cli::ReplayArgs;
+use crate::format::{count, device_list, format_size};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use blockpool::trace::file::TraceFormat;
 use blockpool::trace::{Action, Snapshot};
 use blockpool::AllocatorConfig;
@@ -28,45 +29,9 @@ use recorded::Recorded;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
-use std::path::PathBuf;
 
 /// Events below which a replay is too short for a progress bar.
 const PROGRESS_MIN_EVENTS: u64 = 200_000;
-
-/// The arguments of `memtrace replay`.
-#[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
-    /// The trace file.
-    pub file: PathBuf,
-    /// Allocator settings in `PYTORCH_CUDA_ALLOC_CONF` syntax (default: the trace's own, else
-    /// PyTorch's defaults).
-    #[arg(long, value_name = "STR", value_parser = parse_config)]
-    pub config: Option<AllocatorConfig>,
-    /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix (default 1T).
-    #[arg(long, value_name = "BYTES", value_parser = capacity::parse_bytes)]
-    pub capacity: Option<u64>,
-    /// Start from the live blocks alone, allocated first in address order, instead of the
-    /// trace's segments.
-    #[arg(long)]
-    pub fresh: bool,
-    /// Also search the smallest capacity (on 2 MiB steps) that replays without out-of-memory.
-    #[arg(long)]
-    pub find_capacity: bool,
-    /// Put each segment where the trace had it and report how many allocations got the very
-    /// address the trace shows.
-    #[arg(long)]
-    pub exact: bool,
-    /// The device of the trace to replay (default: the first with events).
-    #[arg(long, value_name = "N")]
-    pub device: Option<u32>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn parse_config(text: &str) -> Result<AllocatorConfig, String> {
-    AllocatorConfig::parse(text).map_err(|e| e.to_string())
-}
 
 /// The report, as `--json` prints it.
 #[derive(Debug, Serialize)]
@@ -125,7 +90,7 @@ pub fn replay(
         Some(device) if devices.contains(&device) || devices.is_empty() && device == 0 => device,
         Some(device) => anyhow::bail!(
             "device {device} has no events or segments in this trace (it has: {})",
-            list(&devices)
+            device_list(&devices)
         ),
         None => first_device(snapshot, &devices),
     };
@@ -217,14 +182,6 @@ fn first_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
         .min()
         .or_else(|| devices.first().copied())
         .unwrap_or(0)
-}
-
-fn list(devices: &[u32]) -> String {
-    if devices.is_empty() {
-        return "none".to_string();
-    }
-    let names: Vec<String> = devices.iter().map(u32::to_string).collect();
-    names.join(", ")
 }
 
 /// The settings to replay with: `--config`, else the trace's own when blockpool understands

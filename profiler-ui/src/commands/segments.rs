@@ -4,11 +4,10 @@
 
 use crate::analysis::sites::site_name;
 use crate::analysis::timeline::{pick_device, walker, Point};
-use crate::commands::info::count;
-use crate::output::load_trace;
+use crate::format::{count, format_size};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use blockpool::trace::snapshot::{pool_name, Segment};
 use blockpool::trace::{BlockState, Snapshot};
 use serde::Serialize;

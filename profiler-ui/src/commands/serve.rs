@@ -2,7 +2,7 @@
 //! 127.0.0.1 and prints its address; runs until interrupted. `--open` asks the desktop to open
 //! the page and carries on without it when there is no browser.
 
-use crate::output::load_trace;
+use crate::load::load_trace;
 use crate::output::Output;
 use crate::serve::{bind, serve_forever, TraceModel};
 use anyhow::Context as _;

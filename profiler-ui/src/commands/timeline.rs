@@ -2,11 +2,10 @@
 //! over time as an SVG chart, with the outermost annotations (steps) marked.
 
 use crate::analysis::timeline::{memory_series, pick_device, steps, Sample, Step};
-use crate::commands::info::count;
-use crate::output::load_trace;
+use crate::format::{count, duration, format_size};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -121,7 +120,7 @@ pub fn render(title: &str, device: u32, series: &[Sample], steps: &[Step]) -> St
         );
     }
     let axis = if by_time {
-        format!("time (µs), {}", format_duration(x_max - x_min))
+        format!("time (µs), {}", duration(x_max - x_min))
     } else {
         format!(
             "event (no times recorded), {} events",
@@ -170,17 +169,6 @@ pub fn render(title: &str, device: u32, series: &[Sample], steps: &[Step]) -> St
     }
     svg.push_str("</svg>\n");
     svg
-}
-
-/// Microseconds in words.
-fn format_duration(us: f64) -> String {
-    if us >= 1e6 {
-        format!("{:.3} s", us / 1e6)
-    } else if us >= 1e3 {
-        format!("{:.3} ms", us / 1e3)
-    } else {
-        format!("{us:.0} µs")
-    }
 }
 
 /// `text` safe inside SVG text and attributes.

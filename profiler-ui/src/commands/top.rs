@@ -3,11 +3,10 @@
 
 use crate::analysis::sites::{sites_in, sort_sites, Site, SiteOrder};
 use crate::analysis::timeline::{pick_device, walker, Point};
-use crate::commands::info::count;
-use crate::output::load_trace;
+use crate::format::{count, format_size};
+use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::format_size;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;

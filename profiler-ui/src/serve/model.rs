@@ -8,8 +8,8 @@
 use super::error::ServeError;
 use crate::analysis::leaks::{find_leaks, LeakReport};
 use crate::analysis::sites::site_name;
+use crate::analysis::summary::{summarize, SummaryReport};
 use crate::analysis::timeline::{allocated_peak, memory_series};
-use crate::commands::summary::{summarize, SummaryReport};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
 use blockpool::trace::{Action, ContextId, Snapshot, StateWalker};
 use std::collections::HashMap;

@@ -1,5 +1,6 @@
-//! Device capacities: reading `--capacity`, and the search for the smallest capacity a trace
-//! replays in without running out of memory.
+//! Device capacities: the one a replay gets unless `--capacity` says otherwise, and the search
+//! for the smallest capacity a trace replays in without running out of memory
+//! (`--find-capacity`).
 
 use super::engine::{self, Outcome, Settings, Workload};
 use indicatif::ProgressBar;
@@ -11,35 +12,6 @@ pub const DEFAULT_CAPACITY: u64 = 1 << 40;
 
 /// The granularity of the capacity search, in bytes (2 MiB, the smallest segment).
 pub const SEARCH_STEP: u64 = 2 << 20;
-
-/// Reads a byte count: digits, optionally followed by `K`, `M`, `G` or `T` (powers of 1024,
-/// with or without `iB` or `B`), as `--capacity` takes it.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "`{text}` is not a byte count: use digits with an optional K, M, G or T suffix \
-                 (powers of 1024), e.g. 80G"
-            ))
-        }
-    };
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a byte count: it needs digits, e.g. 80G"))?;
-    value
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("`{text}` is more bytes than 2^64"))
-}
 
 /// The outcome of the capacity search.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -94,34 +66,4 @@ pub fn search(
         min_capacity_bytes: Some(high * SEARCH_STEP),
         replays,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_counts_read_with_binary_suffixes() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("80G"), Ok(80 << 30));
-        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
-        assert_eq!(parse_bytes("2kb"), Ok(2048));
-        assert_eq!(parse_bytes("1T"), Ok(1 << 40));
-        assert!(parse_bytes("").is_err());
-        assert!(parse_bytes("G").is_err());
-        assert!(parse_bytes("-1").is_err());
-        assert!(parse_bytes("1.5G").is_err());
-        assert_eq!(
-            parse_bytes("12 parsecs"),
-            Err(
-                "`12 parsecs` is not a byte count: use digits with an optional K, M, G or T \
-                 suffix (powers of 1024), e.g. 80G"
-                    .to_string()
-            )
-        );
-        assert_eq!(
-            parse_bytes("99999999999T"),
-            Err("`99999999999T` is more bytes than 2^64".to_string())
-        );
-    }
 }

@@ -1,0 +1,268 @@
+//! The summary of a trace, as `memtrace summary` prints it and the viewer's `/api/meta` carries
+//! it: per device, the peaks of allocated, reserved and requested memory and when they
+//! happened, fragmentation at the allocated peak, the sites holding the most memory there, and
+//! every out-of-memory event with the state it met and why it failed.
+
+use super::sites::{sites_in, Site};
+use super::timeline::walker;
+use crate::format::format_size;
+use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};
+use serde::Serialize;
+use std::path::Path;
+
+/// How many allocation sites the report lists at the peak.
+const TOP_SITES: usize = 10;
+
+/// The summary, as `memtrace summary --json` prints it.
+#[derive(Debug, Serialize)]
+pub struct SummaryReport {
+    /// The file, as given.
+    pub file: String,
+    /// `jsonl`, `pytorch` or `rmm-csv`.
+    pub format: &'static str,
+    /// Every device with segments or events.
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// One device of a [`SummaryReport`].
+#[derive(Debug, Serialize)]
+pub struct DeviceSummary {
+    /// Device index.
+    pub device: u32,
+    /// Recorded events.
+    pub events: usize,
+    /// Time from the first to the last event, in microseconds.
+    pub span_us: u64,
+    /// Highest bytes in allocated blocks.
+    pub peak_allocated: Peak,
+    /// Highest bytes in segments.
+    pub peak_reserved: Peak,
+    /// Highest bytes the callers of active blocks asked for.
+    pub peak_requested: Peak,
+    /// Segments at the allocated peak.
+    pub segments_at_peak: u64,
+    /// Segments at the end of the trace.
+    pub segments_at_end: u64,
+    /// (reserved - allocated) / reserved at the allocated peak; 0 with nothing reserved.
+    pub fragmentation_reserved: f64,
+    /// 1 - largest free block / all free bytes at the allocated peak: 0 when the free memory
+    /// is one block, near 1 when it is scattered; 0 with nothing free.
+    pub fragmentation_free: f64,
+    /// Largest inactive block at the allocated peak, in bytes.
+    pub largest_free_block: u64,
+    /// Inactive bytes at the allocated peak.
+    pub free_bytes: u64,
+    /// The sites holding the most allocated bytes at the allocated peak, most first.
+    pub top_sites: Vec<Site>,
+    /// Every out-of-memory event.
+    pub out_of_memory: Vec<OomExplained>,
+}
+
+/// A peak: its value and the first event index (state after that many events) reaching it.
+#[derive(Debug, Default, Serialize)]
+pub struct Peak {
+    /// Bytes.
+    pub bytes: u64,
+    /// The state index: the peak holds after this many of the device's events.
+    pub index: usize,
+    /// Time of the event that reached it, in microseconds since the origin.
+    pub time_us: u64,
+}
+
+/// An out-of-memory event and the state it met.
+#[derive(Debug, Serialize)]
+pub struct OomExplained {
+    /// The event's index among the device's events.
+    pub index: usize,
+    /// Time, in microseconds since the origin.
+    pub time_us: u64,
+    /// Bytes the failing request asked for.
+    pub requested_bytes: u64,
+    /// Bytes the device said were free (as the trace records it).
+    pub device_free_bytes: u64,
+    /// Bytes in segments at that moment.
+    pub reserved_bytes: u64,
+    /// Bytes in allocated blocks.
+    pub allocated_bytes: u64,
+    /// Inactive (cached) bytes.
+    pub cached_free_bytes: u64,
+    /// Largest cached free block.
+    pub largest_free_block: u64,
+    /// Why it failed, in words.
+    pub explanation: String,
+}
+
+/// Builds the summary of `snapshot`.
+pub fn summarize(
+    file: &Path,
+    format: &'static str,
+    snapshot: &Snapshot,
+) -> anyhow::Result<SummaryReport> {
+    let devices = snapshot
+        .devices()
+        .into_iter()
+        .map(|device| summarize_device(snapshot, device))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(SummaryReport {
+        file: file.display().to_string(),
+        format,
+        devices,
+    })
+}
+
+fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSummary> {
+    let mut walker = walker(snapshot, device)?;
+    let start = walker.totals();
+    let time_of = |index: usize, walker: &blockpool::trace::StateWalker| {
+        index
+            .checked_sub(1)
+            .and_then(|i| walker.events().get(i))
+            .map_or(0, |e| e.time_us)
+    };
+    let mut allocated = Peak {
+        bytes: start.allocated_bytes,
+        ..Peak::default()
+    };
+    let mut reserved = Peak {
+        bytes: start.reserved_bytes,
+        ..Peak::default()
+    };
+    let mut requested = Peak {
+        bytes: start.requested_bytes,
+        ..Peak::default()
+    };
+    let mut ooms = Vec::new();
+    while let Some(event) = walker.step() {
+        let (action, size, free) = (event.action, event.size, event.addr);
+        let index = walker.position();
+        let totals = walker.totals();
+        for (peak, value) in [
+            (&mut allocated, totals.allocated_bytes),
+            (&mut reserved, totals.reserved_bytes),
+            (&mut requested, totals.requested_bytes),
+        ] {
+            if value > peak.bytes {
+                *peak = Peak {
+                    bytes: value,
+                    index,
+                    time_us: 0,
+                };
+            }
+        }
+        if action == Action::Oom {
+            ooms.push((index - 1, size, free));
+        }
+    }
+    let segments_at_end = walker.totals().segments;
+    for peak in [&mut allocated, &mut reserved, &mut requested] {
+        peak.time_us = time_of(peak.index, &walker);
+    }
+    let out_of_memory = ooms
+        .into_iter()
+        .map(|(index, requested_bytes, device_free_bytes)| {
+            walker.seek(index)?;
+            let state = walker.state();
+            let totals = walker.totals();
+            let (free_bytes, largest) = free_space(&state);
+            let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
+            Ok(OomExplained {
+                index,
+                time_us,
+                requested_bytes,
+                device_free_bytes,
+                reserved_bytes: totals.reserved_bytes,
+                allocated_bytes: totals.allocated_bytes,
+                cached_free_bytes: free_bytes,
+                largest_free_block: largest,
+                explanation: explain_oom(requested_bytes, device_free_bytes, free_bytes, largest),
+            })
+        })
+        .collect::<Result<Vec<_>, blockpool::trace::StateError>>()?;
+    walker.seek(allocated.index)?;
+    let state = walker.state();
+    let totals = walker.totals();
+    let (free_bytes, largest_free_block) = free_space(&state);
+    let ratio = |part: u64, whole: u64| {
+        if whole == 0 {
+            0.0
+        } else {
+            part as f64 / whole as f64
+        }
+    };
+    let events = walker.len();
+    let span_us = match (walker.events().first(), walker.events().last()) {
+        (Some(first), Some(last)) => last.time_us.saturating_sub(first.time_us),
+        _ => 0,
+    };
+    Ok(DeviceSummary {
+        device,
+        events,
+        span_us,
+        segments_at_peak: totals.segments,
+        segments_at_end,
+        fragmentation_reserved: ratio(
+            totals.reserved_bytes.saturating_sub(totals.allocated_bytes),
+            totals.reserved_bytes,
+        ),
+        fragmentation_free: if free_bytes == 0 {
+            0.0
+        } else {
+            1.0 - ratio(largest_free_block, free_bytes)
+        },
+        largest_free_block,
+        free_bytes,
+        top_sites: top_sites(snapshot, &state),
+        out_of_memory,
+        peak_allocated: allocated,
+        peak_reserved: reserved,
+        peak_requested: requested,
+    })
+}
+
+/// Inactive bytes and the largest inactive block of `state`.
+fn free_space(state: &DeviceState) -> (u64, u64) {
+    state
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == BlockState::Inactive)
+        .fold((0, 0), |(total, largest), b| {
+            (total.saturating_add(b.size), largest.max(b.size))
+        })
+}
+
+/// Allocated bytes by site in `state`, most first, at most [`TOP_SITES`].
+fn top_sites(snapshot: &Snapshot, state: &DeviceState) -> Vec<Site> {
+    let mut sites = sites_in(snapshot, state);
+    sites.truncate(TOP_SITES);
+    sites
+}
+
+/// Why a request of `requested` bytes failed, from what was free.
+fn explain_oom(requested: u64, device_free: u64, cached_free: u64, largest: u64) -> String {
+    let request = format_size(requested);
+    if cached_free >= requested && largest < requested {
+        format!(
+            "{request} requested: {} was cached but scattered (largest free block {}), and \
+             the device had only {} free; fragmentation (try max_split_size_mb or \
+             expandable_segments)",
+            format_size(cached_free),
+            format_size(largest),
+            format_size(device_free)
+        )
+    } else if largest >= requested {
+        format!(
+            "{request} requested: a free block of {} was cached, but on another stream or \
+             pool (blocks are reused only on the stream that freed them)",
+            format_size(largest)
+        )
+    } else {
+        format!(
+            "{request} requested: only {} was cached (largest block {}) and the device had \
+             {} free; the program needs more memory than the device has",
+            format_size(cached_free),
+            format_size(largest),
+            format_size(device_free)
+        )
+    }
+}

@@ -1,0 +1,71 @@
+//! From a parsed command line to the command that runs it: [`run`] turns each subcommand's
+//! arguments into the options its module takes (`--at` / `--peak` into a [`Point`]) and calls
+//! it; `demo --serve` runs the demo and then the viewer on the trace it wrote.
+
+use super::{
+    convert, demo, diff, doctor, info, leaks, replay, segments, serve, summary, timeline, top,
+};
+use crate::analysis::timeline::Point;
+use crate::cli::Command;
+use crate::output::Output;
+
+/// Runs `command`, writing its report to `out`.
+pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
+    match command {
+        Command::Info { file, json } => info::run(&file, json, out),
+        Command::Summary { file, json } => summary::run(&file, json, out),
+        Command::Leaks { file, device, json } => leaks::run(&file, device, json, out),
+        Command::Top {
+            file,
+            at,
+            device,
+            sort,
+            limit,
+            json,
+        } => {
+            let options = top::TopOptions {
+                device,
+                point: Point::from_options(at.at, at.peak),
+                order: sort,
+                limit,
+                json,
+            };
+            top::run(&file, options, out)
+        }
+        Command::Segments {
+            file,
+            at,
+            device,
+            json,
+        } => segments::run(
+            &file,
+            device,
+            Point::from_options(at.at, at.peak),
+            json,
+            out,
+        ),
+        Command::Timeline {
+            file,
+            out: svg,
+            device,
+        } => timeline::run(&file, &svg, device, out),
+        Command::Diff { a, b, device, json } => diff::run(&a, &b, device, json, out),
+        Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
+        Command::Demo {
+            out: trace,
+            serve: then_serve,
+            port,
+            open,
+        } => {
+            demo::run(&trace, out)?;
+            if then_serve || open {
+                out.write("\n")?;
+                serve::run(&trace, port, open, out)?;
+            }
+            Ok(())
+        }
+        Command::Doctor { json } => doctor::run(json, out),
+        Command::Replay(args) => replay::run(args, out),
+        Command::Serve { file, port, open } => serve::run(&file, port, open, out),
+    }
+}
