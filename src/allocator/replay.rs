@@ -57,7 +57,7 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn device_totals(&self, device: DeviceIndex) -> Result<MemoryTotals, Error> {
         let dev = self.device(device)?;
         let stats = dev.stats();
-        let current = |array: &crate::stats::StatArray| array[0].current.max(0) as u64;
+        let current = |array: &crate::stats::StatArray| array.all.current.max(0) as u64;
         Ok(MemoryTotals {
             allocated_bytes: current(&stats.allocated_bytes),
             active_bytes: current(&stats.active_bytes),
