@@ -108,7 +108,8 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(())
     }
 
-    /// The recorded events of `device`, oldest first (empty when history is off).
+    /// The recorded events of `device`, oldest first (empty when history is off;
+    /// [`DeviceView::history`](crate::DeviceView::history)).
     pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
         Ok(self.device(device)?.history())
     }

@@ -38,7 +38,7 @@ impl<B: Backend> CachingAllocator<B> {
         segment: &AdoptSegment<'_>,
     ) -> Result<Vec<u64>, AdoptError> {
         let stamp = self.shared.stamp(ContextLevel::State);
-        let mut dev = self.device(device)?;
+        let mut dev = self.lock_device(device)?;
         dev.set_event_stamp(stamp);
         let adopted = dev.adopt_segment(&self.shared.backend, segment)?;
         drop(dev);
@@ -55,7 +55,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// `.all.current` statistics), without copying every statistic as
     /// [`CachingAllocator::device_stats`] does.
     pub fn device_totals(&self, device: DeviceIndex) -> Result<MemoryTotals, Error> {
-        let dev = self.device(device)?;
+        let dev = self.lock_device(device)?;
         let stats = dev.stats();
         let current = |array: &crate::stats::StatArray| array.all.current.max(0) as u64;
         Ok(MemoryTotals {
