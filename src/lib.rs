@@ -66,6 +66,7 @@
 //! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), [`CachingAllocator::snapshot`], trace files (our JSON Lines with a streaming sink, PyTorch snapshot pickles both ways, Perfetto, RMM's CSV log) and the state at any event |
 //! | [`cuda`] | `CudaBackend` (feature `cuda`) over cudarc, `DeviceBuffer<T>` (cudarc's `DeviceSlice`/`DevicePtr`/`DevicePtrMut`/`PushKernelArg`), [`cuda::probe`] (what CUDA this machine has, and why not) |
 //! | [`global`] | the process-wide default allocator: CUDA when usable, else the simulated device (`BLOCKPOOL_BACKEND=cuda\|sim`) |
+//! | [`introspect`] | [`Introspect`](introspect::Introspect): bookkeeping access for replay tools and tests (segments, invariants, adopting a trace's segments); not needed to allocate |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
 //!
 //! ## Features of the simulated device
@@ -82,6 +83,7 @@ pub mod error;
 pub mod event;
 pub mod global;
 pub mod host;
+pub mod introspect;
 pub mod pool;
 pub mod stats;
 pub mod trace;

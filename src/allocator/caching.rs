@@ -10,7 +10,7 @@ use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::event::{ContextLevel, EventStamp};
-use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep, SegmentView};
+use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
 use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -326,25 +326,6 @@ impl<B: Backend> CachingAllocator<B> {
         }
         self.lock_device(device)?
             .set_memory_fraction(&self.shared.backend, fraction)
-    }
-
-    /// Segments of `device` with their blocks, lowest address first.
-    pub fn segments(&self, device: DeviceIndex) -> Result<Vec<SegmentView>> {
-        Ok(self.lock_device(device)?.segments())
-    }
-
-    /// Checks every bookkeeping invariant of `device` (see `DeviceAllocator::check_invariants`).
-    pub fn check_invariants(
-        &self,
-        device: DeviceIndex,
-    ) -> Result<(), crate::pool::InvariantViolation> {
-        match self.shared.lock(device) {
-            Ok(dev) => dev.check_invariants(),
-            Err(e) => Err(crate::pool::InvariantViolation {
-                device,
-                message: e.to_string(),
-            }),
-        }
     }
 }
 

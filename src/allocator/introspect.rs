@@ -1,38 +1,33 @@
-//! Entry points for replaying a trace through the allocator: adopting the segments and live
-//! blocks a trace began with, as raw allocations freed by address like any other, and a cheap
-//! look at the current totals for peak tracking after every event.
+//! [`Introspect`] for the [`CachingAllocator`]: a device's segments and invariants, adopting
+//! the segments and live blocks a trace began with (as raw allocations, freed by address like
+//! any other), and a cheap look at the current totals for peak tracking after every event.
 
 use super::caching::CachingAllocator;
 use crate::backend::{Backend, DeviceIndex};
-use crate::error::Error;
-use crate::pool::{AdoptError, AdoptSegment};
+use crate::error::Result;
+use crate::introspect::{sealed::Sealed, Introspect};
+use crate::pool::{AdoptError, AdoptSegment, InvariantViolation, SegmentView};
+use crate::stats::StatArray;
 use crate::trace::{ContextLevel, MemoryTotals};
 
-impl<B: Backend> CachingAllocator<B> {
-    /// Takes over a segment that already exists on `device` with its live blocks (see
-    /// [`DeviceAllocator::adopt_segment`](crate::pool::DeviceAllocator::adopt_segment)) and
-    /// returns the address of each live block, lowest first. Each is a raw allocation from
-    /// then on: free it with [`CachingAllocator::free`].
-    ///
-    /// ```
-    /// use blockpool::pool::{AdoptBlock, AdoptSegment, PoolKind};
-    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
-    ///
-    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
-    /// let live = [AdoptBlock { offset: 0, size: 1 << 20, requested: 1 << 20 }];
-    /// let segment = AdoptSegment {
-    ///     size: 2 << 20,
-    ///     pool: PoolKind::Small,
-    ///     stream: StreamId::DEFAULT,
-    ///     blocks: &live,
-    /// };
-    /// let ptrs = alloc.adopt_segment(0, &segment)?;
-    /// assert_eq!(alloc.device_totals(0)?.allocated_bytes, 1 << 20);
-    /// alloc.free(0, ptrs[0])?;
-    /// assert_eq!(alloc.device_totals(0)?.allocated_bytes, 0);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn adopt_segment(
+impl<B: Backend> Sealed for CachingAllocator<B> {}
+
+impl<B: Backend> Introspect for CachingAllocator<B> {
+    fn segments(&self, device: DeviceIndex) -> Result<Vec<SegmentView>> {
+        Ok(self.lock_device(device)?.segments())
+    }
+
+    fn check_invariants(&self, device: DeviceIndex) -> Result<(), InvariantViolation> {
+        match self.lock_device(device) {
+            Ok(dev) => dev.check_invariants(),
+            Err(e) => Err(InvariantViolation {
+                device,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    fn adopt_segment(
         &self,
         device: DeviceIndex,
         segment: &AdoptSegment<'_>,
@@ -51,13 +46,10 @@ impl<B: Backend> CachingAllocator<B> {
             .collect())
     }
 
-    /// The current totals of `device`, named as a trace's [`MemoryTotals`] are (the
-    /// `.all.current` statistics), without copying every statistic as
-    /// [`CachingAllocator::device_stats`] does.
-    pub fn device_totals(&self, device: DeviceIndex) -> Result<MemoryTotals, Error> {
+    fn device_totals(&self, device: DeviceIndex) -> Result<MemoryTotals> {
         let dev = self.lock_device(device)?;
         let stats = dev.stats();
-        let current = |array: &crate::stats::StatArray| array.all.current.max(0) as u64;
+        let current = |array: &StatArray| array.all.current.max(0) as u64;
         Ok(MemoryTotals {
             allocated_bytes: current(&stats.allocated_bytes),
             active_bytes: current(&stats.active_bytes),

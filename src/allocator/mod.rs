@@ -8,13 +8,15 @@
 //! `caching.rs` holds the allocator and its shared state, `device_view.rs` the per-device
 //! [`DeviceView`] (the device API without an index to get wrong), `handle.rs` the owning
 //! handle, `history.rs` history recording and the event stamps taken on the hot path, and
-//! `sink.rs` trace files: dumping a snapshot and streaming the history as it is recorded.
+//! `sink.rs` trace files: dumping a snapshot and streaming the history as it is recorded;
+//! `introspect.rs` implements [`Introspect`](crate::introspect::Introspect), the bookkeeping
+//! access replay tools and tests use.
 
 mod caching;
 mod device_view;
 mod handle;
 mod history;
-mod replay;
+mod introspect;
 #[cfg(feature = "trace-files")]
 mod sink;
 

@@ -9,6 +9,7 @@
 
 use super::start::{StartPlan, StartSegment};
 use anyhow::Context as _;
+use blockpool::introspect::Introspect;
 use blockpool::pool::{AdoptError, AdoptSegment};
 use blockpool::trace::{Action, TraceEvent};
 use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend};
