@@ -22,6 +22,7 @@
 //!
 //! Run with `cargo bench --bench allocator`; see `benches/README.md` for the numbers.
 
+use blockpool::introspect::Introspect;
 use blockpool::{
     annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings,
     SimBackend, StreamId,

@@ -27,8 +27,9 @@
 //! * **Threads.** One lock per device; with `release_lock_on_cudamalloc:True` it is released
 //!   while the device allocates a segment, so other threads keep allocating from the cache
 //!   during a slow `cuMemAlloc`.
-//! * **Statistics.** [`CachingAllocator::memory_stats`] has the 122 keys of
-//!   `torch.cuda.memory_stats()`; [`CachingAllocator::memory_summary`] prints its table.
+//! * **Statistics.** [`DeviceView::stats`] reads them typed
+//!   (`stats.allocated_bytes.all.current`), [`DeviceView::memory_stats`] as the 122 keys of
+//!   `torch.cuda.memory_stats()`; [`DeviceView::memory_summary`] prints its table.
 //!
 //! ## Quick start
 //!
@@ -36,16 +37,22 @@
 //! use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
 //!
 //! let alloc = CachingAllocator::new(SimBackend::new(1, 80 << 30), AllocatorConfig::default());
-//! let a = alloc.allocate(0, 4096, StreamId::DEFAULT)?; // owning handle
+//! let dev = alloc.device(0)?; // device 0; the only place a bad index can fail
+//! let a = dev.allocate(4096, StreamId::DEFAULT)?; // owning handle
 //! assert_eq!((a.size(), a.requested_size()), (4096, 4096));
 //! drop(a); // back to the cache, not to the device
-//! let stats = alloc.memory_stats(0)?;
-//! assert_eq!(stats["reserved_bytes.all.current"], 2 << 20); // one 2 MiB small segment
-//! assert_eq!(stats["allocated_bytes.all.current"], 0);
+//! let stats = dev.stats();
+//! assert_eq!(stats.reserved_bytes.all.current, 2 << 20); // one 2 MiB small segment
+//! assert_eq!(stats.allocated_bytes.all.current, 0);
+//! assert_eq!(dev.memory_stats()["allocated_bytes.all.peak"], 4096); // PyTorch's flat keys
 //! alloc.empty_cache()?;
-//! print!("{}", alloc.memory_summary(0)?);
+//! print!("{}", dev.memory_summary());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! The index-taking methods of [`CachingAllocator`] (`alloc.memory_stats(0)?`,
+//! `alloc.allocate(0, size, stream)?`) mirror PyTorch's `torch.cuda.*(device)` functions and
+//! answer the same.
 //!
 //! ## Layers
 //!
@@ -53,12 +60,13 @@
 //! |---|---|
 //! | [`backend`] | the [`Backend`] trait (segments, streams, events) and [`SimBackend`] |
 //! | [`pool`] | pure bookkeeping: sizing rules, blocks, free lists, one device's allocator |
-//! | [`CachingAllocator`] | one pool per device behind a mutex, owning handles, raw pointers |
+//! | [`CachingAllocator`] | one pool per device behind a mutex, per-device [`DeviceView`]s, owning handles, raw pointers |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
 //! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), [`CachingAllocator::snapshot`], trace files (our JSON Lines with a streaming sink, PyTorch snapshot pickles both ways, Perfetto, RMM's CSV log) and the state at any event |
 //! | [`cuda`] | `CudaBackend` (feature `cuda`) over cudarc, `DeviceBuffer<T>` (cudarc's `DeviceSlice`/`DevicePtr`/`DevicePtrMut`/`PushKernelArg`), [`cuda::probe`] (what CUDA this machine has, and why not) |
 //! | [`global`] | the process-wide default allocator: CUDA when usable, else the simulated device (`BLOCKPOOL_BACKEND=cuda\|sim`) |
+//! | [`introspect`] | [`Introspect`](introspect::Introspect): bookkeeping access for replay tools and tests (segments, invariants, adopting a trace's segments); not needed to allocate |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
 //!
 //! ## Features of the simulated device
@@ -75,13 +83,14 @@ pub mod error;
 pub mod event;
 pub mod global;
 pub mod host;
+pub mod introspect;
 pub mod pool;
 pub mod stats;
 pub mod trace;
 
 mod allocator;
 
-pub use allocator::{Allocation, CachingAllocator, FreeMemoryCallback};
+pub use allocator::{Allocation, CachingAllocator, DeviceView, FreeMemoryCallback};
 pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
     SimFault, SimHostCalls, StreamId,

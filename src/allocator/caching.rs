@@ -3,13 +3,15 @@
 //! callbacks run (with no lock held) when a request misses the cache. History recording lives
 //! in `history.rs`, the owning [`Allocation`] handle in `handle.rs`.
 
+#[cfg(doc)]
+use super::device_view::DeviceView;
 use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::event::{ContextLevel, EventStamp};
-use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep, SegmentView};
-use crate::stats::{memory_summary, DeviceStats, MemoryStats};
+use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
+use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::fmt;
@@ -51,6 +53,10 @@ impl Drop for CallbacksRunning {
 /// gone, every cached segment goes back to the backend (after waiting for pending deferred
 /// frees), so dropping an allocator leaks no device memory; only raw allocations from
 /// [`malloc`](Self::malloc) never given to [`free`](Self::free) are left, with a warning.
+///
+/// Methods that take a device index mirror PyTorch's `torch.cuda.*(device)` functions; the
+/// [`DeviceView`] from [`device`](Self::device) has the same calls without the index, and
+/// returns plain values where the index was the only thing that could fail.
 ///
 /// ```
 /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
@@ -175,7 +181,7 @@ impl<B: Backend> CachingAllocator<B> {
         self.shared.devices.len()
     }
 
-    pub(super) fn device(
+    pub(super) fn lock_device(
         &self,
         device: DeviceIndex,
     ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
@@ -249,7 +255,9 @@ impl<B: Backend> CachingAllocator<B> {
         }
         let entry = self.shared.raw.get(&ptr).map(|e| *e.value());
         match entry {
-            Some((owner, id)) if owner == device => self.device(device)?.record_stream(id, stream),
+            Some((owner, id)) if owner == device => {
+                self.lock_device(device)?.record_stream(id, stream)
+            }
             _ => Err(match self.shared.explain_bad_pointer(device, ptr) {
                 Error::DoubleFree { device, ptr } => Error::UseAfterFree { device, ptr },
                 other => other,
@@ -267,11 +275,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// device to the device. Segments holding a live block stay.
     pub fn empty_cache(&self) -> Result<()> {
         let mut first_error = Ok(());
-        for device in 0..self.device_count() {
-            let stamp = self.shared.stamp(ContextLevel::All);
-            let mut dev = self.device(device)?;
-            dev.set_event_stamp(stamp);
-            let result = dev.empty_cache(&self.shared.backend);
+        for device in self.devices() {
+            let result = device.empty_cache();
             if first_error.is_ok() {
                 first_error = result;
             }
@@ -279,38 +284,37 @@ impl<B: Backend> CachingAllocator<B> {
         first_error
     }
 
-    /// A copy of `device`'s statistics.
+    /// A copy of `device`'s statistics ([`DeviceView::stats`]).
     pub fn device_stats(&self, device: DeviceIndex) -> Result<DeviceStats> {
-        Ok(self.device(device)?.stats().clone())
+        Ok(self.device(device)?.stats())
     }
 
-    /// Statistics of `device` as flat keys, exactly as `torch.cuda.memory_stats()` names them.
+    /// Statistics of `device` as flat keys, exactly as `torch.cuda.memory_stats()` names them
+    /// ([`DeviceView::memory_stats`]).
     pub fn memory_stats(&self, device: DeviceIndex) -> Result<MemoryStats> {
-        Ok(self.device(device)?.stats().to_flat())
+        Ok(self.device(device)?.memory_stats())
     }
 
     /// Sets every peak statistic of `device` to its current value.
     pub fn reset_peak_memory_stats(&self, device: DeviceIndex) -> Result<()> {
-        self.device(device)?.stats_mut().reset_peak();
+        self.device(device)?.reset_peak_memory_stats();
         Ok(())
     }
 
     /// Zeroes the accumulated totals and counters of `device`.
     pub fn reset_accumulated_memory_stats(&self, device: DeviceIndex) -> Result<()> {
-        self.device(device)?.stats_mut().reset_accumulated();
+        self.device(device)?.reset_accumulated_memory_stats();
         Ok(())
     }
 
-    /// PyTorch's `memory_summary()` table for `device`.
+    /// PyTorch's `memory_summary()` table for `device` ([`DeviceView::memory_summary`]).
     pub fn memory_summary(&self, device: DeviceIndex) -> Result<String> {
-        let stats = self.device_stats(device)?;
-        Ok(memory_summary(device, &stats, false))
+        Ok(self.device(device)?.memory_summary())
     }
 
     /// Free and total memory of `device`, as the backend reports them.
     pub fn mem_get_info(&self, device: DeviceIndex) -> Result<MemInfo> {
-        self.shared.check_device(device)?;
-        Ok(self.shared.backend.mem_get_info(device)?)
+        self.device(device)?.mem_get_info()
     }
 
     /// Caps what this allocator may reserve on `device` at `fraction` of its capacity; requests
@@ -323,27 +327,8 @@ impl<B: Backend> CachingAllocator<B> {
         if !(0.0..=1.0).contains(&fraction) {
             return Err(Error::InvalidMemoryFraction { fraction });
         }
-        self.device(device)?
+        self.lock_device(device)?
             .set_memory_fraction(&self.shared.backend, fraction)
-    }
-
-    /// Segments of `device` with their blocks, lowest address first.
-    pub fn segments(&self, device: DeviceIndex) -> Result<Vec<SegmentView>> {
-        Ok(self.device(device)?.segments())
-    }
-
-    /// Checks every bookkeeping invariant of `device` (see `DeviceAllocator::check_invariants`).
-    pub fn check_invariants(
-        &self,
-        device: DeviceIndex,
-    ) -> Result<(), crate::pool::InvariantViolation> {
-        match self.shared.lock(device) {
-            Ok(dev) => dev.check_invariants(),
-            Err(e) => Err(crate::pool::InvariantViolation {
-                device,
-                message: e.to_string(),
-            }),
-        }
     }
 }
 

@@ -108,7 +108,8 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(())
     }
 
-    /// The recorded events of `device`, oldest first (empty when history is off).
+    /// The recorded events of `device`, oldest first (empty when history is off;
+    /// [`DeviceView::history`](crate::DeviceView::history)).
     pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
         Ok(self.device(device)?.history())
     }
@@ -156,7 +157,7 @@ impl<B: Backend> CachingAllocator<B> {
             let mut allocator = allocator.lock();
             let views = allocator.segments();
             if recording {
-                let active = allocator.stats().active_bytes[0].current.max(0) as u64;
+                let active = allocator.stats().active_bytes.all.current.max(0) as u64;
                 allocator.set_event_stamp(EventStamp {
                     time_us: shared.recording_time_us(),
                     context: ContextId::NONE,

@@ -5,16 +5,21 @@
 //! owning [`Allocation`] that frees its block on drop; the raw-pointer API (`malloc` / `free` by
 //! address, for the C ABI) keeps live pointers in a sharded `DashMap` instead.
 //!
-//! `caching.rs` holds the allocator and its shared state, `handle.rs` the owning handle, and
-//! `history.rs` history recording and the event stamps taken on the hot path, `sink.rs` trace
-//! files: dumping a snapshot and streaming the history as it is recorded.
+//! `caching.rs` holds the allocator and its shared state, `device_view.rs` the per-device
+//! [`DeviceView`] (the device API without an index to get wrong), `handle.rs` the owning
+//! handle, `history.rs` history recording and the event stamps taken on the hot path, and
+//! `sink.rs` trace files: dumping a snapshot and streaming the history as it is recorded;
+//! `introspect.rs` implements [`Introspect`](crate::introspect::Introspect), the bookkeeping
+//! access replay tools and tests use.
 
 mod caching;
+mod device_view;
 mod handle;
 mod history;
-mod replay;
+mod introspect;
 #[cfg(feature = "trace-files")]
 mod sink;
 
 pub use caching::{CachingAllocator, FreeMemoryCallback};
+pub use device_view::DeviceView;
 pub use handle::Allocation;

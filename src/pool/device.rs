@@ -124,8 +124,9 @@ impl<E> DeviceAllocator<E> {
         &self.stats
     }
 
-    /// Mutable statistics, for the peak and accumulated resets.
-    pub fn stats_mut(&mut self) -> &mut DeviceStats {
+    /// Mutable statistics, for the allocator's peak and accumulated resets. Not public: every
+    /// other change to them is the bookkeeping's, and `check_invariants` holds them to it.
+    pub(crate) fn stats_mut(&mut self) -> &mut DeviceStats {
         &mut self.stats
     }
 

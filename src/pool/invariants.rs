@@ -321,8 +321,11 @@ fn compare_stats(stats: &DeviceStats, expected: &Expected) -> Result<(), String>
         ),
     ];
     for (name, actual, want) in arrays {
-        for (i, pool) in ["all", "small_pool", "large_pool"].iter().enumerate() {
-            check_stat(&format!("{name}.{pool}"), &actual[i], want[i])?;
+        let pools = ["all", "small_pool", "large_pool"]
+            .iter()
+            .zip(actual.iter());
+        for ((pool, stat), &want) in pools.zip(want) {
+            check_stat(&format!("{name}.{pool}"), stat, want)?;
         }
     }
     check_stat(

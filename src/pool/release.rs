@@ -261,7 +261,7 @@ impl<E> DeviceAllocator<E> {
             device_total_bytes: info.total_bytes,
             device_free_bytes: info.free_bytes,
             limit_bytes: self.limit_bytes(backend)?,
-            allocated_bytes: self.stats.allocated_bytes[0].current as usize,
+            allocated_bytes: self.stats.allocated_bytes.all.current as usize,
             reserved_bytes: self.reserved,
         })))
     }

@@ -3,31 +3,18 @@
 //! allocator's logic so that `malloc.rs`, `device.rs` and `release.rs` read as the rules they
 //! implement, not as the counting around them.
 
-use crate::stats::{DeviceStats, StatArray, StatType};
-
-pub(crate) fn stat_types(small: bool) -> [usize; 2] {
-    [
-        StatType::Aggregate as usize,
-        if small {
-            StatType::SmallPool
-        } else {
-            StatType::LargePool
-        } as usize,
-    ]
-}
+use crate::stats::{DeviceStats, StatArray};
 
 #[inline]
 pub(crate) fn increase(array: &mut StatArray, small: bool, amount: u64) {
-    for t in stat_types(small) {
-        array[t].increase(amount);
-    }
+    array.all.increase(amount);
+    array.pool_mut(small).increase(amount);
 }
 
 #[inline]
 pub(crate) fn decrease(array: &mut StatArray, small: bool, amount: u64) {
-    for t in stat_types(small) {
-        array[t].decrease(amount);
-    }
+    array.all.decrease(amount);
+    array.pool_mut(small).decrease(amount);
 }
 
 /// Adds `net` (which may be negative) to the aggregate and the small or large pool entry.

@@ -53,7 +53,7 @@ const ARRAY_NAMES: [&str; 9] = [
     "requested_bytes",
 ];
 
-/// Pool names, indexed by [`StatType`](super::StatType).
+/// Pool names, in the order of [`StatArray::iter`](super::StatArray::iter).
 const POOL_NAMES: [&str; 3] = ["all", "small_pool", "large_pool"];
 
 /// The four parts of a [`Stat`](super::Stat), in field order.
@@ -240,7 +240,7 @@ mod tests {
                 ("small_pool", StatType::SmallPool),
                 ("large_pool", StatType::LargePool),
             ] {
-                let s = array[ty as usize];
+                let s = array[ty];
                 let prefix = format!("{name}.{pool}");
                 assert_eq!(
                     flat[&format!("{prefix}.current")],

@@ -1,6 +1,8 @@
 //! The record the pool keeps: [`Stat`] (current, peak and totals of one quantity), its
 //! per-pool [`StatArray`], and [`DeviceStats`], every statistic of one device with its resets.
 
+use std::ops::{Index, IndexMut};
+
 /// One statistic: its current value, its peak since the last peak reset, and the totals added
 /// and removed since the last accumulated reset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,7 +46,7 @@ impl Stat {
     }
 }
 
-/// Which pool a statistic covers.
+/// Which pool a statistic covers: the index of a [`StatArray`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatType {
     /// Both pools together (`all`).
@@ -55,8 +57,74 @@ pub enum StatType {
     LargePool = 2,
 }
 
-/// A statistic for `all`, `small_pool` and `large_pool`, indexed by [`StatType`].
-pub type StatArray = [Stat; 3];
+/// One quantity for both pools together and for each pool, as PyTorch's `StatArray`: read
+/// `stats.allocated_bytes.all.current` where PyTorch's flat key is
+/// `allocated_bytes.all.current`. Also indexed by [`StatType`].
+///
+/// ```
+/// use blockpool::stats::{StatArray, StatType};
+///
+/// let mut array = StatArray::default();
+/// array.all.increase(4096);
+/// array.large_pool.increase(4096);
+/// assert_eq!(array[StatType::LargePool].current, 4096);
+/// assert_eq!(array.iter().map(|s| s.current).collect::<Vec<_>>(), [4096, 0, 4096]);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatArray {
+    /// Both pools together.
+    pub all: Stat,
+    /// The small pool (blocks of at most 1 MiB).
+    pub small_pool: Stat,
+    /// The large pool.
+    pub large_pool: Stat,
+}
+
+impl StatArray {
+    /// The entry of the small pool when `small`, else of the large pool.
+    #[inline]
+    pub(crate) fn pool_mut(&mut self, small: bool) -> &mut Stat {
+        if small {
+            &mut self.small_pool
+        } else {
+            &mut self.large_pool
+        }
+    }
+
+    /// `all`, `small_pool` and `large_pool`, in that order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Stat> + '_ {
+        [&self.all, &self.small_pool, &self.large_pool].into_iter()
+    }
+
+    /// Mutable [`StatArray::iter`].
+    pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = &mut Stat> + '_ {
+        [&mut self.all, &mut self.small_pool, &mut self.large_pool].into_iter()
+    }
+}
+
+impl Index<StatType> for StatArray {
+    type Output = Stat;
+
+    #[inline]
+    fn index(&self, pool: StatType) -> &Stat {
+        match pool {
+            StatType::Aggregate => &self.all,
+            StatType::SmallPool => &self.small_pool,
+            StatType::LargePool => &self.large_pool,
+        }
+    }
+}
+
+impl IndexMut<StatType> for StatArray {
+    #[inline]
+    fn index_mut(&mut self, pool: StatType) -> &mut Stat {
+        match pool {
+            StatType::Aggregate => &mut self.all,
+            StatType::SmallPool => &mut self.small_pool,
+            StatType::LargePool => &mut self.large_pool,
+        }
+    }
+}
 
 /// Every statistic of one device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -196,7 +264,7 @@ mod tests {
         }
         assert_eq!(stats.max_split_size, 1 << 30, "resets keep the setting");
         assert_eq!(
-            stats.allocation[0].current, 749_999,
+            stats.allocation.all.current, 749_999,
             "resets keep current values"
         );
     }

@@ -3,7 +3,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::stat::{DeviceStats, Stat, StatType};
+use super::stat::{DeviceStats, Stat};
 
 /// Width of the summary table between its outer `|` borders, as in PyTorch.
 const SUMMARY_WIDTH: usize = 75;
@@ -168,13 +168,11 @@ impl fmt::Display for Summary<'_> {
         ];
         for (name, array, unit) in pooled {
             Self::rule(f, '-')?;
-            let all = &array[StatType::Aggregate as usize];
+            let all = &array.all;
             Self::row(f, name, all, all, unit)?;
             if !self.abbreviated {
-                let large = &array[StatType::LargePool as usize];
-                let small = &array[StatType::SmallPool as usize];
-                Self::row(f, "      from large pool", large, all, unit)?;
-                Self::row(f, "      from small pool", small, all, unit)?;
+                Self::row(f, "      from large pool", &array.large_pool, all, unit)?;
+                Self::row(f, "      from small pool", &array.small_pool, all, unit)?;
             }
         }
         for (name, stat) in [

@@ -11,9 +11,13 @@ pub(super) fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat 
     }
 }
 
-/// `[all, small_pool, large_pool]`, given in the summary's order (all, large, small).
+/// A [`StatArray`] given in the summary's order (all, large, small).
 fn pools(all: Stat, large: Stat, small: Stat) -> StatArray {
-    [all, small, large]
+    StatArray {
+        all,
+        small_pool: small,
+        large_pool: large,
+    }
 }
 
 /// Values picked to sit on both sides of every unit threshold, not taken from a real run.

@@ -9,8 +9,8 @@
 //! With the `trace-files` feature (on by default), the file formats: [`jsonl`] (blockpool's
 //! JSON Lines, with the streaming sink), [`pickle`] (a restricted reader that runs no code, and
 //! a writer) and [`pytorch`] (PyTorch's snapshot files both ways), [`perfetto`] (counter
-//! tracks for Perfetto and `chrome://tracing`), [`rmm`] (RAPIDS RMM's CSV log) and [`file`]
-//! (loading any of them by content).
+//! tracks for Perfetto and `chrome://tracing`), [`rmm`] (RAPIDS RMM's CSV log) and
+//! [`file`](mod@file) (loading any of them by content).
 
 #[cfg(feature = "trace-files")]
 mod address_hash;

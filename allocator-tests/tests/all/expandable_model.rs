@@ -13,6 +13,7 @@
 
 use crate::support::proptest_config;
 use blockpool::backend::SimFault;
+use blockpool::introspect::Introspect;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use proptest::prelude::*;
 use proptest::sample::select;

@@ -7,6 +7,7 @@
 //! allocator that records under that lock sees the annotate events of its own test only, in
 //! exact sequence.
 
+use blockpool::introspect::Introspect;
 use blockpool::trace::{Action, ContextId};
 use blockpool::{
     annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, Error, HistorySettings,

@@ -5,6 +5,7 @@
 //! `annotate` sends events to every recording allocator in the process and tests run in
 //! parallel, so event sequences are compared without `annotate` events.
 
+use blockpool::introspect::Introspect;
 use blockpool::trace::jsonl::{self, JsonlError};
 use blockpool::trace::snapshot::Snapshot;
 use blockpool::trace::{Action, BlockState};

@@ -25,6 +25,7 @@ fn setup(capacity: usize, config: AllocatorConfig) -> (SimBackend, CachingAlloca
 }
 
 mod callbacks;
+mod device_view;
 mod errors;
 mod pools;
 mod release;

@@ -6,6 +6,7 @@
 //! clobbered tag. At the end every allocation is freed, every stream completed and the cache
 //! emptied: the devices must hold nothing and the bookkeeping must be intact.
 
+use blockpool::introspect::Introspect;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use std::sync::Arc;
 use std::thread;

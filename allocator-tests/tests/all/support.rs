@@ -1,6 +1,7 @@
 //! Helpers several test modules share: statistics by key, the validity check after a scenario
 //! step, and the property tests' configuration.
 
+use blockpool::introspect::Introspect;
 use blockpool::{CachingAllocator, SimBackend};
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
 use std::ffi::OsStr;

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
+use blockpool::introspect::Introspect;
 use blockpool::{AllocatorConfig, Backend, BackendError, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 

@@ -2,6 +2,7 @@
 //! failed with the error the model predicts, and every invariant of DESIGN.md section 7 after
 //! every step.
 
+use blockpool::introspect::Introspect;
 use blockpool::pool::{BlockState, PoolKind};
 use blockpool::{BackendError, Error, StreamId};
 

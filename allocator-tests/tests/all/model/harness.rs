@@ -2,6 +2,7 @@
 //! reference model, reads what the operation did to each device, and checks the result of
 //! each call; `checks` then checks every invariant after the step.
 
+use blockpool::introspect::Introspect;
 use blockpool::pool::SegmentView;
 use blockpool::{
     AllocatorConfig, BackendError, CachingAllocator, Error, MemoryStats, SimBackend, SimFault,

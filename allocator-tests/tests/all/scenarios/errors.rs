@@ -1,6 +1,7 @@
 //! Misuse and device failures: typed errors that leave the allocator as it was.
 
 use super::*;
+use blockpool::introspect::Introspect;
 
 #[test]
 fn raw_pointer_misuse_is_a_typed_error_that_changes_nothing() {

@@ -2,6 +2,7 @@
 //! keep, sizes that cannot fit.
 
 use super::*;
+use blockpool::introspect::Introspect;
 
 #[test]
 fn small_requests_are_packed_into_one_2_mib_segment() {

@@ -2,6 +2,7 @@
 //! fraction and garbage collection.
 
 use super::*;
+use blockpool::introspect::Introspect;
 
 #[test]
 fn empty_cache_releases_only_wholly_free_segments() {

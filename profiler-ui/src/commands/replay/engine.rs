@@ -9,6 +9,7 @@
 
 use super::start::{StartPlan, StartSegment};
 use anyhow::Context as _;
+use blockpool::introspect::Introspect;
 use blockpool::pool::{AdoptError, AdoptSegment};
 use blockpool::trace::{Action, TraceEvent};
 use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend};
@@ -372,7 +373,7 @@ impl Replay {
         outcome.device_frees = counter(stats.num_device_free);
         outcome.retries = counter(stats.num_alloc_retries);
         outcome.allocator_ooms = counter(stats.num_ooms);
-        outcome.reserved_at_end_bytes = counter(stats.reserved_bytes[0].current);
+        outcome.reserved_at_end_bytes = counter(stats.reserved_bytes.all.current);
         if self.exact {
             let (placed, missed) = self.sim.placements(DEVICE);
             let allocations = outcome.allocations;
