@@ -80,7 +80,9 @@ pub mod trace;
 
 mod allocator;
 
-pub use allocator::{Allocation, CachingAllocator, FreeMemoryCallback};
+pub use allocator::{
+    byte_len, Allocation, BufferError, CachingAllocator, FreeMemoryCallback, TypedAllocation,
+};
 pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
     SimFault, SimHostCalls, StreamId,
@@ -90,7 +92,6 @@ pub use backend::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
 pub use config::{AllocatorConfig, ConfigError};
 #[cfg(feature = "cuda")]
 pub use cuda::DeviceBuffer;
-pub use cuda::{BufferError, TypedAllocation};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
 pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
 pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};

@@ -5,15 +5,21 @@
 //! owning [`Allocation`] that frees its block on drop; the raw-pointer API (`malloc` / `free` by
 //! address, for the C ABI) keeps live pointers in a sharded `DashMap` instead.
 //!
-//! `caching.rs` holds the allocator and its shared state, `handle.rs` the owning handle, and
-//! `history.rs` history recording and the event stamps taken on the hot path, `sink.rs` trace
-//! files: dumping a snapshot and streaming the history as it is recorded.
+//! `caching.rs` holds the allocator and its shared state, `handle.rs` the owning handle,
+//! `typed.rs` the handle seen as `len` elements of a type ([`TypedAllocation`], on any backend;
+//! `buffer_error.rs` what it refuses), `history.rs` history recording and the event stamps
+//! taken on the hot path, and `sink.rs` trace files: dumping a snapshot and streaming the
+//! history as it is recorded.
 
+mod buffer_error;
 mod caching;
 mod handle;
 mod history;
 mod replay;
 mod sink;
+mod typed;
 
+pub use buffer_error::BufferError;
 pub use caching::{CachingAllocator, FreeMemoryCallback};
 pub use handle::Allocation;
+pub use typed::{byte_len, TypedAllocation};

@@ -18,11 +18,9 @@ use cudarc::driver::{
     PushKernelArg, SyncOnDrop, ValidAsZeroBits,
 };
 
-use super::error::BufferError;
-use super::typed::TypedAllocation;
 use crate::backend::cuda::error::driver_error;
 use crate::backend::{CudaBackend, DeviceIndex, StreamId};
-use crate::{Allocation, CachingAllocator};
+use crate::{Allocation, BufferError, CachingAllocator, TypedAllocation};
 
 /// `len` elements of `T` on a GPU, from a [`CachingAllocator<CudaBackend>`], usable wherever
 /// cudarc takes a `CudaSlice<T>`.

@@ -13,18 +13,18 @@
 
 #[cfg(feature = "cuda")]
 mod buffer;
-mod error;
 mod probe;
-mod typed;
 
+/// The typed handle a `DeviceBuffer` builds on, backend-independent (in the allocator's
+/// layer, and at the crate root); also named here, beside the buffer.
+#[doc(no_inline)]
+pub use crate::allocator::{byte_len, BufferError, TypedAllocation};
 #[cfg(feature = "cuda")]
 pub use buffer::DeviceBuffer;
 #[cfg(feature = "cuda")]
 pub use cudarc;
-pub use error::BufferError;
 pub(crate) use probe::probe_driver;
 pub use probe::{
     probe, ComputeCapability, Condition, DeviceReport, Diagnosis, DriverCallError, DriverInfo,
     DriverVersion, ProbedDevice,
 };
-pub use typed::{byte_len, TypedAllocation};
