@@ -87,11 +87,11 @@ pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
     SimFault, SimHostCalls, StreamId,
 };
-#[cfg(feature = "cuda")]
-pub use backend::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
 pub use config::{AllocatorConfig, ConfigError};
 #[cfg(feature = "cuda")]
 pub use cuda::DeviceBuffer;
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
 pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
 pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};

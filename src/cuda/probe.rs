@@ -72,8 +72,8 @@ pub(crate) fn probe_driver() -> DeviceReport {
 /// The oldest driver the CUDA backend accepts.
 #[cfg(feature = "cuda")]
 const REQUIRED_DRIVER_VERSION: DriverVersion = DriverVersion {
-    major: (crate::backend::MIN_DRIVER_VERSION / 1000) as u32,
-    minor: (crate::backend::MIN_DRIVER_VERSION % 1000 / 10) as u32,
+    major: (super::MIN_DRIVER_VERSION / 1000) as u32,
+    minor: (super::MIN_DRIVER_VERSION % 1000 / 10) as u32,
 };
 
 /// The report of a build without the `cuda` feature.

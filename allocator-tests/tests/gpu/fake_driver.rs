@@ -9,8 +9,8 @@
 
 use std::process::Command;
 
-use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
+use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, Backend, BackendError, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 

@@ -4,8 +4,8 @@
 
 use std::thread;
 
-use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
+use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, Backend, StreamId};
 
 use crate::{gpu_allocator, gpu_allocator_with, gpu_backend, MIB};

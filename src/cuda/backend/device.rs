@@ -13,9 +13,9 @@ use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::CudaContext;
 use parking_lot::Mutex;
 
-use super::error::{check, driver_error};
 use super::vmm::AddressSpace;
 use crate::backend::{BackendError, DeviceIndex, MemInfo, StreamId};
+use crate::cuda::error::{check, driver_error};
 
 /// What the driver reports about a device, read once when the backend is created.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,7 +135,7 @@ impl CudaDevice {
         // SAFETY: the device's context is current and `ptr` is a valid out-pointer.
         let code = unsafe { sys::cuMemAlloc_v2(&mut ptr, size_bytes) };
         if code != CUresult::CUDA_SUCCESS {
-            return Err(super::error::device_alloc_error(
+            return Err(crate::cuda::error::device_alloc_error(
                 self.index,
                 code,
                 size_bytes,

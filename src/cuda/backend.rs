@@ -5,6 +5,12 @@
 //! failure is a typed [`BackendError`] that says what to do. Then every device's primary
 //! context is retained (the same context the CUDA runtime, PyTorch and cudarc's
 //! `CudaContext::new` use), so memory from here works with streams and kernels from any of them.
+//!
+//! `backend/device.rs` holds one device (primary context, properties, segments, event pool),
+//! `backend/vmm.rs` its expandable-segment address ranges and mappings.
+
+mod device;
+mod vmm;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,12 +20,14 @@ use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
 use parking_lot::Mutex;
 
-use super::device::{CudaDevice, CudaDeviceProperties, RawEvent};
+pub use device::CudaDeviceProperties;
+
 use super::error::{
     check, driver_error, host_alloc_error, library_missing, mark_library_loaded,
     CALL_REQUIRES_NEWER_DRIVER,
 };
 use crate::backend::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
+use device::{CudaDevice, RawEvent};
 
 /// The oldest driver accepted, as `cuDriverGetVersion` numbers it (11.4, the oldest CUDA that
 /// cudarc supports).
@@ -37,8 +45,7 @@ pub const MIN_DRIVER_VERSION: i32 = 11040;
 /// the driver's code and name.
 ///
 /// ```no_run
-/// use blockpool::backend::CudaBackend;
-/// use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
+/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, StreamId};
 ///
 /// let backend = CudaBackend::new()?; // a typed error, never a panic, without a GPU
 /// println!("{} ({:?})", backend.device_name(0)?, backend.compute_capability(0)?);

@@ -12,11 +12,11 @@ use cudarc::driver::sys::{self, CUresult};
 use parking_lot::Mutex;
 
 use super::device::CudaDevice;
-use super::error::{check, device_alloc_error};
 use crate::backend::address_ranges::{
     check_release, place_mapping, range_of_mapping, ReleaseRefusal, Reserved,
 };
 use crate::backend::{BackendError, DeviceIndex};
+use crate::cuda::error::{check, device_alloc_error};
 
 /// The unit the pool maps in (its small segment size); the driver's granularity must divide it.
 const POOL_UNIT: usize = 2 << 20;
