@@ -2,31 +2,15 @@
 //!
 //! cudarc's own `DriverError` formats itself by calling `cuGetErrorString`, which panics when
 //! libcuda cannot be loaded. Everything here works from the raw code instead: the driver's
-//! name and description are asked for only once a [`CudaBackend`](super::CudaBackend) has
-//! confirmed that the library is loaded, and otherwise the binding's own enum name (which is
-//! the same string `cuGetErrorName` returns) is used. Codes that a person can act on (no
-//! device, driver too old, stub library, device busy) get a hint saying what to do.
+//! name and description are asked for only once the library has been found with every symbol
+//! ([`Driver::checked`]), and otherwise the binding's own enum name (which is the same string
+//! `cuGetErrorName` returns) is used. Codes that a person can act on (no device, driver too
+//! old, stub library, device busy) get a hint saying what to do.
 
-use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use cudarc::driver::sys::CUresult;
 
-use cudarc::driver::sys::{self, CUresult};
-
+use super::driver::{CallError, Driver};
 use crate::backend::{BackendError, DeviceIndex};
-
-/// Set once the driver library is known to be loaded in this process; until then, no driver
-/// function is called to describe an error.
-static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
-
-/// Records that libcuda is loaded, so error names and descriptions may come from the driver.
-pub(crate) fn mark_library_loaded() {
-    LIBRARY_LOADED.store(true, Ordering::Release);
-}
-
-/// Whether libcuda is known to be loaded (a backend has been created successfully).
-pub(crate) fn library_loaded() -> bool {
-    LIBRARY_LOADED.load(Ordering::Acquire)
-}
 
 /// The code the "driver library not found" error carries: no driver call could even be made,
 /// and this is the driver's own code for a shared library that failed to initialize.
@@ -47,45 +31,34 @@ pub(crate) fn library_missing() -> BackendError {
     }
 }
 
-/// The driver's name for `code`, such as `CUDA_ERROR_OUT_OF_MEMORY`.
-///
-/// Asks `cuGetErrorName` only when the library is loaded; the binding's enum name is the same
-/// string and serves otherwise (and for codes the installed driver does not know).
-pub(crate) fn error_name(code: CUresult) -> String {
-    if library_loaded() {
-        let mut name: *const std::ffi::c_char = std::ptr::null();
-        // SAFETY: 1. the library is loaded (`library_loaded`), so the symbol lookup cannot
-        // panic; 2. `name` is a valid out-pointer; 3. on success the driver stores a pointer to
-        // a static NUL-terminated string, which we copy before returning.
-        let found = unsafe { sys::cuGetErrorName(code, &mut name) } == CUresult::CUDA_SUCCESS;
-        if found && !name.is_null() {
-            // SAFETY: the driver returned a non-null pointer to a static C string.
-            return unsafe { CStr::from_ptr(name) }
-                .to_string_lossy()
-                .into_owned();
-        }
+/// The error [`CudaBackend::new`](super::CudaBackend::new) returns when the driver library
+/// lacks `symbol`, one of the functions blockpool calls: the driver predates them.
+pub(crate) fn symbol_missing(symbol: &'static str) -> BackendError {
+    BackendError::Driver {
+        device: 0,
+        code: CALL_REQUIRES_NEWER_DRIVER,
+        name: "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER".to_owned(),
+        message: format!(
+            "the NVIDIA driver library has no `{symbol}`, which this program calls: the driver \
+             is too old; update the driver"
+        ),
     }
-    format!("{code:?}")
 }
 
-/// The driver's one-line description of `code`, when the library is loaded and knows it.
+/// The driver's name for `code`, such as `CUDA_ERROR_OUT_OF_MEMORY`.
+///
+/// Asks `cuGetErrorName` only when the library has every symbol; the binding's enum name is
+/// the same string and serves otherwise (and for codes the installed driver does not know).
+pub(crate) fn error_name(code: CUresult) -> String {
+    Driver::checked()
+        .and_then(|driver| driver.error_name(code))
+        .unwrap_or_else(|| format!("{code:?}"))
+}
+
+/// The driver's one-line description of `code`, when the library has every symbol and knows
+/// the code.
 fn error_description(code: CUresult) -> Option<String> {
-    if !library_loaded() {
-        return None;
-    }
-    let mut text: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: as in `error_name`: the library is loaded, `text` is a valid out-pointer, and a
-    // successful call stores a pointer to a static NUL-terminated string.
-    let found = unsafe { sys::cuGetErrorString(code, &mut text) } == CUresult::CUDA_SUCCESS;
-    if !found || text.is_null() {
-        return None;
-    }
-    // SAFETY: the driver returned a non-null pointer to a static C string.
-    Some(
-        unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned(),
-    )
+    Driver::checked()?.error_string(code)
 }
 
 // Driver codes with a remedy, as numbers: not every binding version cudarc may be built
@@ -196,11 +169,15 @@ pub(crate) fn host_alloc_error(code: CUresult, requested_bytes: usize) -> Backen
     }
 }
 
-/// `Ok` for `CUDA_SUCCESS`, else the [`driver_error`] of `call` on `device`.
-pub(crate) fn check(device: DeviceIndex, code: CUresult, call: &str) -> Result<(), BackendError> {
-    match code {
-        CUresult::CUDA_SUCCESS => Ok(()),
-        _ => Err(driver_error(device, code, call)),
+/// A driver call's result on a device, its failure as a [`BackendError`].
+pub(crate) trait OnDevice<T> {
+    /// The failure as the [`driver_error`] of the call on `device`.
+    fn on(self, device: DeviceIndex) -> Result<T, BackendError>;
+}
+
+impl<T> OnDevice<T> for Result<T, CallError> {
+    fn on(self, device: DeviceIndex) -> Result<T, BackendError> {
+        self.map_err(|e| driver_error(device, e.code, e.call))
     }
 }
 
@@ -271,8 +248,11 @@ mod tests {
 
     #[test]
     fn success_checks_ok_and_failure_names_the_call() {
-        assert_eq!(check(0, CUresult::CUDA_SUCCESS, "cuMemFree_v2"), Ok(()));
-        let err = check(2, CUresult::CUDA_ERROR_INVALID_HANDLE, "cuEventRecord").unwrap_err();
+        use crate::cuda::driver::check;
+        assert_eq!(check("cuMemFree_v2", CUresult::CUDA_SUCCESS).on(0), Ok(()));
+        let err = check("cuEventRecord", CUresult::CUDA_ERROR_INVALID_HANDLE)
+            .on(2)
+            .unwrap_err();
         assert!(
             matches!(&err, BackendError::Driver { device: 2, code: 400, name, .. } if name == "CUDA_ERROR_INVALID_HANDLE"),
             "{err:?}"
@@ -287,5 +267,22 @@ mod tests {
         assert!(text.contains("install the NVIDIA driver"), "{text}");
         assert!(text.contains("BLOCKPOOL_BACKEND=sim"), "{text}");
         assert!(!err.is_out_of_memory());
+    }
+
+    #[test]
+    fn a_missing_symbol_is_a_driver_too_old_error_naming_it() {
+        let err = symbol_missing("cuMemCreate");
+        assert!(
+            matches!(&err, BackendError::Driver { device: 0, code: 36, name, .. }
+                if name == "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("has no `cuMemCreate`"),
+            "the symbol is named: {text}"
+        );
+        assert!(text.contains("update the driver"), "{text}");
+        assert!(!err.is_out_of_memory(), "an old driver is not retryable");
     }
 }

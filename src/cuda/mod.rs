@@ -6,6 +6,7 @@
 //! | file | what lives there |
 //! |---|---|
 //! | `backend.rs`, `backend/` | `CudaBackend`: creation checks, one device's context, segments and events (`device.rs`), expandable segments (`vmm.rs`) |
+//! | `driver.rs` | the one path into libcuda: every driver function blockpool calls, and their list, which the probe and `CudaBackend::new` check before any call |
 //! | `buffer.rs` | `DeviceBuffer<T>`: cudarc's `DeviceSlice` / `DevicePtr` / `DevicePtrMut` and kernel-argument traits over a [`TypedAllocation`] |
 //! | `error.rs` | driver codes as [`BackendError`](crate::BackendError)s, with what to do |
 //! | `probe.rs`, `probe/` | [`probe`]: the driver and each device, and a [`Diagnosis`] when CUDA is unusable |
@@ -22,7 +23,9 @@ mod backend;
 #[cfg(feature = "cuda")]
 mod buffer;
 #[cfg(feature = "cuda")]
-pub(crate) mod error;
+mod driver;
+#[cfg(feature = "cuda")]
+mod error;
 mod probe;
 
 /// The typed handle a `DeviceBuffer` builds on, backend-independent (in the allocator's
