@@ -1,21 +1,21 @@
 //! Everything CUDA: `CudaBackend` (the [`Backend`](crate::Backend) over NVIDIA's driver),
-//! `DeviceBuffer<T>` (blockpool memory where the Rust GPU ecosystem expects it), and [`probe`]:
+//! `DeviceBuffer<T>` (blockpool memory where the Rust GPU ecosystem expects it), and [`probe()`]:
 //! whether CUDA is usable in this process, and if not why. All but the probe need the `cuda`
 //! feature; this is the only module that calls the driver, and no raw driver type leaves it.
 //!
 //! | file | what lives there |
 //! |---|---|
 //! | `backend.rs`, `backend/` | `CudaBackend`: creation checks, one device's context, segments and events (`device.rs`), expandable segments (`vmm.rs`) |
-//! | `driver.rs` | the one path into libcuda: every driver function blockpool calls, and their list, which the probe and `CudaBackend::new` check before any call |
+//! | `driver.rs`, `driver/` | the one path into libcuda: every driver function blockpool calls (virtual memory management in `vmm.rs`), and their list, which the probe and `CudaBackend::new` check before any call |
 //! | `buffer.rs` | `DeviceBuffer<T>`: cudarc's `DeviceSlice` / `DevicePtr` / `DevicePtrMut` and kernel-argument traits over a [`TypedAllocation`] |
 //! | `error.rs` | driver codes as [`BackendError`](crate::BackendError)s, with what to do |
-//! | `probe.rs`, `probe/` | [`probe`]: the driver and each device, and a [`Diagnosis`] when CUDA is unusable |
+//! | `probe.rs`, `probe/` | [`probe()`]: the driver and each device, and a [`Diagnosis`] when CUDA is unusable |
 //!
 //! The element count, overflow checks and use on other streams of a `DeviceBuffer` are
 //! [`TypedAllocation`]'s, which needs no driver and lives with the allocator's handles.
 //! `cudarc` is re-exported so callers use the same version blockpool implements traits for.
 //!
-//! [`probe`] exists without the `cuda` feature too, so a program can always ask why CUDA is
+//! [`probe()`] exists without the `cuda` feature too, so a program can always ask why CUDA is
 //! unusable; without the feature it says so.
 
 #[cfg(feature = "cuda")]
