@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use blockpool::backend::CudaBackend;
 use blockpool::cuda::cudarc::driver::{result, sys, CudaContext, CudaStream};
+use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
 

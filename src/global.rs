@@ -155,7 +155,7 @@ pub(crate) fn choose<C>(
 /// Opens every CUDA device (`CudaBackend::new`), with its error as ours.
 #[cfg(feature = "cuda")]
 fn open_cuda() -> Result<DefaultBackend, DefaultAllocatorError> {
-    crate::backend::CudaBackend::new()
+    crate::cuda::CudaBackend::new()
         .map(DefaultBackend::Cuda)
         .map_err(|error| DefaultAllocatorError::CudaBackend { error })
 }

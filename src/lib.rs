@@ -60,11 +60,11 @@
 //! |---|---|
 //! | [`backend`] | the [`Backend`] trait (segments, streams, events) and [`SimBackend`] |
 //! | [`pool`] | pure bookkeeping: sizing rules, blocks, free lists, one device's allocator |
-//! | [`CachingAllocator`] | one pool per device behind a mutex, per-device [`DeviceView`]s, owning handles, raw pointers |
+//! | [`CachingAllocator`] | one pool per device behind a mutex, per-device [`DeviceView`]s, owning handles ([`Allocation`], and [`TypedAllocation`]: one seen as `len` elements of a type), raw pointers |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
 //! | [`trace`] | history recording ([`CachingAllocator::record_memory_history`], [`annotate`]), [`CachingAllocator::snapshot`], trace files (our JSON Lines with a streaming sink, PyTorch snapshot pickles both ways, Perfetto, RMM's CSV log) and the state at any event |
-//! | [`cuda`] | `CudaBackend` (feature `cuda`) over cudarc, `DeviceBuffer<T>` (cudarc's `DeviceSlice`/`DevicePtr`/`DevicePtrMut`/`PushKernelArg`), [`cuda::probe`] (what CUDA this machine has, and why not) |
+//! | [`cuda`] | everything CUDA, and the only module that calls the driver (one path into it, which checks that libcuda has every function blockpool calls before calling any): `CudaBackend` over cudarc and `DeviceBuffer<T>` (cudarc's `DeviceSlice`/`DevicePtr`/`DevicePtrMut`/`PushKernelArg`), both with the `cuda` feature, and [`cuda::probe`] (what CUDA this machine has, and why not) |
 //! | [`global`] | the process-wide default allocator: CUDA when usable, else the simulated device (`BLOCKPOOL_BACKEND=cuda\|sim`) |
 //! | [`introspect`] | [`Introspect`](introspect::Introspect): bookkeeping access for replay tools and tests (segments, invariants, adopting a trace's segments); not needed to allocate |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
@@ -90,17 +90,19 @@ pub mod trace;
 
 mod allocator;
 
-pub use allocator::{Allocation, CachingAllocator, DeviceView, FreeMemoryCallback};
+pub use allocator::{
+    byte_len, Allocation, BufferError, CachingAllocator, DeviceView, FreeMemoryCallback,
+    TypedAllocation,
+};
 pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
     SimFault, SimHostCalls, StreamId,
 };
-#[cfg(feature = "cuda")]
-pub use backend::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
 pub use config::{AllocatorConfig, ConfigError};
 #[cfg(feature = "cuda")]
 pub use cuda::DeviceBuffer;
-pub use cuda::{BufferError, TypedAllocation};
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
 pub use error::{format_size, Error, OutOfMemoryError, Result};
 pub use event::{
     annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,

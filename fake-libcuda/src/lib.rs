@@ -24,6 +24,12 @@
 //! | `BLOCKPOOL_FAKE_CUDA_EVENT_DELAY` | 0 | `cuEventQuery` answers not-ready this many times per record |
 //! | `BLOCKPOOL_FAKE_CUDA_VMM` | 1 | whether devices support virtual memory management (expandable segments) |
 //!
+//! # A driver without a symbol
+//! The build script also builds a copy that does not export `cuMemCreate`
+//! ([`MISSING_SYMBOL`]), into [`LIBRARY_WITHOUT_SYMBOL_DIR`]: a driver library older than a
+//! function blockpool calls, which the probe and `CudaBackend::new` must refuse by name (a
+//! symbol cannot be hidden at run time, so this is a second library, not a knob).
+//!
 //! # Its own entry points
 //! - `blockpoolFakeCudaCounts(*mut` [`FakeCudaCounts`]`)` fills in what is live and how many
 //!   calls were made, so a test can check that everything was given back.
@@ -37,6 +43,12 @@ mod driver;
 
 /// The folder holding the fake `libcuda.so`: put it first in `LD_LIBRARY_PATH`.
 pub const LIBRARY_DIR: &str = env!("FAKE_LIBCUDA_DIR");
+
+/// The folder holding the fake `libcuda.so` built without [`MISSING_SYMBOL`].
+pub const LIBRARY_WITHOUT_SYMBOL_DIR: &str = env!("FAKE_LIBCUDA_WITHOUT_MEM_CREATE_DIR");
+
+/// The driver function the library in [`LIBRARY_WITHOUT_SYMBOL_DIR`] does not export.
+pub const MISSING_SYMBOL: &str = "cuMemCreate";
 
 /// The environment variable the dynamic loader searches first on Linux.
 pub const LIBRARY_PATH_VARIABLE: &str = "LD_LIBRARY_PATH";
@@ -80,7 +92,13 @@ const _: () = assert!(std::mem::size_of::<FakeCudaCounts>() == 12 * 8);
 /// The value of `LD_LIBRARY_PATH` that puts the fake first, before `current` (the value the
 /// variable has now, if any).
 pub fn library_path_with_fake(current: Option<&std::ffi::OsStr>) -> std::ffi::OsString {
-    let mut value = std::ffi::OsString::from(LIBRARY_DIR);
+    library_path_with(LIBRARY_DIR, current)
+}
+
+/// The value of `LD_LIBRARY_PATH` that puts the library folder `dir` ([`LIBRARY_DIR`] or
+/// [`LIBRARY_WITHOUT_SYMBOL_DIR`]) first, before `current`.
+pub fn library_path_with(dir: &str, current: Option<&std::ffi::OsStr>) -> std::ffi::OsString {
+    let mut value = std::ffi::OsString::from(dir);
     if let Some(current) = current.filter(|c| !c.is_empty()) {
         value.push(":");
         value.push(current);

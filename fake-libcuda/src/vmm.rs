@@ -259,11 +259,13 @@ pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
     })
 }
 
-/// `cuMemCreate`: `size` (a multiple of the granularity) of the device's memory.
+/// `cuMemCreate`: `size` (a multiple of the granularity) of the device's memory. Not exported
+/// from the library built with `--cfg fake_cuda_without_mem_create` (a driver too old).
 ///
 /// # Safety
 /// `handle` is null or writable; `properties` is null or a `CUmemAllocationProp`.
-#[no_mangle]
+#[cfg_attr(not(fake_cuda_without_mem_create), no_mangle)]
+#[cfg_attr(fake_cuda_without_mem_create, allow(non_snake_case))]
 pub unsafe extern "C" fn cuMemCreate(
     handle: *mut u64,
     size: usize,

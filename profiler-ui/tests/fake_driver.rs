@@ -95,6 +95,32 @@ fn doctor_says_the_driver_is_too_old() {
 }
 
 #[test]
+fn doctor_names_the_function_an_old_driver_lacks() {
+    // The fake built without cuMemCreate: the driver library blockpool would call and crash on.
+    let path = fake_libcuda::library_path_with(
+        fake_libcuda::LIBRARY_WITHOUT_SYMBOL_DIR,
+        std::env::var_os(fake_libcuda::LIBRARY_PATH_VARIABLE).as_deref(),
+    );
+    let path = path.to_str().expect("a UTF-8 library path");
+    let output = memtrace_with_env(
+        &["doctor"],
+        &[
+            (fake_libcuda::LIBRARY_PATH_VARIABLE, path),
+            ("BLOCKPOOL_BACKEND", ""),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = stdout(&output);
+    for line in [
+        "CUDA:           unusable: NVIDIA driver missing or too old\n",
+        "diagnosis:      the NVIDIA driver library has no `cuMemCreate`: the driver is too old\n",
+        "advice:         Update the NVIDIA driver",
+    ] {
+        assert!(text.contains(line), "`{line}` not in:\n{text}");
+    }
+}
+
+#[test]
 fn doctor_says_the_driver_found_no_gpu() {
     for env in [
         ("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", "100"), // cuInit: CUDA_ERROR_NO_DEVICE

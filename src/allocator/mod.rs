@@ -7,11 +7,14 @@
 //!
 //! `caching.rs` holds the allocator and its shared state, `device_view.rs` the per-device
 //! [`DeviceView`] (the device API without an index to get wrong), `handle.rs` the owning
-//! handle, `history.rs` history recording and the event stamps taken on the hot path, and
-//! `sink.rs` trace files: dumping a snapshot and streaming the history as it is recorded;
-//! `introspect.rs` implements [`Introspect`](crate::introspect::Introspect), the bookkeeping
-//! access replay tools and tests use.
+//! handle, `typed.rs` the handle seen as `len` elements of a type ([`TypedAllocation`], on any
+//! backend; `buffer_error.rs` what it refuses), `history.rs` history recording and the event
+//! stamps taken on the hot path, and `sink.rs` trace files: dumping a snapshot and streaming
+//! the history as it is recorded; `introspect.rs` implements
+//! [`Introspect`](crate::introspect::Introspect), the bookkeeping access replay tools and tests
+//! use.
 
+mod buffer_error;
 mod caching;
 mod device_view;
 mod handle;
@@ -19,7 +22,10 @@ mod history;
 mod introspect;
 #[cfg(feature = "trace-files")]
 mod sink;
+mod typed;
 
+pub use buffer_error::BufferError;
 pub use caching::{CachingAllocator, FreeMemoryCallback};
 pub use device_view::DeviceView;
 pub use handle::Allocation;
+pub use typed::{byte_len, TypedAllocation};

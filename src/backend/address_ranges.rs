@@ -1,5 +1,5 @@
 //! Reserved address ranges and the memory mapped in them, as every backend that maps memory
-//! keeps them (`sim/vmm.rs`, `cuda/vmm.rs`): where a new mapping may go and whether a range
+//! keeps them (`sim/vmm.rs`, and `cuda/backend/vmm.rs` for CUDA): where a new mapping may go and whether a range
 //! may be released. Only the bookkeeping lives here; the device calls stay in each backend.
 
 use std::collections::BTreeMap;

@@ -3,15 +3,13 @@
 //! A [`Backend`] is a device driver seen from the allocator: it hands out and takes back whole
 //! segments, reports free and total memory, and records events on streams so the allocator can
 //! tell when work that used a block has finished. [`SimBackend`] simulates devices for tests,
-//! replays and docs; the CUDA backend (a later layer) wraps the driver.
+//! replays and docs; `CudaBackend` (in [`cuda`](crate::cuda), feature `cuda`) implements the
+//! trait over NVIDIA's driver. Nothing here knows about CUDA: the CUDA module imports this one,
+//! never the other way.
 
-mod address_ranges;
-#[cfg(feature = "cuda")]
-pub(crate) mod cuda;
+pub(crate) mod address_ranges;
 mod sim;
 
-#[cfg(feature = "cuda")]
-pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties, MIN_DRIVER_VERSION};
 pub use sim::{
     SimAllocHook, SimBackend, SimBackendBuilder, SimCalls, SimEvent, SimFault, SimHostCalls,
     HOST_PAGE, MAPPING_GRANULARITY,

@@ -18,11 +18,10 @@ use cudarc::driver::{
     PushKernelArg, SyncOnDrop, ValidAsZeroBits,
 };
 
-use super::error::BufferError;
-use super::typed::TypedAllocation;
-use crate::backend::cuda::error::driver_error;
-use crate::backend::{CudaBackend, DeviceIndex, StreamId};
-use crate::{Allocation, CachingAllocator};
+use super::error::driver_error;
+use super::CudaBackend;
+use crate::backend::{DeviceIndex, StreamId};
+use crate::{Allocation, BufferError, CachingAllocator, TypedAllocation};
 
 /// `len` elements of `T` on a GPU, from a [`CachingAllocator<CudaBackend>`], usable wherever
 /// cudarc takes a `CudaSlice<T>`.
@@ -50,9 +49,7 @@ use crate::{Allocation, CachingAllocator};
 ///   require equal lengths and return [`BufferError::LengthMismatch`] instead of cudarc's panic.
 ///
 /// ```no_run
-/// use blockpool::backend::CudaBackend;
-/// use blockpool::cuda::DeviceBuffer;
-/// use blockpool::{AllocatorConfig, CachingAllocator};
+/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, DeviceBuffer};
 ///
 /// let alloc = CachingAllocator::new(CudaBackend::new()?, AllocatorConfig::default());
 /// let stream = alloc.backend().context(0)?.new_stream()?;

@@ -1,20 +1,21 @@
 //! [`probe`]: what CUDA looks like from this process, and if it is unusable, why and what to do.
 //!
 //! The probe never panics, with or without a driver: it checks that the driver library loads
-//! and has every entry point before calling any of them (cudarc would panic otherwise), and
-//! every failure becomes part of the report. Its logic (`survey`) runs over a small driver
-//! interface, so each diagnosis is tested with a scripted driver on machines without a GPU.
+//! and has every entry point blockpool calls (the list `CudaBackend::new` checks too) before
+//! calling any of them (cudarc would panic otherwise), and every failure becomes part of the
+//! report. Its logic (`survey`) runs over a small driver interface, so each diagnosis is tested
+//! with a scripted driver on machines without a GPU.
 //!
 //! | file | what lives there |
 //! |---|---|
 //! | `report.rs` | [`DeviceReport`] and the facts in it |
 //! | `diagnosis.rs` | [`Diagnosis`], its [`Condition`] and advice |
 //! | `survey.rs` | the order of questions and how answers become a diagnosis |
-//! | `driver.rs` | the answers from libcuda (feature `cuda`) |
+//! | `libcuda.rs` | the answers from libcuda, through `cuda/driver.rs` (feature `cuda`) |
 
 mod diagnosis;
 #[cfg(feature = "cuda")]
-mod driver;
+mod libcuda;
 mod report;
 #[cfg(any(feature = "cuda", test))]
 mod survey;
@@ -48,7 +49,7 @@ pub use report::{
 pub fn probe() -> DeviceReport {
     #[cfg(feature = "cuda")]
     {
-        survey::survey(&driver::LibCuda, REQUIRED_DRIVER_VERSION)
+        survey::survey(&libcuda::LibCuda::new(), REQUIRED_DRIVER_VERSION)
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -61,7 +62,7 @@ pub fn probe() -> DeviceReport {
 pub(crate) fn probe_driver() -> DeviceReport {
     #[cfg(feature = "cuda")]
     {
-        survey::survey_driver(&driver::LibCuda, REQUIRED_DRIVER_VERSION)
+        survey::survey_driver(&libcuda::LibCuda::new(), REQUIRED_DRIVER_VERSION)
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -72,8 +73,8 @@ pub(crate) fn probe_driver() -> DeviceReport {
 /// The oldest driver the CUDA backend accepts.
 #[cfg(feature = "cuda")]
 const REQUIRED_DRIVER_VERSION: DriverVersion = DriverVersion {
-    major: (crate::backend::MIN_DRIVER_VERSION / 1000) as u32,
-    minor: (crate::backend::MIN_DRIVER_VERSION % 1000 / 10) as u32,
+    major: (super::MIN_DRIVER_VERSION / 1000) as u32,
+    minor: (super::MIN_DRIVER_VERSION % 1000 / 10) as u32,
 };
 
 /// The report of a build without the `cuda` feature.

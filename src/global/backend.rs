@@ -5,7 +5,7 @@ use std::fmt;
 
 use crate::backend::{Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimEvent, StreamId};
 #[cfg(feature = "cuda")]
-use crate::backend::{CudaBackend, CudaBackendEvent};
+use crate::cuda::{CudaBackend, CudaBackendEvent};
 
 /// The backend of the default allocator: real GPUs through CUDA, or the simulated device.
 #[derive(Clone)]

@@ -1,7 +1,7 @@
 //! `DeviceBuffer` where a `CudaSlice` goes: cudarc copies, kernel arguments, other streams.
 
-use blockpool::backend::CudaBackend;
 use blockpool::cuda::{BufferError, DeviceBuffer};
+use blockpool::CudaBackend;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use crate::gpu_allocator;

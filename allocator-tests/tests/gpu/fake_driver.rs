@@ -5,13 +5,15 @@
 //! real GPUs only (`scripts/gpu-check.sh`).
 //!
 //! The `on_fake` tests use the fake's knobs and counters, so they are ignored like the GPU
-//! tests and run only in that second process.
+//! tests and run only in that second process. A third process runs on the fake built without
+//! `cuMemCreate`: a driver too old for blockpool, which the probe and `CudaBackend::new` refuse
+//! by name.
 
 use std::process::Command;
 
-use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
 use blockpool::introspect::Introspect;
+use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, Backend, BackendError, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 
@@ -443,4 +445,94 @@ fn on_fake_two_devices_have_a_pool_each() {
     let after = counts();
     assert_eq!(after.live_allocations, before.live_allocations, "{after:?}");
     assert_eq!(after.errors, before.errors, "{after:?}");
+}
+
+/// Set in the process that runs on the fake built without [`fake_libcuda::MISSING_SYMBOL`].
+const WITHOUT_SYMBOL_RUN: &str = "BLOCKPOOL_TEST_DRIVER_WITHOUT_SYMBOL";
+
+/// Not ignored: it runs itself again on the library without `cuMemCreate` (the check needs a
+/// process that loaded that library), where the branch below does the checking.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_driver_without_a_symbol_blockpool_calls_is_refused_by_name() {
+    if std::env::var_os(WITHOUT_SYMBOL_RUN).is_some() {
+        refused_by_name_on_the_library_without_a_symbol();
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", "--test-threads=1"])
+        .arg("fake_driver::a_driver_without_a_symbol_blockpool_calls_is_refused_by_name")
+        .env(
+            fake_libcuda::LIBRARY_PATH_VARIABLE,
+            fake_libcuda::library_path_with(
+                fake_libcuda::LIBRARY_WITHOUT_SYMBOL_DIR,
+                std::env::var_os(fake_libcuda::LIBRARY_PATH_VARIABLE).as_deref(),
+            ),
+        )
+        .env(WITHOUT_SYMBOL_RUN, "1");
+    let output = output_within(command, CHILD_DEADLINE);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "the run on the library without {}:\n{stdout}\n{}",
+        fake_libcuda::MISSING_SYMBOL,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The probe, `CudaBackend::new` and the default allocator on the library without
+/// `cuMemCreate`: each says which function is missing, and none of them started the driver.
+fn refused_by_name_on_the_library_without_a_symbol() {
+    use blockpool::cuda::Diagnosis;
+    let report = blockpool::cuda::probe();
+    assert!(report.driver.library_found, "{report:?}");
+    assert_eq!(
+        report.diagnosis,
+        Some(Diagnosis::DriverSymbolMissing {
+            symbol: fake_libcuda::MISSING_SYMBOL
+        }),
+        "{report:?}"
+    );
+    let err = CudaBackend::new().expect_err("a driver without cuMemCreate is refused");
+    match &err {
+        BackendError::Driver {
+            device: 0,
+            code: 36,
+            name,
+            message,
+        } => {
+            assert_eq!(name, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER");
+            assert!(
+                message.contains("has no `cuMemCreate`") && message.contains("update the driver"),
+                "the message names the function and says what to do: {message}"
+            );
+        }
+        other => panic!("expected a driver-too-old error, got {other:?}"),
+    }
+    // The fake answers NOT_INITIALIZED until `cuInit`: neither asked the driver anything.
+    // SAFETY: the probe found the library, so `culib` returns it instead of panicking.
+    let library = unsafe { cudarc::driver::sys::culib() };
+    // SAFETY: the fake exports the symbol with this signature (`fake-libcuda/src/driver.rs`).
+    let function = unsafe {
+        library.get::<unsafe extern "C" fn(*mut FakeCudaCounts) -> u32>(fake_libcuda::COUNTS_SYMBOL)
+    }
+    .expect("the fake without cuMemCreate still has its counters");
+    let mut counts = FakeCudaCounts::default();
+    // SAFETY: `counts` is a live, writable struct of the layout the fake writes.
+    let code = unsafe { function(&mut counts) };
+    assert_eq!(
+        code, 3,
+        "cuInit was called: CUDA_ERROR_NOT_INITIALIZED expected"
+    );
+    let forced = blockpool::global::default_backend_for(Some("cuda"))
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        forced
+            .as_deref()
+            .is_some_and(|e| e.contains("has no `cuMemCreate`")),
+        "BLOCKPOOL_BACKEND=cuda names the missing function: {forced:?}"
+    );
 }

@@ -11,7 +11,7 @@ mod fake_driver;
 mod kernels;
 mod memory;
 
-use blockpool::backend::CudaBackend;
+use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, CachingAllocator};
 
 /// The reason every test here is ignored by default.

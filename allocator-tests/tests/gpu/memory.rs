@@ -4,9 +4,9 @@
 
 use std::thread;
 
-use blockpool::backend::CudaBackend;
 use blockpool::cuda::DeviceBuffer;
 use blockpool::introspect::Introspect;
+use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, Backend, StreamId};
 
 use crate::{gpu_allocator, gpu_allocator_with, gpu_backend, MIB};

@@ -1,6 +1,6 @@
 //! The probe's logic, over a [`DriverApi`] so that every branch is tested with a scripted
 //! driver: load the library, check its entry points, read the version, start the driver, then
-//! look at each device. The real driver (`driver.rs`) only answers the questions.
+//! look at each device. The real driver (`libcuda.rs`) only answers the questions.
 
 use super::diagnosis::Diagnosis;
 use super::report::{

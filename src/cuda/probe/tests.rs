@@ -511,8 +511,7 @@ fn device_serializes_every_fact() {
 #[test]
 fn probe_on_this_machine_never_panics_and_reports_a_missing_driver() {
     let report = probe();
-    // SAFETY: loading the driver library only runs its initializers, as the probe just did.
-    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    let present = crate::cuda::driver::Library::open().is_some();
     if present {
         assert!(
             report.driver.library_found,
@@ -525,6 +524,11 @@ fn probe_on_this_machine_never_panics_and_reports_a_missing_driver() {
         .iter()
         .flat_map(|name| cudarc::get_lib_name_candidates(name))
         .collect();
+    assert_eq!(
+        crate::cuda::driver::Library::candidates(),
+        searched,
+        "the probe searches the names cudarc's loader tries"
+    );
     assert!(
         searched.iter().any(|name| name == "libcuda.so.1") || cfg!(not(target_os = "linux")),
         "the name every Linux driver installs must be searched: {searched:?}"

@@ -4,18 +4,20 @@
 //! Every driver call here first makes the device's primary context current on the calling
 //! thread with raw `cuCtxGetCurrent`/`cuCtxSetCurrent`, not cudarc's `bind_to_thread`: that one
 //! also reports (and clears) errors cudarc deferred from its own drops, which belong to the
-//! user's next cudarc call, not to the allocator's.
+//! user's next cudarc call, not to the allocator's. The calls go through `cuda/driver.rs`; the
+//! primary context itself is cudarc's `CudaContext`, which the user makes streams from.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys;
 use cudarc::driver::CudaContext;
 use parking_lot::Mutex;
 
-use super::error::{check, driver_error};
 use super::vmm::AddressSpace;
 use crate::backend::{BackendError, DeviceIndex, MemInfo, StreamId};
+use crate::cuda::driver::Driver;
+use crate::cuda::error::{device_alloc_error, driver_error, OnDevice};
 
 /// What the driver reports about a device, read once when the backend is created.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +48,7 @@ unsafe impl Send for RawEvent {}
 
 /// One device of a [`CudaBackend`](super::CudaBackend).
 pub(super) struct CudaDevice {
+    pub(super) driver: Driver,
     pub(super) index: DeviceIndex,
     /// The retained primary context; cudarc's safe API shares it with the user.
     pub(super) context: Arc<CudaContext>,
@@ -62,14 +65,11 @@ impl CudaDevice {
     /// Retains the primary context of device `index` and reads its properties.
     ///
     /// The driver must be initialized (`cuInit` succeeded).
-    pub(super) fn open(index: DeviceIndex) -> Result<CudaDevice, BackendError> {
+    pub(super) fn open(driver: Driver, index: DeviceIndex) -> Result<CudaDevice, BackendError> {
         let context = CudaContext::new(index)
             .map_err(|e| driver_error(index, e.0, "retaining the primary context"))?;
-        let attribute = |attr| {
-            context
-                .attribute(attr)
-                .map_err(|e| driver_error(index, e.0, "cuDeviceGetAttribute"))
-        };
+        let device = context.cu_device();
+        let attribute = |attr| driver.device_attribute(device, attr).on(index);
         use sys::CUdevice_attribute as A;
         let major = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -77,18 +77,17 @@ impl CudaDevice {
         let pools = attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?;
         let vmm = attribute(A::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED)?;
         // `CudaContext::new` made the context current on this thread.
-        let address_space = AddressSpace::probe(index, vmm);
+        let address_space = AddressSpace::probe(driver, index, vmm);
         let properties = CudaDeviceProperties {
-            name: device_name(index, context.cu_device())?,
+            name: driver.device_name(device).on(index)?,
             compute_capability: (major.max(0) as u32, minor.max(0) as u32),
-            total_memory_bytes: context
-                .total_mem()
-                .map_err(|e| driver_error(index, e.0, "cuDeviceTotalMem_v2"))?,
+            total_memory_bytes: driver.device_total_bytes(device).on(index)?,
             multiprocessor_count: multiprocessors.max(0) as u32,
             memory_pools_supported: pools > 0,
             virtual_memory_supported: address_space.supported(),
         };
         Ok(CudaDevice {
+            driver,
             index,
             context,
             properties,
@@ -101,16 +100,11 @@ impl CudaDevice {
     /// Makes this device's primary context current on the calling thread.
     pub(super) fn make_current(&self) -> Result<(), BackendError> {
         let wanted = self.context.cu_ctx();
-        let mut current: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: 1. the driver is loaded and initialized (a `CudaDevice` exists only after
-        // `cuInit` succeeded); 2. `current` is a valid out-pointer.
-        let code = unsafe { sys::cuCtxGetCurrent(&mut current) };
-        check(self.index, code, "cuCtxGetCurrent")?;
+        let current = self.driver.current_context().on(self.index)?;
         if current != wanted {
             // SAFETY: `wanted` is the primary context this device retained, alive as long as
             // `self.context`.
-            let code = unsafe { sys::cuCtxSetCurrent(wanted) };
-            check(self.index, code, "cuCtxSetCurrent")?;
+            unsafe { self.driver.set_current_context(wanted) }.on(self.index)?;
         }
         Ok(())
     }
@@ -118,10 +112,7 @@ impl CudaDevice {
     /// `cuMemGetInfo` for this device.
     pub(super) fn mem_get_info(&self) -> Result<MemInfo, BackendError> {
         self.make_current()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: the device's context is current and both out-pointers are valid.
-        let code = unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) };
-        check(self.index, code, "cuMemGetInfo_v2")?;
+        let (free, total) = self.driver.mem_get_info().on(self.index)?;
         Ok(MemInfo {
             free_bytes: free,
             total_bytes: total,
@@ -131,17 +122,10 @@ impl CudaDevice {
     /// `cuMemAlloc_v2` of `size_bytes`; out-of-memory is [`BackendError::OutOfMemory`].
     pub(super) fn alloc_segment(&self, size_bytes: usize) -> Result<u64, BackendError> {
         self.make_current()?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        // SAFETY: the device's context is current and `ptr` is a valid out-pointer.
-        let code = unsafe { sys::cuMemAlloc_v2(&mut ptr, size_bytes) };
-        if code != CUresult::CUDA_SUCCESS {
-            return Err(super::error::device_alloc_error(
-                self.index,
-                code,
-                size_bytes,
-                "cuMemAlloc_v2",
-            ));
-        }
+        let ptr = self
+            .driver
+            .mem_alloc(size_bytes)
+            .map_err(|e| device_alloc_error(self.index, e.code, size_bytes, e.call))?;
         self.segments.lock().insert(ptr, size_bytes);
         Ok(ptr)
     }
@@ -160,8 +144,7 @@ impl CudaDevice {
         // SAFETY: 1. `ptr` was returned by `cuMemAlloc_v2` on this context and is still live
         // (it is in `segments`, removed only here, under the lock); 2. the allocator frees a
         // segment only when no block in it is in use and every event of its blocks completed.
-        let code = unsafe { sys::cuMemFree_v2(ptr) };
-        check(self.index, code, "cuMemFree_v2")?;
+        unsafe { self.driver.mem_free(ptr) }.on(self.index)?;
         segments.remove(&ptr);
         Ok(())
     }
@@ -181,21 +164,14 @@ impl CudaDevice {
         self.make_current()?;
         let event = match self.events.lock().pop() {
             Some(event) => event,
-            None => {
-                let mut raw: sys::CUevent = std::ptr::null_mut();
-                let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-                // SAFETY: the device's context is current and `raw` is a valid out-pointer.
-                let code = unsafe { sys::cuEventCreate(&mut raw, flags) };
-                check(self.index, code, "cuEventCreate")?;
-                RawEvent(raw)
-            }
+            None => RawEvent(self.driver.event_create().on(self.index)?),
         };
         // SAFETY: 1. `event.0` is a live event of this context; 2. `stream.0` is a `CUstream`
         // handle value (0 = legacy default stream): a handle of another context or a destroyed
         // stream is reported by the driver as an error, not undefined behaviour, for streams
         // the caller obtained from cudarc and keeps alive while it has work queued.
-        let code = unsafe { sys::cuEventRecord(event.0, stream.0 as sys::CUstream) };
-        if let Err(e) = check(self.index, code, "cuEventRecord") {
+        let recorded = unsafe { self.driver.event_record(event.0, stream.0 as sys::CUstream) };
+        if let Err(e) = recorded.on(self.index) {
             self.events.lock().push(event);
             return Err(e);
         }
@@ -206,36 +182,20 @@ impl CudaDevice {
     pub(super) fn query_event(&self, event: &RawEvent) -> Result<bool, BackendError> {
         self.make_current()?;
         // SAFETY: `event.0` is a live event of this context, recorded by `record_event`.
-        match unsafe { sys::cuEventQuery(event.0) } {
-            CUresult::CUDA_SUCCESS => Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(driver_error(self.index, code, "cuEventQuery")),
-        }
+        unsafe { self.driver.event_query(event.0) }.on(self.index)
     }
 
     /// Blocks until the work before `event` has completed (`cuEventSynchronize`).
     pub(super) fn synchronize_event(&self, event: &RawEvent) -> Result<(), BackendError> {
         self.make_current()?;
         // SAFETY: `event.0` is a live event of this context, recorded by `record_event`.
-        let code = unsafe { sys::cuEventSynchronize(event.0) };
-        check(self.index, code, "cuEventSynchronize")
+        unsafe { self.driver.event_synchronize(event.0) }.on(self.index)
     }
 
     /// Puts `event` back in the pool for the next `record_event`.
     pub(super) fn release_event(&self, event: RawEvent) {
         self.events.lock().push(event);
     }
-}
-
-/// `cuDeviceGetName`, read without trusting the driver to NUL-terminate.
-fn device_name(index: DeviceIndex, device: sys::CUdevice) -> Result<String, BackendError> {
-    let mut buf = [0u8; 256];
-    // SAFETY: 1. the driver is initialized and `device` came from `cuDeviceGet`; 2. `buf` is
-    // writable for the length passed (256 fits in a c_int).
-    let code = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as i32, device) };
-    check(index, code, "cuDeviceGetName")?;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 impl Drop for CudaDevice {
@@ -257,8 +217,8 @@ impl Drop for CudaDevice {
         for event in events {
             // SAFETY: each pooled event was created on this device's context (current now),
             // is idle (it is in the pool), and is destroyed once, here.
-            let code = unsafe { sys::cuEventDestroy_v2(event.0) };
-            if let Err(e) = check(self.index, code, "cuEventDestroy_v2") {
+            let destroyed = unsafe { self.driver.event_destroy(event.0) };
+            if let Err(e) = destroyed.on(self.index) {
                 tracing::warn!(device = self.index, "{e}");
             }
         }

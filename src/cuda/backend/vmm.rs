@@ -4,19 +4,21 @@
 //!
 //! Each device keeps its reserved ranges and, inside each, its mappings with their physical
 //! allocation handles, so a call naming memory it never handed out is refused with a typed
-//! error before the driver sees it, as the simulated backend refuses it.
+//! error before the driver sees it, as the simulated backend refuses it. The calls (and the C
+//! layouts of their arguments) are in `cuda/driver.rs`.
 
 use std::collections::BTreeMap;
 
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys;
 use parking_lot::Mutex;
 
 use super::device::CudaDevice;
-use super::error::{check, device_alloc_error};
 use crate::backend::address_ranges::{
     check_release, place_mapping, range_of_mapping, ReleaseRefusal, Reserved,
 };
 use crate::backend::{BackendError, DeviceIndex};
+use crate::cuda::driver::Driver;
+use crate::cuda::error::{device_alloc_error, OnDevice};
 
 /// The unit the pool maps in (its small segment size); the driver's granularity must divide it.
 const POOL_UNIT: usize = 2 << 20;
@@ -46,72 +48,10 @@ impl Reserved for Range {
     }
 }
 
-/// `CUmemLocation` as the C header lays it out. cudarc's binding of it changes with the CUDA
-/// version it was generated for (the id became a union member in 12.9), so the few fields
-/// blockpool sets are written through this fixed layout instead.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct Location {
-    /// `CUmemLocationType`.
-    kind: u32,
-    /// The device ordinal.
-    id: i32,
-}
-
-/// `CUmemAllocationProp` as the C header lays it out (see [`Location`]).
-#[repr(C)]
-struct AllocationProperties {
-    /// `CUmemAllocationType`.
-    kind: u32,
-    /// `CUmemAllocationHandleType`.
-    requested_handle_types: u32,
-    location: Location,
-    win32_handle_metadata: *mut std::ffi::c_void,
-    /// `compressionType`, `gpuDirectRDMACapable`, `usage` and reserved bytes: all zero.
-    allocation_flags: [u8; 8],
-}
-
-/// `CUmemAccessDesc` as the C header lays it out (see [`Location`]).
-#[repr(C)]
-struct AccessDescriptor {
-    location: Location,
-    /// `CUmemAccess_flags`.
-    flags: u32,
-}
-
-// The fixed layouts are the bindings' sizes, whatever CUDA version cudarc was built for.
-const _: () = {
-    assert!(std::mem::size_of::<Location>() == std::mem::size_of::<sys::CUmemLocation>());
-    assert!(
-        std::mem::size_of::<AllocationProperties>()
-            == std::mem::size_of::<sys::CUmemAllocationProp>()
-    );
-    assert!(std::mem::size_of::<AccessDescriptor>() == std::mem::size_of::<sys::CUmemAccessDesc>());
-};
-
-/// Memory on device `device`.
-fn device_location(device: DeviceIndex) -> Location {
-    Location {
-        kind: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32,
-        id: device as i32,
-    }
-}
-
-/// Pinned device memory on `device`, as `cuMemCreate` and the granularity query want it.
-fn allocation_properties(device: DeviceIndex) -> AllocationProperties {
-    AllocationProperties {
-        kind: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32,
-        requested_handle_types: 0, // CU_MEM_HANDLE_TYPE_NONE
-        location: device_location(device),
-        win32_handle_metadata: std::ptr::null_mut(),
-        allocation_flags: [0; 8],
-    }
-}
-
 impl AddressSpace {
     /// Reads whether `device` supports virtual memory management and at what granularity;
     /// any failure means unsupported (said at debug level), never an error.
-    pub(super) fn probe(device: DeviceIndex, vmm_attribute: i32) -> AddressSpace {
+    pub(super) fn probe(driver: Driver, device: DeviceIndex, vmm_attribute: i32) -> AddressSpace {
         let none = AddressSpace {
             granularity: None,
             ranges: Mutex::new(BTreeMap::new()),
@@ -119,22 +59,14 @@ impl AddressSpace {
         if vmm_attribute <= 0 {
             return none;
         }
-        let properties = allocation_properties(device);
-        let mut granularity = 0usize;
-        // SAFETY: the driver is initialized and the device's context is current (called from
-        // `CudaDevice::open`); both pointers are valid for the call, `properties` in the C
-        // layout of `CUmemAllocationProp`.
-        let code = unsafe {
-            sys::cuMemGetAllocationGranularity(
-                &mut granularity,
-                (&properties as *const AllocationProperties).cast(),
-                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-            )
+        // The device's context is current (called from `CudaDevice::open`).
+        let granularity = match driver.allocation_granularity(device).on(device) {
+            Ok(granularity) => granularity,
+            Err(e) => {
+                tracing::warn!(device, "no expandable segments: {e}");
+                return none;
+            }
         };
-        if let Err(e) = check(device, code, "cuMemGetAllocationGranularity") {
-            tracing::warn!(device, "no expandable segments: {e}");
-            return none;
-        }
         if granularity == 0 || POOL_UNIT % granularity != 0 {
             tracing::debug!(
                 device,
@@ -194,20 +126,12 @@ impl CudaDevice {
             });
         }
         self.make_current()?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        // SAFETY: the device's context is current and `ptr` is a valid out-pointer; address 0
-        // and alignment 0 let the driver choose.
-        let code = unsafe { sys::cuMemAddressReserve(&mut ptr, size_bytes, 0, 0, 0) };
         // Running out of address space is out of memory too: the allocator then releases
         // what it caches and retries, as for memory.
-        if code != CUresult::CUDA_SUCCESS {
-            return Err(device_alloc_error(
-                self.index,
-                code,
-                size_bytes,
-                "cuMemAddressReserve",
-            ));
-        }
+        let ptr = self
+            .driver
+            .address_reserve(size_bytes)
+            .map_err(|e| device_alloc_error(self.index, e.code, size_bytes, e.call))?;
         self.address_space.ranges.lock().insert(
             ptr,
             Range {
@@ -240,8 +164,7 @@ impl CudaDevice {
         self.make_current()?;
         // SAFETY: `ptr..ptr + size_bytes` was reserved by `cuMemAddressReserve` on this device
         // (it is in `ranges`, removed only here, under the lock) and nothing is mapped in it.
-        let code = unsafe { sys::cuMemAddressFree(ptr, size_bytes) };
-        check(self.index, code, "cuMemAddressFree")?;
+        unsafe { self.driver.address_free(ptr, size_bytes) }.on(self.index)?;
         ranges.remove(&ptr);
         Ok(())
     }
@@ -261,30 +184,14 @@ impl CudaDevice {
             }
         })?;
         self.make_current()?;
-        let properties = allocation_properties(self.index);
-        let mut handle: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: the device's context is current; `handle` and `properties` (in the C layout
-        // of `CUmemAllocationProp`) are valid for the call; flags must be 0.
-        let code = unsafe {
-            sys::cuMemCreate(
-                &mut handle,
-                size_bytes,
-                (&properties as *const AllocationProperties).cast(),
-                0,
-            )
-        };
-        if code != CUresult::CUDA_SUCCESS {
-            return Err(device_alloc_error(
-                self.index,
-                code,
-                size_bytes,
-                "cuMemCreate",
-            ));
-        }
+        let handle = self
+            .driver
+            .mem_create(self.index, size_bytes)
+            .map_err(|e| device_alloc_error(self.index, e.code, size_bytes, e.call))?;
         if let Err(e) = self.map_and_enable(ptr, size_bytes, handle) {
             // SAFETY: `handle` came from `cuMemCreate` above and is mapped nowhere.
-            let code = unsafe { sys::cuMemRelease(handle) };
-            if let Err(release) = check(self.index, code, "cuMemRelease") {
+            let released = unsafe { self.driver.mem_release(handle) };
+            if let Err(release) = released.on(self.index) {
                 tracing::warn!(device = self.index, "{release}");
             }
             return Err(e);
@@ -306,26 +213,14 @@ impl CudaDevice {
     ) -> Result<(), BackendError> {
         // SAFETY: `ptr..ptr + size_bytes` lies in a range reserved on this device with nothing
         // mapped there (checked by the caller under the ranges lock, still held); `handle` is
-        // a live allocation of exactly `size_bytes`; offset and flags must be 0.
-        let code = unsafe { sys::cuMemMap(ptr, size_bytes, 0, handle, 0) };
-        check(self.index, code, "cuMemMap")?;
-        let access = AccessDescriptor {
-            location: device_location(self.index),
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u32,
-        };
-        // SAFETY: the range was just mapped; `access` is one descriptor in the C layout.
-        let code = unsafe {
-            sys::cuMemSetAccess(
-                ptr,
-                size_bytes,
-                (&access as *const AccessDescriptor).cast(),
-                1,
-            )
-        };
-        if let Err(e) = check(self.index, code, "cuMemSetAccess") {
+        // a live allocation of exactly `size_bytes`.
+        unsafe { self.driver.mem_map(ptr, size_bytes, handle) }.on(self.index)?;
+        // SAFETY: the range was just mapped, above.
+        let access = unsafe { self.driver.set_read_write(ptr, size_bytes, self.index) };
+        if let Err(e) = access.on(self.index) {
             // SAFETY: the range was mapped just above and is used by nothing yet.
-            let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
-            if let Err(unmap) = check(self.index, code, "cuMemUnmap") {
+            let unmapped = unsafe { self.driver.mem_unmap(ptr, size_bytes) };
+            if let Err(unmap) = unmapped.on(self.index) {
                 tracing::warn!(device = self.index, "{unmap}");
             }
             return Err(e);
@@ -354,12 +249,11 @@ impl CudaDevice {
         // `mappings`, under the lock); the allocator unmaps only free units (blocks freed on
         // other streams after their events completed), and the device has just finished all
         // work queued before, so no kernel still uses the unit.
-        let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
-        check(self.index, code, "cuMemUnmap")?;
+        unsafe { self.driver.mem_unmap(ptr, size_bytes) }.on(self.index)?;
         range.mappings.remove(&ptr);
         // SAFETY: `handle` was created for this mapping, which is gone; released once, here.
-        let code = unsafe { sys::cuMemRelease(handle) };
-        if let Err(e) = check(self.index, code, "cuMemRelease") {
+        let released = unsafe { self.driver.mem_release(handle) };
+        if let Err(e) = released.on(self.index) {
             // The range is unmapped whatever happened to the memory behind it: say so, and
             // leak the handle to the context rather than report a mapping that is gone.
             tracing::warn!(device = self.index, "{e}");
@@ -371,9 +265,7 @@ impl CudaDevice {
     /// does not wait for kernels that may still use the memory (PyTorch synchronizes before
     /// unmapping for the same reason); the caller has made the context current.
     fn synchronize(&self) -> Result<(), BackendError> {
-        // SAFETY: the device's context is current on this thread; the call takes no pointers.
-        let code = unsafe { sys::cuCtxSynchronize() };
-        check(self.index, code, "cuCtxSynchronize")
+        self.driver.synchronize_context().on(self.index)
     }
 
     /// Unmaps and frees every mapping and releases every range (the backend is going away);
@@ -389,17 +281,16 @@ impl CudaDevice {
             for (ptr, (size_bytes, handle)) in range.mappings {
                 // SAFETY: a mapping made by `map_memory` on this device, whose context is
                 // current (the caller made it so); nothing uses the backend any more.
-                let code = unsafe { sys::cuMemUnmap(ptr, size_bytes) };
-                let unmapped = check(self.index, code, "cuMemUnmap");
+                let unmapped = unsafe { self.driver.mem_unmap(ptr, size_bytes) }.on(self.index);
                 // SAFETY: the handle of that mapping, released once, here.
-                let code = unsafe { sys::cuMemRelease(handle) };
-                if let Err(e) = unmapped.and(check(self.index, code, "cuMemRelease")) {
+                let released = unsafe { self.driver.mem_release(handle) }.on(self.index);
+                if let Err(e) = unmapped.and(released) {
                     tracing::warn!(device = self.index, "{e}");
                 }
             }
             // SAFETY: a range reserved on this device, with its mappings gone.
-            let code = unsafe { sys::cuMemAddressFree(start, range.size_bytes) };
-            if let Err(e) = check(self.index, code, "cuMemAddressFree") {
+            let freed = unsafe { self.driver.address_free(start, range.size_bytes) };
+            if let Err(e) = freed.on(self.index) {
                 tracing::warn!(device = self.index, "{e}");
             }
         }

@@ -3,21 +3,22 @@
 //! This is the part of a device buffer that needs no driver: the element count and the
 //! overflow check on its byte size, the checks a copy or a stream needs before it is issued,
 //! and the record of other streams that used the memory (`record_stream`), so the block is not
-//! reused before their work is done. `DeviceBuffer` (feature `cuda`) adds cudarc's
-//! traits on top; here it is all tested on [`SimBackend`](crate::SimBackend).
+//! reused before their work is done. `DeviceBuffer` (feature `cuda`, in `cuda/buffer.rs`) adds
+//! cudarc's traits on top; here it is all tested on [`SimBackend`](crate::SimBackend).
 
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::error::BufferError;
+use super::buffer_error::BufferError;
+use super::caching::CachingAllocator;
+use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, StreamId};
-use crate::{Allocation, CachingAllocator};
 
 /// Bytes taken by `len` elements of `T`, or [`BufferError::SizeOverflow`] when that is more
 /// than `usize` can count.
 ///
 /// ```
-/// use blockpool::cuda::{byte_len, BufferError};
+/// use blockpool::{byte_len, BufferError};
 ///
 /// assert_eq!(byte_len::<f32>(1024)?, 4096);
 /// assert!(matches!(byte_len::<f64>(usize::MAX / 4), Err(BufferError::SizeOverflow { .. })));
@@ -41,8 +42,7 @@ pub fn byte_len<T>(len: usize) -> Result<usize, BufferError> {
 /// the block is not handed out again before their work has completed.
 ///
 /// ```
-/// use blockpool::cuda::TypedAllocation;
-/// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+/// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId, TypedAllocation};
 ///
 /// let sim = SimBackend::new(1, 1 << 30);
 /// let alloc = CachingAllocator::new(sim.clone(), AllocatorConfig::default());

@@ -1,25 +1,35 @@
-//! [`CudaBackend`]: the [`Backend`] over NVIDIA's driver API, through cudarc's `sys` layer.
+//! [`CudaBackend`]: the [`Backend`] over NVIDIA's driver API, through `cuda/driver.rs`.
 //!
 //! Creating one checks, in order, that libcuda can be loaded (without letting cudarc panic),
-//! that `cuInit` succeeds, that the driver is recent enough, and that there is a device; each
-//! failure is a typed [`BackendError`] that says what to do. Then every device's primary
+//! that it has every function blockpool calls, that `cuInit` succeeds, that the driver is
+//! recent enough, and that there is a device; each failure is a typed [`BackendError`] that
+//! says what to do. Then every device's primary
 //! context is retained (the same context the CUDA runtime, PyTorch and cudarc's
 //! `CudaContext::new` use), so memory from here works with streams and kernels from any of them.
+//!
+//! `backend/device.rs` holds one device (primary context, properties, segments, event pool),
+//! `backend/vmm.rs` its expandable-segment address ranges and mappings.
+
+mod device;
+mod vmm;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaStream};
 use parking_lot::Mutex;
 
-use super::device::{CudaDevice, CudaDeviceProperties, RawEvent};
+pub use device::CudaDeviceProperties;
+
+use super::driver::{Driver, Library};
 use super::error::{
-    check, driver_error, host_alloc_error, library_missing, mark_library_loaded,
+    driver_error, host_alloc_error, library_missing, symbol_missing, OnDevice,
     CALL_REQUIRES_NEWER_DRIVER,
 };
 use crate::backend::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
+use device::{CudaDevice, RawEvent};
 
 /// The oldest driver accepted, as `cuDriverGetVersion` numbers it (11.4, the oldest CUDA that
 /// cudarc supports).
@@ -37,8 +47,7 @@ pub const MIN_DRIVER_VERSION: i32 = 11040;
 /// the driver's code and name.
 ///
 /// ```no_run
-/// use blockpool::backend::CudaBackend;
-/// use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
+/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, StreamId};
 ///
 /// let backend = CudaBackend::new()?; // a typed error, never a panic, without a GPU
 /// println!("{} ({:?})", backend.device_name(0)?, backend.compute_capability(0)?);
@@ -54,6 +63,7 @@ pub struct CudaBackend {
 }
 
 struct Inner {
+    driver: Driver,
     devices: Vec<CudaDevice>,
     driver_version: i32,
     /// Live pinned host allocations: address -> size in bytes.
@@ -94,27 +104,18 @@ impl CudaBackend {
     ///
     /// Fails, without panicking, with a [`BackendError::Driver`] whose message says what to do
     /// when: the driver library cannot be loaded (code 303,
-    /// `CUDA_ERROR_SHARED_OBJECT_INIT_FAILED`), `cuInit` fails (for example
+    /// `CUDA_ERROR_SHARED_OBJECT_INIT_FAILED`), it lacks a function blockpool calls (code 36,
+    /// `CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER`, naming the function), `cuInit` fails (for example
     /// `CUDA_ERROR_NO_DEVICE` or `CUDA_ERROR_STUB_LIBRARY`), the driver is older than
     /// [`MIN_DRIVER_VERSION`] (`CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER`), there is no device
     /// (`CUDA_ERROR_NO_DEVICE`), or a device's primary context cannot be retained (for example
     /// `CUDA_ERROR_DEVICE_UNAVAILABLE` when another process holds it exclusively).
     pub fn new() -> Result<CudaBackend, BackendError> {
-        // SAFETY: `is_culib_present` only tries to open the candidate library files and closes
-        // them again; it calls no driver function.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(library_missing());
-        }
-        // The library opens, so cudarc's lazy loader will find it too.
-        mark_library_loaded();
-        // SAFETY: the library is present (checked above), so resolving `cuInit` cannot panic;
-        // flags must be 0.
-        let code = unsafe { sys::cuInit(0) };
-        check(0, code, "cuInit")?;
-        let mut version = 0;
-        // SAFETY: the driver is initialized and `version` is a valid out-pointer.
-        let code = unsafe { sys::cuDriverGetVersion(&mut version) };
-        check(0, code, "cuDriverGetVersion")?;
+        let library = Library::open().ok_or_else(library_missing)?;
+        // Before any driver call: cudarc panics on calling a function the library lacks.
+        let driver = library.driver().map_err(symbol_missing)?;
+        driver.init().on(0)?;
+        let version = driver.driver_version().on(0)?;
         if version < MIN_DRIVER_VERSION {
             return Err(BackendError::Driver {
                 device: 0,
@@ -128,10 +129,7 @@ impl CudaBackend {
                 ),
             });
         }
-        let mut count = 0;
-        // SAFETY: the driver is initialized and `count` is a valid out-pointer.
-        let code = unsafe { sys::cuDeviceGetCount(&mut count) };
-        check(0, code, "cuDeviceGetCount")?;
+        let count = driver.device_count().on(0)?;
         if count <= 0 {
             return Err(driver_error(
                 0,
@@ -140,7 +138,7 @@ impl CudaBackend {
             ));
         }
         let devices = (0..count as usize)
-            .map(CudaDevice::open)
+            .map(|index| CudaDevice::open(driver, index))
             .collect::<Result<Vec<_>, _>>()?;
         tracing::debug!(
             devices = devices.len(),
@@ -149,6 +147,7 @@ impl CudaBackend {
         );
         Ok(CudaBackend {
             inner: Arc::new(Inner {
+                driver,
                 devices,
                 driver_version: version,
                 host: Mutex::new(HashMap::new()),
@@ -306,14 +305,12 @@ impl Backend for CudaBackend {
         }
         // Pinned memory belongs to no device, but the driver wants a current context.
         self.device(0)?.make_current()?;
-        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: a context is current and `ptr` is a valid out-pointer; PORTABLE makes the
-        // memory pinned for every context, as the allocator's host cache serves all devices.
-        let code =
-            unsafe { sys::cuMemHostAlloc(&mut ptr, size_bytes, sys::CU_MEMHOSTALLOC_PORTABLE) };
-        if code != CUresult::CUDA_SUCCESS {
-            return Err(host_alloc_error(code, size_bytes));
-        }
+        // Portable: pinned for every context, as the allocator's host cache serves all devices.
+        let ptr = self
+            .inner
+            .driver
+            .host_alloc_portable(size_bytes)
+            .map_err(|e| host_alloc_error(e.code, size_bytes))?;
         let addr = ptr as u64;
         self.inner.host.lock().insert(addr, size_bytes);
         Ok(addr)
@@ -368,8 +365,7 @@ impl Backend for CudaBackend {
         // SAFETY: 1. `ptr` came from `cuMemHostAlloc` and is still live (it is in `host`,
         // removed only here, under the lock); 2. the host cache frees memory only after the
         // events recorded after its asynchronous copies have completed.
-        let code = unsafe { sys::cuMemFreeHost(ptr as *mut std::ffi::c_void) };
-        check(0, code, "cuMemFreeHost")?;
+        unsafe { self.inner.driver.free_host(ptr as *mut std::ffi::c_void) }.on(0)?;
         host.remove(&ptr);
         Ok(())
     }
@@ -382,8 +378,7 @@ mod tests {
     /// CI has no driver: creating the backend must say so, typed, without a panic.
     #[test]
     fn new_without_a_driver_is_a_typed_error_not_a_panic() {
-        // SAFETY: only probes whether the library file can be opened.
-        if unsafe { sys::is_culib_present() } {
+        if Library::open().is_some() {
             // A machine with a driver: creating must not panic either way.
             let _ = CudaBackend::new();
             return;
