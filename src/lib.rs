@@ -118,10 +118,7 @@
 
 // Docs link to the trace file formats, which only exist with `trace-files`; the default
 // build (which CI documents with -D warnings) checks every link.
-#![cfg_attr(
-    not(feature = "trace-files"),
-    allow(rustdoc::broken_intra_doc_links)
-)]
+#![cfg_attr(not(feature = "trace-files"), allow(rustdoc::broken_intra_doc_links))]
 
 pub mod backend;
 pub mod config;
