@@ -24,27 +24,7 @@ fn fixture(name: &str) -> Vec<u8> {
     })
 }
 
-fn time_us(hours: u64, minutes: u64, seconds: u64, micros: u64) -> u64 {
-    ((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + micros
-}
-
-fn record(
-    thread: u64,
-    time_us: u64,
-    action: RmmAction,
-    pointer: u64,
-    size: u64,
-    stream: u64,
-) -> RmmRecord {
-    RmmRecord {
-        thread,
-        time_us,
-        action,
-        pointer: NonZeroU64::new(pointer),
-        size,
-        stream,
-    }
-}
+use blockpool::trace::rmm::time_of_day_us as time_us;
 
 fn read_str(text: &str) -> Result<Vec<RmmRecord>, RmmError> {
     read_rmm_csv(text.as_bytes())
@@ -63,7 +43,7 @@ fn documented_examples_load_to_exact_records() {
     assert_eq!(
         records,
         [
-            record(
+            RmmRecord::new(
                 2342727,
                 time_us(15, 47, 2, 841961),
                 RmmAction::Allocate,
@@ -71,7 +51,7 @@ fn documented_examples_load_to_exact_records() {
                 1048576,
                 0
             ),
-            record(
+            RmmRecord::new(
                 2342727,
                 time_us(15, 47, 2, 841977),
                 RmmAction::Free,
@@ -79,7 +59,7 @@ fn documented_examples_load_to_exact_records() {
                 1048576,
                 0
             ),
-            record(
+            RmmRecord::new(
                 1979932,
                 time_us(14, 21, 19, 998533),
                 RmmAction::Allocate,
@@ -87,7 +67,7 @@ fn documented_examples_load_to_exact_records() {
                 256,
                 2
             ),
-            record(
+            RmmRecord::new(
                 1980043,
                 time_us(14, 21, 32, 661875),
                 RmmAction::Free,
@@ -118,7 +98,14 @@ fn allocate_failure_with_nil_pointer_is_read() {
     .expect("an allocate failure line is valid");
     assert_eq!(
         records,
-        [record(12, 1, RmmAction::AllocateFailure, 0, 1024, 2)]
+        [RmmRecord::new(
+            12,
+            1,
+            RmmAction::AllocateFailure,
+            0,
+            1024,
+            2
+        )]
     );
 }
 
@@ -252,8 +239,8 @@ fn header_problems_are_refused() {
 #[test]
 fn variations_of_real_logs_are_accepted() {
     let want = [
-        record(1, time_us(10, 0, 0, 1), RmmAction::Allocate, 0x7f00, 512, 0),
-        record(
+        RmmRecord::new(1, time_us(10, 0, 0, 1), RmmAction::Allocate, 0x7f00, 512, 0),
+        RmmRecord::new(
             1,
             time_us(10, 0, 0, 2),
             RmmAction::AllocateFailure,
@@ -303,7 +290,7 @@ fn reader_keeps_records_before_a_bad_line_and_then_stops() {
         .expect("line 2 is valid");
     assert_eq!(
         first,
-        record(1, time_us(10, 0, 0, 0), RmmAction::Allocate, 0x10, 8, 0)
+        RmmRecord::new(1, time_us(10, 0, 0, 0), RmmAction::Allocate, 0x10, 8, 0)
     );
     let err = reader.next().expect("line 3 is reported").unwrap_err();
     assert_eq!(err.line(), Some(3));
@@ -385,9 +372,12 @@ fn read_errors_name_the_line_being_read() {
 #[test]
 fn writer_refuses_a_time_that_is_not_a_time_of_day() {
     let mut out = Vec::new();
-    let late = record(1, MICROS_PER_DAY, RmmAction::Free, 0x10, 8, 0);
-    let err = write_rmm_csv(&[record(1, 0, RmmAction::Free, 0x10, 8, 0), late], &mut out)
-        .expect_err("24:00:00 cannot be written");
+    let late = RmmRecord::new(1, MICROS_PER_DAY, RmmAction::Free, 0x10, 8, 0);
+    let err = write_rmm_csv(
+        &[RmmRecord::new(1, 0, RmmAction::Free, 0x10, 8, 0), late],
+        &mut out,
+    )
+    .expect_err("24:00:00 cannot be written");
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     assert!(
         err.to_string().starts_with("record 1: time 86400000000 µs"),
@@ -402,7 +392,7 @@ fn writer_refuses_a_time_that_is_not_a_time_of_day() {
 #[test]
 fn writer_spells_nulls_and_streams_as_rmm_does() {
     let text = written(&[
-        record(
+        RmmRecord::new(
             u64::MAX,
             MICROS_PER_DAY - 1,
             RmmAction::AllocateFailure,
@@ -410,7 +400,7 @@ fn writer_spells_nulls_and_streams_as_rmm_does() {
             u64::MAX,
             0,
         ),
-        record(0, 0, RmmAction::Free, u64::MAX, 0, u64::MAX),
+        RmmRecord::new(0, 0, RmmAction::Free, u64::MAX, 0, u64::MAX),
     ]);
     assert_eq!(
         text,
@@ -523,12 +513,15 @@ proptest! {
 fn bufread_input_is_read_in_one_pass() {
     // A reader whose buffer is one byte long still assembles every line correctly.
     let text = written(&[
-        record(7, 1, RmmAction::Allocate, 0x20, 64, 0),
-        record(7, 2, RmmAction::Free, 0x20, 64, 0),
+        RmmRecord::new(7, 1, RmmAction::Allocate, 0x20, 64, 0),
+        RmmRecord::new(7, 2, RmmAction::Free, 0x20, 64, 0),
     ]);
     let reader = BufReader::with_capacity(1, text.as_bytes());
     let mut reader: Box<dyn BufRead> = Box::new(reader);
     let records = read_rmm_csv(&mut reader).expect("tiny buffers change nothing");
     assert_eq!(records.len(), 2);
-    assert_eq!(records[1], record(7, 2, RmmAction::Free, 0x20, 64, 0));
+    assert_eq!(
+        records[1],
+        RmmRecord::new(7, 2, RmmAction::Free, 0x20, 64, 0)
+    );
 }

@@ -235,27 +235,7 @@ mod tests {
     use crate::trace::rmm::{read_rmm_csv, write_rmm_csv};
     use crate::trace::snapshot::{Block, BlockState, Segment};
 
-    fn time_of_day(hours: u64, minutes: u64, seconds: u64, micros: u64) -> u64 {
-        ((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + micros
-    }
-
-    fn record(
-        thread: u64,
-        time_us: u64,
-        action: RmmAction,
-        pointer: u64,
-        size: u64,
-        stream: u64,
-    ) -> RmmRecord {
-        RmmRecord {
-            thread,
-            time_us,
-            action,
-            pointer: NonZeroU64::new(pointer),
-            size,
-            stream,
-        }
-    }
+    use crate::trace::rmm::time_of_day_us as time_of_day;
 
     /// (action, stream, addr, size, requested, time_us, tags) of each event.
     type Shape = (Action, u64, u64, u64, u64, u64, String);
@@ -361,9 +341,9 @@ mod tests {
     fn a_small_step_back_in_time_is_raised_to_the_previous_record() {
         let noon = time_of_day(12, 0, 0, 0);
         let records = [
-            record(1, noon + 10, RmmAction::Allocate, 0x1000, 8, 0),
-            record(2, noon + 4, RmmAction::Allocate, 0x2000, 8, 0),
-            record(1, noon + 12, RmmAction::Free, 0x1000, 8, 0),
+            RmmRecord::new(1, noon + 10, RmmAction::Allocate, 0x1000, 8, 0),
+            RmmRecord::new(2, noon + 4, RmmAction::Allocate, 0x2000, 8, 0),
+            RmmRecord::new(1, noon + 12, RmmAction::Free, 0x1000, 8, 0),
         ];
         let snapshot = snapshot_from_rmm(&records);
         let times: Vec<u64> = snapshot.events.iter().map(|e| e.time_us).collect();
@@ -437,10 +417,10 @@ mod tests {
         assert_eq!(
             snapshot_to_rmm(&snapshot),
             [
-                record(12, at(3), RmmAction::Allocate, 0x1000, 1000, 1),
-                record(0, at(4), RmmAction::Allocate, 0x9000, 512, 1),
-                record(0, time_of_day(1, 2, 4, 2), RmmAction::Free, 0x1000, 1000, 1),
-                record(
+                RmmRecord::new(12, at(3), RmmAction::Allocate, 0x1000, 1000, 1),
+                RmmRecord::new(0, at(4), RmmAction::Allocate, 0x9000, 512, 1),
+                RmmRecord::new(0, time_of_day(1, 2, 4, 2), RmmAction::Free, 0x1000, 1000, 1),
+                RmmRecord::new(
                     0,
                     time_of_day(1, 2, 4, 3),
                     RmmAction::AllocateFailure,

@@ -59,5 +59,5 @@ mod writer;
 pub use convert::{snapshot_from_rmm, snapshot_to_rmm};
 pub use error::{FieldProblem, RmmError, RmmField};
 pub use reader::{read_rmm_csv, RmmReader, MAX_LINE_BYTES};
-pub use record::{RmmAction, RmmRecord, HEADER, MICROS_PER_DAY};
+pub use record::{time_of_day_us, RmmAction, RmmRecord, HEADER, MICROS_PER_DAY};
 pub use writer::write_rmm_csv;

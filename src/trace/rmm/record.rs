@@ -36,6 +36,42 @@ pub struct RmmRecord {
     pub stream: u64,
 }
 
+impl RmmRecord {
+    /// A record whose pointer is a plain address, 0 standing for null (RMM's `(nil)`).
+    ///
+    /// ```
+    /// use blockpool::trace::rmm::{time_of_day_us, RmmAction, RmmRecord};
+    ///
+    /// let at = time_of_day_us(15, 47, 2, 841_961);
+    /// let record = RmmRecord::new(2342727, at, RmmAction::Allocate, 0x100_1240_0000, 1 << 20, 0);
+    /// assert_eq!(record.pointer.map(|p| p.get()), Some(0x100_1240_0000));
+    /// assert!(RmmRecord::new(1, at, RmmAction::AllocateFailure, 0, 256, 2).pointer.is_none());
+    /// ```
+    pub fn new(
+        thread: u64,
+        time_us: u64,
+        action: RmmAction,
+        pointer: u64,
+        size: u64,
+        stream: u64,
+    ) -> RmmRecord {
+        RmmRecord {
+            thread,
+            time_us,
+            action,
+            pointer: NonZeroU64::new(pointer),
+            size,
+            stream,
+        }
+    }
+}
+
+/// The time of day `hours:minutes:seconds.micros` in microseconds since midnight, as
+/// [`RmmRecord::time_us`] holds it (no range check: 25:00:00 gives a time past a day).
+pub fn time_of_day_us(hours: u64, minutes: u64, seconds: u64, micros: u64) -> u64 {
+    ((hours * 60 + minutes) * 60 + seconds) * 1_000_000 + micros
+}
+
 /// What a log line records, spelled in the log as [`RmmAction::as_str`] gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RmmAction {
