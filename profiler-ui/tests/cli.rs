@@ -493,6 +493,22 @@ fn summary_of_a_made_file_without_times_says_so_once() {
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
+    assert!(
+        text.contains("  out of memory: no out-of-memory event was recorded\n"),
+        "a file without an oom event says so: {text}"
+    );
+    // `info` says it the same way, not "over 0.000000 s".
+    let output = memtrace(&[
+        "info",
+        &fixture("made_four_device_traces_without_times.pickle"),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.contains("  events:    12 (no times recorded)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("0.000000 s"), "{text}");
 }
 
 #[test]

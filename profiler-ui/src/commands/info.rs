@@ -145,8 +145,11 @@ pub fn render(report: &InfoReport) -> String {
     }
     for device in &report.devices {
         let _ = writeln!(text, "device {}", device.device);
+        // As `summary` says it: a trace whose events all carry the same time (PyTorch files
+        // from before `time_us`, imported at 0) has no times to span.
         let span = match (device.first_time_us, device.last_time_us) {
-            (Some(first), Some(last)) => format!(" over {}", seconds(last - first)),
+            (Some(first), Some(last)) if last > first => format!(" over {}", seconds(last - first)),
+            (Some(_), Some(_)) => " (no times recorded)".to_owned(),
             _ => String::new(),
         };
         let _ = writeln!(text, "  events:    {}{span}", count(device.events));

@@ -75,7 +75,7 @@ pub fn render(report: &SummaryReport) -> String {
             }
         }
         if d.out_of_memory.is_empty() {
-            let _ = writeln!(text, "  out of memory: never");
+            let _ = writeln!(text, "  out of memory: no out-of-memory event was recorded");
         }
         for oom in &d.out_of_memory {
             let _ = writeln!(
