@@ -173,7 +173,8 @@ pub struct ReplayArgs {
     /// PyTorch's defaults).
     #[arg(long, value_name = "STR", value_parser = parse_config)]
     pub config: Option<AllocatorConfig>,
-    /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix (default 1T).
+    /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix, decimals allowed
+    /// (`78.5G`; default 1T).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub capacity: Option<u64>,
     /// Start from the live blocks alone, allocated first in address order, instead of the
@@ -199,14 +200,19 @@ fn parse_config(text: &str) -> Result<AllocatorConfig, String> {
     AllocatorConfig::parse(text).map_err(|e| e.to_string())
 }
 
-/// Reads a byte count: digits, optionally followed by `K`, `M`, `G` or `T` (powers of 1024,
-/// with or without `iB` or `B`), as `--capacity` takes it.
+/// Reads a byte count: a number, optionally with a decimal fraction, optionally followed by
+/// `K`, `M`, `G` or `T` (powers of 1024, with or without `iB` or `B`), as `--capacity` takes
+/// it: `80G`, `78.5G`, `0.5T`. The value must be a whole number of bytes (`1.5` alone is
+/// refused; `1.5K` is 1,536 bytes).
 fn parse_bytes(text: &str) -> Result<u64, String> {
+    /// Enough fractional digits for any power-of-two unit's exact fractions of interest; more
+    /// would only risk overflow.
+    const MAX_FRACTION_DIGITS: usize = 12;
     let text = text.trim();
-    let digits = text
-        .find(|c: char| !c.is_ascii_digit())
+    let number_len = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits);
+    let (number, unit) = text.split_at(number_len);
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -220,12 +226,40 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a byte count: it needs digits, e.g. 80G"))?;
-    value
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("`{text}` is more bytes than 2^64"))
+    let not_a_number = || format!("`{text}` is not a byte count: it needs digits, e.g. 80G");
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(not_a_number());
+    }
+    if fraction.len() > MAX_FRACTION_DIGITS {
+        return Err(format!(
+            "`{text}` has more than {MAX_FRACTION_DIGITS} digits after the decimal point"
+        ));
+    }
+    let too_large = || format!("`{text}` is more bytes than 2^64");
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| too_large())?
+    };
+    let fraction_value: u128 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().map_err(|_| not_a_number())?
+    };
+    // (whole + fraction / 10^n) * 2^shift, exactly, in integers.
+    let scale = 10u128.pow(fraction.len() as u32);
+    let scaled = whole
+        .checked_mul(scale)
+        .and_then(|w| w.checked_add(fraction_value))
+        .and_then(|v| v.checked_mul(1u128 << shift))
+        .ok_or_else(too_large)?;
+    if scaled % scale != 0 {
+        return Err(format!(
+            "`{text}` is not a whole number of bytes; use a larger unit or fewer decimals"
+        ));
+    }
+    u64::try_from(scaled / scale).map_err(|_| too_large())
 }
 
 /// `--at EVENT` or `--peak`: a point of the trace.
@@ -300,7 +334,29 @@ mod tests {
         assert!(parse_bytes("").is_err());
         assert!(parse_bytes("G").is_err());
         assert!(parse_bytes("-1").is_err());
-        assert!(parse_bytes("1.5G").is_err());
+        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_bytes("78.5G"), Ok(157 << 29));
+        assert_eq!(parse_bytes("0.5T"), Ok(1 << 39));
+        assert_eq!(parse_bytes(".25K"), Ok(256));
+        assert_eq!(parse_bytes("2."), Ok(2));
+        assert_eq!(
+            parse_bytes("1.5"),
+            Err("`1.5` is not a whole number of bytes; use a larger unit or fewer decimals".into())
+        );
+        assert_eq!(
+            parse_bytes("1.2.3G"),
+            Err("`1.2.3G` is not a byte count: it needs digits, e.g. 80G".into())
+        );
+        assert!(parse_bytes(".").is_err());
+        assert!(parse_bytes("0.0000000000001G").is_err(), "13 decimals");
+        assert_eq!(
+            parse_bytes("16383.9999999T"),
+            Err("`16383.9999999T` is not a whole number of bytes; use a larger unit or fewer decimals".into())
+        );
+        assert_eq!(
+            parse_bytes("16777216T"),
+            Err("`16777216T` is more bytes than 2^64".to_string())
+        );
         assert_eq!(
             parse_bytes("12 parsecs"),
             Err(

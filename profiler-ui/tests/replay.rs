@@ -146,6 +146,9 @@ fn a_small_capacity_reports_out_of_memory_and_the_search_finds_the_smallest() {
     let report = replay_json(&path, &["--capacity", "30M"]);
     let ours = &report["blockpool"];
     assert_eq!(report["capacity_bytes"], 30 * MIB);
+    // Decimals are read exactly, as a user writes a GPU's size.
+    let decimal = replay_json(&path, &["--capacity", "29.5M"]);
+    assert_eq!(decimal["capacity_bytes"], 29 * MIB + MIB / 2);
     // The 6 MiB and the 3 MiB request each need a second segment that does not fit; the
     // cache has no wholly free segment to give back, so each fails after one retry.
     assert_eq!(ours["failed_allocations"], 2);
