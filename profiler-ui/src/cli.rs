@@ -68,7 +68,7 @@ pub enum Command {
         /// Which point.
         #[command(flatten)]
         at: AtOrPeak,
-        /// The device (default: the first with events or segments).
+        /// The device (default: the busiest, with the most events, then the most reserved bytes).
         #[arg(long)]
         device: Option<u32>,
         /// Order of the sites.
@@ -89,7 +89,7 @@ pub enum Command {
         /// Which point.
         #[command(flatten)]
         at: AtOrPeak,
-        /// The device (default: the first with events or segments).
+        /// The device (default: the busiest, with the most events, then the most reserved bytes).
         #[arg(long)]
         device: Option<u32>,
         /// Print the segments and blocks as JSON.
@@ -103,7 +103,7 @@ pub enum Command {
         /// The SVG file to write.
         #[arg(long)]
         out: PathBuf,
-        /// The device (default: the first with events or segments).
+        /// The device (default: the busiest, with the most events, then the most reserved bytes).
         #[arg(long)]
         device: Option<u32>,
     },
@@ -188,7 +188,7 @@ pub struct ReplayArgs {
     /// address the trace shows.
     #[arg(long)]
     pub exact: bool,
-    /// The device of the trace to replay (default: the first with events).
+    /// The device of the trace to replay (default: the busiest, with the most events).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// Print the report as JSON.

@@ -537,3 +537,40 @@ fn summary_of_a_training_step_finds_its_peak_and_names_python_sites() {
     );
     assert_eq!(device["out_of_memory"].as_array().map(Vec::len), Some(0));
 }
+
+/// Device 0 holds one idle 20 MiB segment; device 1 did all the work (two 2 MiB segments,
+/// three allocations).
+const TWO_DEVICES: &str = r#"{"blockpool_trace":1}
+{"event":"segment_alloc","device":1,"addr":139637976727552,"size":2097152,"time_us":1}
+{"event":"alloc","device":1,"addr":139637976727552,"size":512,"requested":500,"time_us":2}
+{"event":"alloc","device":1,"addr":139637976728064,"size":1024,"requested":1000,"time_us":3}
+{"event":"segment_alloc","device":1,"addr":139637978824704,"size":2097152,"time_us":4}
+{"event":"alloc","device":1,"addr":139637978824704,"size":1048576,"requested":1048576,"time_us":5}
+{"segment":139637976727552,"device":1,"size":2097152,"pool":"small","blocks":[[139637976727552,512,500,"active_allocated",0],[139637976728064,1024,1000,"active_allocated",0],[139637976729088,2095616,0,"inactive",0]]}
+{"segment":139637978824704,"device":1,"size":2097152,"pool":"small","blocks":[[139637978824704,1048576,1048576,"active_allocated",0],[139637979873280,1048576,0,"inactive",0]]}
+{"segment":139637000000000,"device":0,"size":20971520,"pool":"large","blocks":[[139637000000000,20971520,0,"inactive",0]]}
+{"end":{"events":5,"segments":3}}
+"#;
+
+#[test]
+fn commands_default_to_the_busiest_device() {
+    let path = scratch("two-devices.jsonl");
+    std::fs::write(&path, TWO_DEVICES).unwrap();
+    let path = path.to_str().unwrap();
+    // Device 1, where the events are, though device 0 comes first.
+    let output = memtrace(&["top", path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).starts_with("device 1 after event 5: 1.00 MiB allocated\n"),
+        "{}",
+        stdout(&output)
+    );
+    // `--device 0` still reaches the idle device.
+    let output = memtrace(&["top", path, "--device", "0"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).starts_with("device 0 after event 0: 0 bytes allocated\n"),
+        "{}",
+        stdout(&output)
+    );
+}

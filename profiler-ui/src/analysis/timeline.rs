@@ -5,6 +5,7 @@ use crate::format::device_list;
 use anyhow::Context as _;
 use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
 use serde::Serialize;
+use std::collections::HashMap;
 
 /// The memory of a device after some of its events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -108,8 +109,10 @@ impl Point {
     }
 }
 
-/// The device a command looks at: `--device`, else the only or first device with events or
-/// segments; an unknown device is an error that lists the known ones.
+/// The device a command looks at: `--device`, else the busiest device (the most events, then
+/// the most reserved bytes, then the lowest index), so a multi-GPU trace whose device 0 only
+/// holds a few segments opens where the work was; an unknown device is an error that lists the
+/// known ones.
 pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u32> {
     let devices = snapshot.devices();
     match device {
@@ -118,11 +121,25 @@ pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u
             "device {d} has no segments or events in this trace (devices: {})",
             device_list(&devices)
         ),
-        None => devices
-            .first()
-            .copied()
+        None => busiest_device(snapshot, &devices)
             .context("the trace has no devices: no segments and no events"),
     }
+}
+
+/// Of `devices`, the one with the most events, then the most reserved bytes, then the lowest
+/// index. One pass over the events and the segments.
+pub fn busiest_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
+    let mut load: HashMap<u32, (usize, u64)> = HashMap::new();
+    for event in &snapshot.events {
+        load.entry(event.device).or_default().0 += 1;
+    }
+    for segment in &snapshot.segments {
+        load.entry(segment.device).or_default().1 += segment.size;
+    }
+    devices.iter().copied().max_by_key(|d| {
+        let (events, reserved) = load.get(d).copied().unwrap_or_default();
+        (events, reserved, std::cmp::Reverse(*d))
+    })
 }
 
 /// A top-level annotation: its tag and the state indices it spans.

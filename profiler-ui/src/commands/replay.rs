@@ -92,7 +92,7 @@ pub fn replay(
             "device {device} has no events or segments in this trace (it has: {})",
             device_list(&devices)
         ),
-        None => first_device(snapshot, &devices),
+        None => default_device(snapshot, &devices),
     };
     let (config, config_source, config_note) = choose_config(args, snapshot);
     let mut walker = snapshot
@@ -173,15 +173,10 @@ pub fn replay(
     })
 }
 
-/// The first device with events, else the first device, else 0.
-fn first_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
-    snapshot
-        .events
-        .iter()
-        .map(|e| e.device)
-        .min()
-        .or_else(|| devices.first().copied())
-        .unwrap_or(0)
+/// The busiest device (as every command picks it: the most events, then the most reserved
+/// bytes, then the lowest index), else 0.
+fn default_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
+    crate::analysis::timeline::busiest_device(snapshot, devices).unwrap_or(0)
 }
 
 /// The settings to replay with: `--config`, else the trace's own when blockpool understands
