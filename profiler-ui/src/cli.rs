@@ -113,9 +113,16 @@ pub enum Command {
         a: PathBuf,
         /// The second trace.
         b: PathBuf,
-        /// The device in both (default: the first of each).
+        /// The device in both (default: the busiest of each).
         #[arg(long)]
         device: Option<u32>,
+        /// The device of the first trace, overriding `--device` (one rank's GPU against
+        /// another's).
+        #[arg(long, value_name = "N")]
+        device_a: Option<u32>,
+        /// The device of the second trace, overriding `--device`.
+        #[arg(long, value_name = "N")]
+        device_b: Option<u32>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

@@ -509,6 +509,31 @@ fn summary_of_a_made_file_without_times_says_so_once() {
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
+    // Converting it to Perfetto says that its samples have no times.
+    let perfetto = scratch("untimed.perfetto.json");
+    let output = memtrace(&[
+        "convert",
+        &fixture("made_four_device_traces_without_times.pickle"),
+        perfetto.to_str().unwrap(),
+        "--to",
+        "perfetto",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("note: the trace records no times, so every "),
+        "{}",
+        stdout(&output)
+    );
+    // A timed trace gets no such note.
+    let output = memtrace(&[
+        "convert",
+        &fixture("bcrafton_assignment2-systems_memory_snapshot.pickle"),
+        scratch("timed.perfetto.json").to_str().unwrap(),
+        "--to",
+        "perfetto",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!stdout(&output).contains("note:"), "{}", stdout(&output));
 }
 
 #[test]
@@ -564,6 +589,45 @@ fn commands_default_to_the_busiest_device() {
         stdout(&output).starts_with("device 1 after event 5: 1.00 MiB allocated\n"),
         "{}",
         stdout(&output)
+    );
+    // `diff` picks the busiest of each side too, or a device per side.
+    let output = memtrace(&["diff", path, path, "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        (&report["device_a"], &report["device_b"]),
+        (&1.into(), &1.into())
+    );
+    let output = memtrace(&[
+        "diff",
+        path,
+        path,
+        "--device-a",
+        "1",
+        "--device-b",
+        "0",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(
+        (&report["device_a"], &report["device_b"]),
+        (&1.into(), &0.into())
+    );
+    // 512 + 1,024 + 1 MiB live on device 1 at its peak, nothing on device 0.
+    assert_eq!(
+        (&report["peak_a"], &report["peak_b"]),
+        (&1_050_112.into(), &0.into())
+    );
+    let output = memtrace(&["diff", path, path, "--device-a", "1", "--device-b", "0"]);
+    assert!(
+        stdout(&output).starts_with("device 1 of A against device 0 of B\n"),
+        "{}",
+        stdout(&output)
+    );
+    assert_bad_input(
+        &memtrace(&["diff", path, path, "--device-b", "7"]),
+        "device 7 has no segments or events",
     );
     // `--device 0` still reaches the idle device.
     let output = memtrace(&["top", path, "--device", "0"]);

@@ -38,6 +38,15 @@ pub fn run(
         count(trace.snapshot.events.len() as u64),
         count(trace.snapshot.segments.len() as u64),
     ))?;
+    let times = trace.snapshot.events.iter().map(|e| e.time_us);
+    let untimed = !trace.snapshot.events.is_empty() && times.clone().min() == times.max();
+    if untimed && matches!(format, OutputFormat::Perfetto | OutputFormat::RmmCsv) {
+        out.write(&format!(
+            "note: the trace records no times, so every {} sample is at one time; \
+             `memtrace timeline` and the viewer draw it by event instead\n",
+            format.name()
+        ))?;
+    }
     out.flush()?;
     Ok(())
 }

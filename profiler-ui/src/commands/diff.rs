@@ -1,5 +1,6 @@
-//! `memtrace diff A B [--device N] [--json]`: per allocation site, the live bytes at the
-//! allocated peak and at the end of each trace, and the differences, largest change first.
+//! `memtrace diff A B [--device N | --device-a N --device-b M] [--json]`: per allocation site,
+//! the live bytes at the allocated peak and at the end of each trace (each on its own device if
+//! asked: one rank against another), and the differences, largest change first.
 
 use crate::analysis::sites::{sites_in, Site};
 use crate::analysis::timeline::{allocated_peak, memory_series, pick_device, walker};
@@ -43,6 +44,10 @@ impl SiteDiff {
 /// The diff report.
 #[derive(Debug, Serialize)]
 pub struct DiffReport {
+    /// The device of A compared.
+    pub device_a: u32,
+    /// The device of B compared.
+    pub device_b: u32,
     /// Allocated bytes at A's peak.
     pub peak_a: u64,
     /// Allocated bytes at B's peak.
@@ -63,10 +68,15 @@ fn peak_and_end(snapshot: &Snapshot, device: u32) -> anyhow::Result<(u64, Vec<Si
     Ok((peak.allocated, at_peak, at_end))
 }
 
-/// Compares `a` and `b` on `device`.
-pub fn diff(a: &Snapshot, b: &Snapshot, device: Option<u32>) -> anyhow::Result<DiffReport> {
-    let device_a = pick_device(a, device).context("first trace")?;
-    let device_b = pick_device(b, device).context("second trace")?;
+/// Compares device `devices.0` of `a` with device `devices.1` of `b` (each, when `None`, the
+/// trace's busiest).
+pub fn diff(
+    a: &Snapshot,
+    b: &Snapshot,
+    devices: (Option<u32>, Option<u32>),
+) -> anyhow::Result<DiffReport> {
+    let device_a = pick_device(a, devices.0).context("first trace")?;
+    let device_b = pick_device(b, devices.1).context("second trace")?;
     let (peak_a, a_peak, a_end) = peak_and_end(a, device_a)?;
     let (peak_b, b_peak, b_end) = peak_and_end(b, device_b)?;
     let mut sites: BTreeMap<String, SiteDiff> = BTreeMap::new();
@@ -90,6 +100,8 @@ pub fn diff(a: &Snapshot, b: &Snapshot, device: Option<u32>) -> anyhow::Result<D
             .then_with(|| x.site.cmp(&y.site))
     });
     Ok(DiffReport {
+        device_a,
+        device_b,
         peak_a,
         peak_b,
         sites,
@@ -100,17 +112,24 @@ pub fn diff(a: &Snapshot, b: &Snapshot, device: Option<u32>) -> anyhow::Result<D
 pub fn run(
     a: &Path,
     b: &Path,
-    device: Option<u32>,
+    devices: (Option<u32>, Option<u32>),
     json: bool,
     out: &mut Output,
 ) -> anyhow::Result<()> {
     let first = load_trace(a).context("cannot read the first trace")?;
     let second = load_trace(b).context("cannot read the second trace")?;
-    let report = diff(&first.snapshot, &second.snapshot, device)?;
+    let report = diff(&first.snapshot, &second.snapshot, devices)?;
     if json {
         return out.json(&report);
     }
     let mut text = String::new();
+    if report.device_a != report.device_b {
+        let _ = writeln!(
+            text,
+            "device {} of A against device {} of B",
+            report.device_a, report.device_b
+        );
+    }
     let _ = writeln!(
         text,
         "allocated peak: {} -> {} ({})",

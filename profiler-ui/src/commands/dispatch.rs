@@ -49,7 +49,17 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             out: svg,
             device,
         } => timeline::run(&file, &svg, device, out),
-        Command::Diff { a, b, device, json } => diff::run(&a, &b, device, json, out),
+        Command::Diff {
+            a,
+            b,
+            device,
+            device_a,
+            device_b,
+            json,
+        } => {
+            let devices = (device_a.or(device), device_b.or(device));
+            diff::run(&a, &b, devices, json, out)
+        }
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
         Command::Demo {
             out: trace,
