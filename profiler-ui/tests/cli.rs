@@ -509,31 +509,27 @@ fn summary_of_a_made_file_without_times_says_so_once() {
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
-    // Converting it to Perfetto says that its samples have no times.
-    let perfetto = scratch("untimed.perfetto.json");
-    let output = memtrace(&[
-        "convert",
-        &fixture("made_four_device_traces_without_times.pickle"),
-        perfetto.to_str().unwrap(),
-        "--to",
-        "perfetto",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stdout(&output).contains("note: the trace records no times, so every "),
-        "{}",
+    // Converting it to Perfetto says that its samples have no times; a timed trace gets no
+    // such note.
+    let to_perfetto = |name: &str| {
+        let path = scratch(&format!("{name}.perfetto.json"));
+        let output = memtrace(&[
+            "convert",
+            &fixture(name),
+            path.to_str().unwrap(),
+            "--to",
+            "perfetto",
+        ]);
+        assert!(output.status.success(), "{}", stderr(&output));
         stdout(&output)
+    };
+    let untimed = to_perfetto("made_four_device_traces_without_times.pickle");
+    assert!(
+        untimed.contains("note: the trace records no times, so every "),
+        "{untimed}"
     );
-    // A timed trace gets no such note.
-    let output = memtrace(&[
-        "convert",
-        &fixture("bcrafton_assignment2-systems_memory_snapshot.pickle"),
-        scratch("timed.perfetto.json").to_str().unwrap(),
-        "--to",
-        "perfetto",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(!stdout(&output).contains("note:"), "{}", stdout(&output));
+    let timed = to_perfetto("bcrafton_assignment2-systems_memory_snapshot.pickle");
+    assert!(!timed.contains("note:"), "{timed}");
 }
 
 #[test]

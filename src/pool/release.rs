@@ -122,12 +122,10 @@ impl<E> DeviceAllocator<E> {
         if let Some(ceiling) = ceiling.filter(|&c| needed > c) {
             // As PyTorch, whose device allocation fails here: counted and traced as an
             // out-of-memory, though the error says it can never fit.
-            self.stats.num_ooms += 1;
             let free = backend
                 .mem_get_info(self.device)
                 .map_or(0, |i| i.free_bytes);
-            let sizes = (free as u64, request.rounded as u64, 0);
-            self.record(Action::Oom, request.stream, sizes, ContextId::NONE);
+            self.count_oom(request.stream, free, request.rounded);
             return Err(Error::ExceedsCapacity {
                 device: self.device,
                 requested_bytes: needed,
@@ -248,10 +246,7 @@ impl<E> DeviceAllocator<E> {
             return self.attempt(backend, next);
         }
         let info = backend.mem_get_info(self.device)?;
-        self.stats.num_ooms += 1;
-        // As PyTorch: `addr` is the device's free bytes, `size` the rounded request.
-        let sizes = (info.free_bytes as u64, rounded as u64, 0);
-        self.record(Action::Oom, stream, sizes, ContextId::NONE);
+        self.count_oom(stream, info.free_bytes, rounded);
         Err(Error::OutOfMemory(Box::new(OutOfMemoryError {
             device: self.device,
             stream,
@@ -264,6 +259,14 @@ impl<E> DeviceAllocator<E> {
             allocated_bytes: self.stats.allocated_bytes.all.current as usize,
             reserved_bytes: self.reserved,
         })))
+    }
+
+    /// Counts a failed request in `num_ooms` and records its `oom` event: as PyTorch, `addr`
+    /// holds the device's free bytes and `size` the rounded request.
+    fn count_oom(&mut self, stream: StreamId, free_bytes: usize, rounded: usize) {
+        self.stats.num_ooms += 1;
+        let sizes = (free_bytes as u64, rounded as u64, 0);
+        self.record(Action::Oom, stream, sizes, ContextId::NONE);
     }
 
     /// Adds the fixed segment the device returned at `addr` for `request`, as one uncached

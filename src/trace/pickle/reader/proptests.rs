@@ -56,30 +56,32 @@ fn read_quickly(bytes: &[u8]) -> Result<bool, TestCaseError> {
         max_items: 64,
         max_memo_entries: 16,
     };
+    let ok = read_bounded(bytes, &ReadLimits::default())?;
+    read_bounded(bytes, &tight)?;
+    Ok(ok)
+}
+
+/// Reads `bytes` under `limits`, failing the case if the work was not bounded by the input
+/// (see [`read_quickly`]); returns whether the read succeeded.
+fn read_bounded(bytes: &[u8], limits: &ReadLimits) -> Result<bool, TestCaseError> {
     let budget = COMPARISONS_PER_BYTE * (bytes.len() as u64 + 1);
-    let mut ok = false;
-    for limits in [ReadLimits::default(), tight] {
-        KEYS_COMPARED.with(|count| count.set(0));
-        let result = read(bytes, &limits);
-        let compared = KEYS_COMPARED.with(|count| count.get());
+    KEYS_COMPARED.with(|count| count.set(0));
+    let result = read(bytes, limits);
+    let compared = KEYS_COMPARED.with(|count| count.get());
+    prop_assert!(
+        compared <= budget,
+        "{compared} key comparisons for {} input bytes",
+        bytes.len()
+    );
+    if let Ok(value) = &result {
+        let size = distinct_size(value);
         prop_assert!(
-            compared <= budget,
-            "{compared} key comparisons for {} input bytes",
+            size <= bytes.len(),
+            "{size} distinct containers and references from {} input bytes",
             bytes.len()
         );
-        if let Ok(value) = &result {
-            let size = distinct_size(value);
-            prop_assert!(
-                size <= bytes.len(),
-                "{size} distinct containers and references from {} input bytes",
-                bytes.len()
-            );
-        }
-        if limits == ReadLimits::default() {
-            ok = result.is_ok();
-        }
     }
-    Ok(ok)
+    Ok(result.is_ok())
 }
 
 /// Key comparisons a read may make per input byte: a dict lookup compares a few entries of
