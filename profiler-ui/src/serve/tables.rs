@@ -181,7 +181,7 @@ pub fn context_view(model: &TraceModel, id: ContextId) -> ContextView {
         frames: context.map_or_else(Vec::new, |c| {
             c.frames
                 .iter()
-                .map(|f| (f.name.clone(), f.filename.clone(), f.line))
+                .map(|f| (f.name.to_string(), f.filename.to_string(), f.line))
                 .collect()
         }),
     }
