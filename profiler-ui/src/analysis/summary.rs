@@ -99,9 +99,9 @@ pub fn summarize(
     snapshot: &Snapshot,
 ) -> anyhow::Result<SummaryReport> {
     let devices = snapshot
-        .devices()
+        .by_device()
         .into_iter()
-        .map(|device| summarize_device(snapshot, device))
+        .map(|(device, part)| summarize_device(&part, device))
         .collect::<anyhow::Result<_>>()?;
     Ok(SummaryReport {
         file: file.display().to_string(),

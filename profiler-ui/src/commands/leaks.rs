@@ -13,14 +13,19 @@ use std::path::Path;
 pub fn run(file: &Path, device: Option<u32>, json: bool, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
-    let devices = match device {
-        Some(_) => vec![crate::analysis::timeline::pick_device(snapshot, device)?],
-        None => snapshot.devices(),
+    let reports: Vec<anyhow::Result<_>> = match device {
+        Some(_) => vec![find_leaks(
+            snapshot,
+            crate::analysis::timeline::pick_device(snapshot, device)?,
+        )],
+        // Split once, so each device's pass reads its own events.
+        None => snapshot
+            .by_device()
+            .into_iter()
+            .map(|(d, part)| find_leaks(&part, d))
+            .collect(),
     };
-    let reports = devices
-        .into_iter()
-        .map(|d| find_leaks(snapshot, d))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let reports = reports.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
     if json {
         return out.json(&reports);
     }

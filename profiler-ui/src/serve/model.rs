@@ -112,8 +112,8 @@ impl TraceModel {
         snapshot: Snapshot,
     ) -> Result<TraceModel, ServeError> {
         let mut devices = Vec::new();
-        for device in snapshot.devices() {
-            devices.push(build_device(&snapshot, device)?);
+        for (device, part) in snapshot.by_device() {
+            devices.push(build_device(&part, device)?);
         }
         let contexts = context_texts(&snapshot);
         let summary = summarize(file, format, &snapshot)?;
