@@ -451,3 +451,71 @@ fn a_pickle_inflating_to_256_mib_of_zeros_is_refused_after_a_chunk() {
         cost.peak_bytes / MIB
     );
 }
+
+/// `events` alloc/free pairs spread round-robin over `devices` devices, in time order.
+fn spread_over_devices(events: usize, devices: u32) -> blockpool::trace::Snapshot {
+    use blockpool::backend::StreamId;
+    use blockpool::trace::{Action, ContextId, Snapshot, TraceEvent};
+    let mut snapshot = Snapshot::default();
+    for pair in 0..events / 2 {
+        let device = pair as u32 % devices;
+        let addr = 4096 * (1 + (pair as u64 / u64::from(devices)));
+        for (k, action) in [Action::Alloc, Action::FreeCompleted]
+            .into_iter()
+            .enumerate()
+        {
+            snapshot.events.push(TraceEvent {
+                action,
+                device,
+                stream: StreamId(0),
+                addr,
+                size: 512,
+                requested: 512,
+                time_us: 2 * pair as u64 + k as u64,
+                context: ContextId::NONE,
+            });
+        }
+    }
+    snapshot
+}
+
+#[test]
+fn by_device_splits_every_event_once_in_order() {
+    let snapshot = spread_over_devices(2_000, 250);
+    let parts = snapshot.by_device();
+    assert_eq!(parts.len(), 250);
+    for (device, part) in &parts {
+        assert_eq!(
+            part.events.len(),
+            8,
+            "device {device} has 4 alloc/free pairs"
+        );
+        assert!(part.events.iter().all(|e| e.device == *device));
+        assert!(part.events.windows(2).all(|w| w[0].time_us < w[1].time_us));
+        let expected: Vec<_> = snapshot.device_events(*device).copied().collect();
+        assert_eq!(part.events, expected, "device {device}'s events, in order");
+    }
+    let one = spread_over_devices(10, 1);
+    let parts = one.by_device();
+    assert!(
+        matches!(parts[..], [(0, std::borrow::Cow::Borrowed(_))]),
+        "one device is the snapshot itself, not a copy"
+    );
+}
+
+#[test]
+fn perfetto_export_over_2000_devices_takes_about_as_long_as_over_one() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let time = |snapshot: &blockpool::trace::Snapshot| {
+        let began = Instant::now();
+        blockpool::trace::perfetto::write_perfetto(snapshot, std::io::sink()).expect("writes");
+        began.elapsed()
+    };
+    let one = time(&spread_over_devices(100_000, 1));
+    let many = time(&spread_over_devices(100_000, 2_000));
+    // Per device, the tracks and their metadata cost a little; devices times events is 2,000x.
+    assert!(
+        many < one * 4 + Duration::from_millis(500),
+        "100,000 events over 2,000 devices took {many:?}, over one device {one:?}"
+    );
+}
