@@ -12,7 +12,14 @@ use std::process::ExitCode;
 /// memory snapshots (`torch.cuda.memory._dump_snapshot` pickles) and RMM's CSV logs. The format
 /// is detected from the content, not the name.
 #[derive(Debug, Parser)]
-#[command(name = "memtrace", version, about)]
+#[command(
+    name = "memtrace",
+    version,
+    about,
+    after_help = "Environment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
+                  a trace's call stacks and tags may spell out (default 1 GiB; a file that \
+                  names one frame millions of times is refused above it)."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
