@@ -268,6 +268,7 @@ async function loadState(index) {
   $('state-index').value = String(view.state.index);
   drawState();
   if (view.curves) drawCurves();
+  if (window.memtraceTree) window.memtraceTree.show(view.device, view.state.index);
 }
 
 function drawState() {
@@ -361,8 +362,9 @@ function row(cells, header) {
 }
 
 async function loadTables() {
-  view.leaks = await getJSON(`/api/leaks?device=${view.device}`);
-  view.breakdown = await getJSON(`/api/breakdown?device=${view.device}`);
+  const frames = window.memtraceTree ? window.memtraceTree.param() : '';
+  view.leaks = await getJSON(`/api/leaks?device=${view.device}${frames}`);
+  view.breakdown = await getJSON(`/api/breakdown?device=${view.device}${frames}`);
   drawTables();
 }
 
@@ -382,14 +384,14 @@ function drawTables() {
   const group = (title) => { const tr = el('tr', undefined, 'group'); const th = el('th', title); th.colSpan = 3; tr.append(th); body.append(tr); };
   group('alive at the end of the trace, allocated during it');
   body.append(row([['site'], ['bytes', true], ['blocks', true]], true));
-  const alive = leaks.alive_at_end.filter((s) => siteMatches(s.site));
-  for (const s of alive.slice(0, 200)) body.append(row([[s.site], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
+  const alive = leaks.alive_at_end.filter((s) => siteMatches(s.label));
+  for (const s of alive.slice(0, 200)) body.append(row([[s.label], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
   if (!alive.length) body.append(row([['none']]));
   group(`growing across steps (${leaks.steps.length} steps)`);
   body.append(row([['site'], ['growth', true], ['per step', true]], true));
-  const growing = leaks.growing.filter((g) => siteMatches(g.site));
+  const growing = leaks.growing.filter((g) => siteMatches(g.label));
   for (const g of growing.slice(0, 200)) {
-    body.append(row([[g.site], [fmtBytes(g.growth_bytes), true], [g.bytes_per_step.map(fmtBytes).join(' → '), true]]));
+    body.append(row([[g.label], [fmtBytes(g.growth_bytes), true], [g.bytes_per_step.map(fmtBytes).join(' → '), true]]));
   }
   if (!growing.length) body.append(row([['none']]));
 
@@ -399,9 +401,9 @@ function drawTables() {
   const th = el('th', `event ${b.index}: ${fmtBytes(b.allocated_bytes)} allocated`);
   th.colSpan = 4; caption.append(th); bb.append(caption);
   bb.append(row([['site'], ['bytes', true], ['share', true], ['blocks', true]], true));
-  for (const s of b.sites.filter((site) => siteMatches(site.site))) {
+  for (const s of b.sites.filter((site) => siteMatches(site.label))) {
     const share = b.allocated_bytes ? ((100 * s.bytes) / b.allocated_bytes).toFixed(1) + '%' : '';
-    bb.append(row([[s.site], [fmtBytes(s.bytes), true], [share, true], [String(s.blocks), true]]));
+    bb.append(row([[s.label], [fmtBytes(s.bytes), true], [share, true], [String(s.blocks), true]]));
   }
 }
 

@@ -273,7 +273,7 @@ fn stack(
                 id,
                 size: a.size,
                 stream: a.stream,
-                site: model.context_text(a.context).site.clone(),
+                site: model.allocation_site(a).to_string(),
                 start: a.start,
                 end: a.end,
                 runs,

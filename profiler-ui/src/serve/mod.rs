@@ -13,6 +13,7 @@ pub mod query;
 pub mod routes;
 pub mod server;
 pub mod tables;
+pub mod tree;
 
 pub use model::TraceModel;
 pub use server::{bind, serve_forever};

@@ -6,15 +6,16 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
+use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks, LeakReport};
-use crate::analysis::sites::site_name;
+use crate::analysis::sites::{site_name, BEFORE_RECORDING};
 use crate::analysis::summary::{summarize, SummaryReport};
 use crate::analysis::timeline::{allocated_peak, memory_series};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
 use blockpool::trace::{Action, ContextId, Snapshot, StateWalker};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// One allocation: a block from its `alloc` event (or from before the trace) to its
 /// `free_completed` event (or past the end).
@@ -68,8 +69,11 @@ pub struct DeviceModel {
     pub peak_index: usize,
     /// Annotation intervals, ordered by start.
     pub annotations: Vec<AnnotationInterval>,
-    /// Leaks: allocations alive at the end, and sites growing across steps.
+    /// Leaks: allocations alive at the end, and sites growing across steps (sites named by the
+    /// user's own code).
     pub leaks: LeakReport,
+    /// The same with sites named by every frame, made when first asked for.
+    pub leaks_all_frames: OnceLock<LeakReport>,
     /// Streams that allocations were made on, ascending.
     pub streams: Vec<u64>,
     /// Moves to any state for the segment view; one request at a time uses it.
@@ -133,6 +137,36 @@ impl TraceModel {
             None => self.devices.first(),
             Some(d) => self.devices.iter().find(|m| m.device == d),
         }
+    }
+
+    /// The site of `allocation` as the page names it: its context's, or
+    /// [`BEFORE_RECORDING`] for a block alive before the first event with no recorded stack.
+    pub fn allocation_site(&self, allocation: &Allocation) -> &str {
+        let recorded = self
+            .snapshot
+            .contexts
+            .get(allocation.context)
+            .is_some_and(|c| !c.tags.is_empty() || !c.frames.is_empty());
+        if allocation.start == 0 && !recorded {
+            return BEFORE_RECORDING;
+        }
+        &self.context_text(allocation.context).site
+    }
+
+    /// The leak report of `device` with sites named in `view`.
+    pub fn leaks<'d>(
+        &self,
+        device: &'d DeviceModel,
+        view: FrameView,
+    ) -> anyhow::Result<&'d LeakReport> {
+        if view == FrameView::User {
+            return Ok(&device.leaks);
+        }
+        if let Some(report) = device.leaks_all_frames.get() {
+            return Ok(report);
+        }
+        let report = crate::analysis::leaks::find_leaks_in(&self.snapshot, device.device, view)?;
+        Ok(device.leaks_all_frames.get_or_init(|| report))
     }
 
     /// The texts of `context` (empty ones for an unknown id).
@@ -264,6 +298,7 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         peak_index,
         annotations: annotation_intervals(snapshot, device),
         leaks,
+        leaks_all_frames: OnceLock::new(),
         streams,
         walker: Mutex::new(walker),
     })

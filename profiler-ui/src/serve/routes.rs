@@ -3,15 +3,18 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `/`, `/index.html`, `/app.js`, `/style.css` | the page (the `assets` module) |
+//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/style.css` | the page (the `assets` module) |
 //! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
 //! | `/api/timeline?device&axis&from&to&width&limit` + filter | [`Timeline`](super::lod::Timeline) |
 //! | `/api/curves?device&axis&from&to&width` | [`CurvesWindow`](super::lod::CurvesWindow) |
 //! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
 //! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
-//! | `/api/leaks?device` | the leak report |
-//! | `/api/breakdown?device&index&limit` | [`Breakdown`](super::tables::Breakdown) |
+//! | `/api/leaks?device&all_frames` | the leak report |
+//! | `/api/breakdown?device&index&limit&all_frames` | [`Breakdown`](super::tables::Breakdown) |
+//! | `/api/tree?device&index&all_frames&depth&min_share` | [`TreeView`](super::tree::TreeView) |
+//!
+//! `all_frames=1` names sites by every frame memory_viz shows instead of the user's own code.
 //!
 //! Filter parameters: `q`, `tag`, `stack`, `stream`, `min_size`, `max_size` ([`Filter`]).
 
@@ -22,6 +25,7 @@ use super::lod::{self, Axis, Window, MAX_BANDS, MAX_WIDTH};
 use super::model::{DeviceModel, TraceModel};
 use super::query::Target;
 use super::tables;
+use super::tree;
 use blockpool::trace::ContextId;
 use serde::Serialize;
 
@@ -242,11 +246,35 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
             let id = u32::try_from(id).unwrap_or(u32::MAX);
             Reply::json(&tables::context_view(model, ContextId(id)))
         }
-        "/api/leaks" => Reply::json(&device(model, target)?.leaks),
+        "/api/leaks" => {
+            let device = device(model, target)?;
+            match model.leaks(device, tree::view(target)?) {
+                Ok(report) => Reply::json(report),
+                Err(e) => Reply::error(500, &format!("{e:#}")),
+            }
+        }
         "/api/breakdown" => {
             let device = device(model, target)?;
             let limit = target.clamped("limit", 100, 1, 10_000)? as usize;
-            Reply::json(&tables::breakdown(model, device, index(target)?, limit)?)
+            let view = tree::view(target)?;
+            Reply::json(&tables::breakdown(
+                model,
+                device,
+                index(target)?,
+                limit,
+                view,
+            )?)
+        }
+        "/api/tree" => {
+            let device = device(model, target)?;
+            let (view, limits) = (tree::view(target)?, tree::limits(target)?);
+            Reply::json(&tree::tree_view(
+                model,
+                device,
+                index(target)?,
+                view,
+                limits,
+            )?)
         }
         _ => return Ok(None),
     };
