@@ -30,8 +30,8 @@ pub struct TreeNode {
     pub bytes: u64,
     /// Allocated blocks below.
     pub blocks: u64,
-    /// The nodes one frame further in, most bytes first (ties by name); their bytes add up to
-    /// this node's.
+    /// The nodes one frame further in, most bytes first (ties by name, a folded `<N smaller>`
+    /// last); their bytes add up to this node's.
     pub children: Vec<TreeNode>,
 }
 
@@ -188,6 +188,8 @@ fn cut(node: &mut TreeNode, limits: TreeLimits, total: u64, depth: usize) {
         .into_iter()
         .partition(|c| c.bytes as f64 >= floor);
     node.children = kept;
+    sort(&mut node.children);
+    // The folded rest comes last, whatever its size.
     match small.len() {
         0 => {}
         // One small node keeps its name (a `<1 smaller>` would say less), but nothing below
@@ -207,7 +209,6 @@ fn cut(node: &mut TreeNode, limits: TreeLimits, total: u64, depth: usize) {
             children: Vec::new(),
         }),
     }
-    sort(&mut node.children);
     for child in &mut node.children {
         cut(child, limits, total, depth + 1);
     }
