@@ -3,22 +3,11 @@
 // flame graph), as a collapsible tree with a bar per node. The server builds the tree
 // (/api/tree); this file only draws it. app.js calls memtraceTree.show(device, index) when the
 // selected state changes and asks memtraceTree.param() for the tables' frame view.
-// Text from the trace is only ever set with textContent, never parsed as HTML.
+// Text from the trace is only ever set with textContent, never parsed as HTML. Its styles are
+// the #tree rules at the end of style.css (the page's CSP allows no inline style sheet).
 'use strict';
 
 (function () {
-  const STYLE = `
-#tree { font: 12px ui-monospace, monospace; max-height: 420px; overflow: auto; }
-#tree .tree-row { display: flex; gap: 8px; align-items: center; white-space: nowrap; line-height: 18px; }
-#tree .tree-bar { flex: none; width: 80px; height: 10px; background: #eef1f5; position: relative; }
-#tree .tree-bar > span { position: absolute; left: 0; top: 0; bottom: 0; background: #3b82f6; }
-#tree .tree-num { flex: none; width: 82px; text-align: right; color: #344054; }
-#tree .tree-name { overflow: hidden; text-overflow: ellipsis; }
-#tree details > div, #tree details > details, #tree .tree-children { margin-left: 14px; }
-#tree summary { cursor: pointer; list-style-position: outside; }
-#tree .tree-leaf { margin-left: 14px; }
-#tree-caption { color: #667085; margin: 4px 0; }`;
-
   const state = { device: null, index: null, seq: 0, data: null };
 
   function fmt(n) {
@@ -118,9 +107,6 @@
   }
 
   function setup() {
-    const style = document.createElement('style');
-    style.textContent = STYLE;
-    document.head.append(style);
     const box = document.getElementById('all-frames');
     if (box) {
       box.addEventListener('change', () => {

@@ -1,6 +1,6 @@
 // Drives memtrace serve's viewer in headless Chromium: the timeline draws, clicking an
 // allocation shows its context, the leak table lists the planted leak (`leaky_cache`), a search
-// narrows the bands; then saves a screenshot and prints its path.
+// narrows the bands, the stack tree panel draws; then saves a screenshot and prints its path.
 // Usage: node test.mjs URL   (CHROMIUM: the browser, default /usr/bin/chromium; OUT: where the
 // screenshot goes, default a new temp dir)
 import { chromium } from 'playwright-core';
@@ -82,6 +82,12 @@ try {
     rows.join(', '));
   await page.fill('#search', '');
   await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.matched) === n, before, { timeout: 10000 });
+
+  // 5. The stack tree panel draws the selected state: its root holds every allocated byte.
+  await page.waitForFunction(() => Number(document.getElementById('tree').dataset.nodes) > 1, null, { timeout: 10000 });
+  const tree = await page.evaluate(() => ({ data: window.memtraceTree.data(), text: document.getElementById('tree').textContent }));
+  check('stack tree panel draws', tree.data.tree.bytes === tree.data.allocated_bytes && tree.text.includes('all allocated blocks') &&
+    tree.data.tree.children.length > 0, tree.text.slice(0, 300));
 
   check('no script errors', errors.length === 0, errors.join('; '));
   check('no request leaves the server', outside.length === 0, outside.join(', '));

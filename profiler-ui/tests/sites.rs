@@ -673,3 +673,43 @@ fn the_viewer_serves_the_tree_and_names_sites_in_either_view() {
     let (_, page) = get(port, "/");
     assert!(String::from_utf8_lossy(&page).contains(r#"<script src="/tree.js"></script>"#));
 }
+
+#[test]
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_einsum_of_a_forward_pass_is_the_four_model_lines_that_called_it() {
+    let path = fixture("kkaitlyn111_cs336_memory_ctx128_forward.pickle");
+    let sites = |extra: &[&str]| {
+        let mut args = vec!["top", path.as_str(), "--json", "--limit", "1000"];
+        args.extend_from_slice(extra);
+        rows(&json(&args)["sites"])
+    };
+    let einsum = "/scratch/c-kaitwang/uv-envs/cs336-a2-systems/lib/python3.13/site-packages/torch/functional.py:407:einsum";
+    let all = sites(&["--all-frames"]);
+    // Before, and with --all-frames: one site, second only to the blocks from before.
+    assert_eq!(all[1], row(einsum, 2_240_806_912, 227));
+    let user = sites(&[]);
+    let model = "/home/c-kaitwang/assignment1/cs336_basics/transformer.py";
+    let find = |label: String| user.iter().find(|r| r.0 == label).cloned();
+    let lines = [
+        ("22:forward", 1_396_703_232, 66),
+        ("57:forward", 340_787_200, 65),
+        ("147:scaled_dot_product_attention", 335_544_320, 64),
+        ("154:scaled_dot_product_attention", 167_772_160, 32),
+    ];
+    for (line, bytes, blocks) in lines {
+        let label = format!("{model}:{line}");
+        assert_eq!(find(label.clone()), Some(row(&label, bytes, blocks)));
+    }
+    let (bytes, blocks) = lines.iter().fold((0, 0), |(b, k), &(_, bytes, blocks)| {
+        (b + bytes, k + blocks)
+    });
+    assert_eq!(
+        (bytes, blocks),
+        (2_240_806_912, 227),
+        "the four lines are einsum's blocks"
+    );
+    assert!(
+        user.iter().all(|r| !r.0.contains("site-packages")),
+        "{user:?}"
+    );
+}
