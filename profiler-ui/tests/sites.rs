@@ -713,3 +713,38 @@ fn external_einsum_of_a_forward_pass_is_the_four_model_lines_that_called_it() {
         "{user:?}"
     );
 }
+
+/// A 2 MiB segment whose first 1 MiB block, without a stack, predates recording: `step0` frees
+/// it, `step1` allocates the same address again, still without a stack.
+const REUSED: &str = r#"{"blockpool_trace":1}
+{"context":1,"tags":["step0"],"frames":[]}
+{"context":2,"tags":["step1"],"frames":[]}
+{"event":"annotate","device":0,"addr":0,"size":0,"time_us":1,"context":1}
+{"event":"free_requested","device":0,"addr":268435456,"size":1048576,"time_us":2}
+{"event":"free_completed","device":0,"addr":268435456,"size":1048576,"time_us":3}
+{"event":"annotate","device":0,"addr":0,"size":0,"time_us":4,"context":2}
+{"event":"alloc","device":0,"addr":268435456,"size":1048576,"requested":1048576,"time_us":5}
+{"event":"annotate","device":0,"addr":0,"size":0,"time_us":6}
+{"segment":268435456,"device":0,"size":2097152,"pool":"large","blocks":[[268435456,1048576,1048576,"active_allocated",0],[269484032,1048576,0,"inactive",0]]}
+"#;
+
+#[test]
+fn a_reused_address_is_recorded_from_the_step_that_allocated_it() {
+    let path = scratch("site-reused.jsonl");
+    std::fs::write(&path, REUSED).expect("writes the trace");
+    let path = path.to_string_lossy().into_owned();
+    let start = json(&["top", &path, "--json", "--at", "0"]);
+    assert_eq!(rows(&start["sites"]), [row(BEFORE, MIB, 1)]);
+    let end = json(&["top", &path, "--json"]);
+    assert_eq!(rows(&end["sites"]), [row("<no stack recorded>", MIB, 1)]);
+    // The leak report names each step's end in turn: the block of step1 is the trace's own.
+    let leaks = json(&["leaks", &path, "--json"]);
+    assert_eq!(leaks[0]["steps"], serde_json::json!(["step0", "step1"]));
+    assert_eq!(
+        rows(&leaks[0]["alive_at_end"]),
+        [row("<no stack recorded>", MIB, 1)]
+    );
+    let growth = &leaks[0]["growing"][0];
+    assert_eq!(growth["label"], "<no stack recorded>");
+    assert_eq!(growth["bytes_per_step"], serde_json::json!([0, MIB]));
+}

@@ -14,6 +14,7 @@
 use super::frames::{self, FrameView};
 use blockpool::trace::{Action, BlockState, Context, ContextId, Snapshot, StateWalker};
 use serde::Serialize;
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 /// The site of live blocks that have no recorded stack and were allocated before the trace's
@@ -108,6 +109,9 @@ pub struct SiteNames<'s> {
     view: FrameView,
     /// Index `n` names `ContextId(n)`; 0 is "no context".
     names: Vec<SiteName>,
+    /// The addresses allocated during the trace up to the last state named, carried from one
+    /// state to the next so that naming every step of a trace walks its events once.
+    recorded: RefCell<Recorded>,
 }
 
 impl<'s> SiteNames<'s> {
@@ -124,6 +128,7 @@ impl<'s> SiteNames<'s> {
             snapshot,
             view,
             names,
+            recorded: RefCell::new(Recorded::default()),
         }
     }
 
@@ -163,6 +168,13 @@ impl<'s> SiteNames<'s> {
             .is_none_or(|c| c.tags.is_empty() && c.frames.is_empty())
     }
 
+    /// The addresses allocated during the trace before the walker's position (see
+    /// [`Recorded`]), caught up from the last call.
+    pub fn recorded(&self, walker: &StateWalker) -> std::cell::Ref<'_, Recorded> {
+        self.recorded.borrow_mut().catch_up(walker);
+        self.recorded.borrow()
+    }
+
     /// The site of a live block with `context` at `address`: [`BEFORE_RECORDING`] for a block
     /// with no recorded stack that no `alloc` event in `recorded` gave out.
     pub fn of_block(&self, context: ContextId, address: u64, recorded: &Recorded) -> SiteName {
@@ -176,24 +188,39 @@ impl<'s> SiteNames<'s> {
 /// The addresses the `alloc` events before the walker's position gave out: a live block at
 /// any other address was allocated before recording began.
 #[derive(Debug, Default)]
-pub struct Recorded(HashSet<u64>);
+pub struct Recorded {
+    addresses: HashSet<u64>,
+    /// How many events `addresses` covers.
+    applied: usize,
+}
 
 impl Recorded {
     /// The addresses allocated by the events `walker` has applied.
     pub fn before(walker: &StateWalker) -> Recorded {
-        let applied = &walker.events()[..walker.position().min(walker.len())];
-        Recorded(
-            applied
-                .iter()
+        let mut recorded = Recorded::default();
+        recorded.catch_up(walker);
+        recorded
+    }
+
+    /// Covers the events `walker` has applied: only the new ones when it moved forward (the
+    /// leak report's steps), all of them when it moved back.
+    pub fn catch_up(&mut self, walker: &StateWalker) {
+        let position = walker.position().min(walker.len());
+        if position < self.applied {
+            *self = Recorded::default();
+        }
+        let new = &walker.events()[self.applied..position];
+        self.addresses.extend(
+            new.iter()
                 .filter(|e| e.action == Action::Alloc)
-                .map(|e| e.addr)
-                .collect(),
-        )
+                .map(|e| e.addr),
+        );
+        self.applied = position;
     }
 
     /// Whether an `alloc` event gave out `address`.
     pub fn contains(&self, address: u64) -> bool {
-        self.0.contains(&address)
+        self.addresses.contains(&address)
     }
 }
 
@@ -249,7 +276,7 @@ pub fn sites_at(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> V
 /// [`SiteNames::within_step`] does.
 pub fn sites_named_by(names: &SiteNames, walker: &StateWalker, within_step: bool) -> Vec<Site> {
     let state = walker.state();
-    let recorded = Recorded::before(walker);
+    let recorded = names.recorded(walker);
     // Blocks of one context at addresses allocated during the trace share a name; add them up
     // per context first, then per name.
     let mut by_context: HashMap<(ContextId, bool), (u64, u64, u64)> = HashMap::new();

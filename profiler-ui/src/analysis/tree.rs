@@ -12,7 +12,7 @@
 //! are one `<N smaller>` child.
 
 use super::frames::{self, FrameView};
-use super::sites::{Recorded, SiteNames, BEFORE_RECORDING};
+use super::sites::{SiteNames, BEFORE_RECORDING};
 use blockpool::trace::{BlockState, ContextId, StateWalker};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -148,7 +148,7 @@ fn path(names: &SiteNames, context: ContextId) -> Vec<String> {
 /// `limits`. The root, `all allocated blocks`, holds every allocated byte.
 pub fn stack_tree(names: &SiteNames, walker: &StateWalker, limits: TreeLimits) -> TreeNode {
     let state = walker.state();
-    let recorded = Recorded::before(walker);
+    let recorded = names.recorded(walker);
     let mut by_context: HashMap<(ContextId, bool), (u64, u64)> = HashMap::new();
     let blocks = state.segments.iter().flat_map(|s| &s.blocks);
     for block in blocks.chain(&state.unsegmented) {
