@@ -21,16 +21,16 @@ pub struct Cli {
 
 /// What a site is, after the help of every command that names sites.
 pub const SITE_HELP: &str = "\
-A site is where a block was allocated: its annotation tags (record_function / annotate) joined by
-`/`; else the innermost frame of the user's own code: a Python frame outside torch, installed
-packages (site-packages, dist-packages) and the standard library; else the innermost Python frame;
-else the innermost C++ frame outside the caching allocator and the operator dispatcher. memory_viz's
-hidden frames (stack capture, interpreter internals) never name one. The autograd node the
-allocation ran under is shown beside it, e.g. `model.py:42:forward (BmmBackward0)`. With
---all-frames, torch's wrappers and the allocator can name sites (the innermost Python frame, else
-the innermost frame memory_viz shows). A block with no recorded stack alive before the first event
-is `<allocated before _record_memory_history was enabled>`; one allocated later without a stack is
-`<no stack recorded>`.";
+A site is where a block was allocated: its annotation tags joined by `/`; else the innermost
+frame of the user's own code: a Python frame outside torch, installed packages (site-packages,
+dist-packages) and the standard library; else the innermost Python frame; else the innermost C++
+frame outside the caching allocator and the operator dispatcher. memory_viz's hidden frames
+(stack capture, interpreter internals) never name one. The autograd node the allocation ran
+under is shown beside it, e.g. `model.py:42:forward (BmmBackward0)`. With --all-frames, torch's
+wrappers and the allocator can name sites (the innermost Python frame, else the innermost frame
+memory_viz shows). A block with no recorded stack alive before the first event is `<allocated
+before _record_memory_history was enabled>`; one allocated later without a stack is `<no stack
+recorded>`.";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]

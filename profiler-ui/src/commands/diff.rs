@@ -1,4 +1,4 @@
-//! `memtrace diff A B [--device N | --device-a N --device-b M] [--json]`: per allocation site,
+//! `memtrace diff A B [--device N | --device-a N --device-b M] [--all-frames] [--json]`: per allocation site,
 //! the live bytes at the allocated peak and at the end of each trace (each on its own device if
 //! asked: one rank against another), and the differences, largest change first.
 

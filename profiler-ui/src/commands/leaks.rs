@@ -1,4 +1,4 @@
-//! `memtrace leaks FILE [--device N] [--json]`: allocations made during the trace and alive at
+//! `memtrace leaks FILE [--device N] [--all-frames] [--json]`: allocations made during the trace and alive at
 //! its end, grouped by site, and the sites whose live memory grows across annotated steps.
 
 use crate::analysis::frames::FrameView;

@@ -1,4 +1,4 @@
-//! `memtrace segments FILE [--at EVENT | --peak] [--device N] [--json]`: a text map of the
+//! `memtrace segments FILE [--at EVENT | --peak] [--device N] [--all-frames] [--json]`: a text map of the
 //! segments and their blocks at one point (the end by default): what is allocated, pending
 //! free, free, and lost to rounding (allocated but not asked for).
 

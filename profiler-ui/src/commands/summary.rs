@@ -1,4 +1,4 @@
-//! `memtrace summary FILE [--json]`: the summary of a trace ([`summarize_in`]: per device, the
+//! `memtrace summary FILE [--all-frames] [--json]`: the summary of a trace ([`summarize_in`]: per device, the
 //! peaks, fragmentation at the allocated peak, the top sites there and every out-of-memory event
 //! explained), as text or as JSON.
 
