@@ -11,8 +11,8 @@ use crate::analysis::sites::site_name;
 use crate::analysis::summary::{summarize, SummaryReport};
 use crate::analysis::timeline::{allocated_peak, memory_series};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
-use blockpool::trace::{Action, ContextId, Snapshot, StateWalker};
-use std::collections::HashMap;
+use blockpool::trace::{Action, ContextId, DeviceState, Snapshot, StateWalker, TraceEvent};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -72,6 +72,13 @@ pub struct DeviceModel {
     pub leaks: LeakReport,
     /// Streams that allocations were made on, ascending.
     pub streams: Vec<u64>,
+    /// Reserved memory as lifetimes, one per segment (or mapped range of an expandable
+    /// segment) from the event that reserved it to the one that released it, in the order
+    /// they became reserved; `requested` is 0. See [`segment_spans`].
+    pub segments: Vec<Allocation>,
+    /// Whether the events carry times (the last state's time is after the first's); without
+    /// them only the event axis means anything.
+    pub has_times: bool,
     /// Moves to any state for the segment view; one request at a time uses it.
     pub walker: Mutex<StateWalker>,
 }
@@ -248,11 +255,13 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         active: series.iter().map(|s| s.active).collect(),
     };
     let peak_index = allocated_peak(&series).index;
+    let segments = segment_spans(&initial, walker.events());
     drop(series);
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();
     let leaks = find_leaks(snapshot, device)?;
+    let has_times = state_time_us.last() > state_time_us.first();
     // Leave the walker at the peak, where the page first asks for the segments.
     walker.seek(peak_index).map_err(failed)?;
     Ok(DeviceModel {
@@ -265,6 +274,87 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         annotations: annotation_intervals(snapshot, device),
         leaks,
         streams,
+        segments,
+        has_times,
         walker: Mutex::new(walker),
     })
+}
+
+/// The reserved address ranges of a device over time: the segments of `initial` from state 0,
+/// then each `segment_alloc` or `segment_map` opens a range at its event's state and each
+/// `segment_free` or `segment_unmap` closes the range holding its address. Releasing part of a
+/// range (an unmap of some pages of a mapped run) closes it and opens what is left as new
+/// ranges, so at every state the open ranges tile exactly the reserved bytes the events say.
+/// A release of an address no range holds (a truncated trace) is skipped.
+pub fn segment_spans(initial: &DeviceState, events: &[TraceEvent]) -> Vec<Allocation> {
+    let mut spans = Vec::new();
+    let alive_at_end = events.len().saturating_add(1);
+    // Open ranges by start address: span index.
+    let mut open: BTreeMap<u64, usize> = BTreeMap::new();
+    let span = |addr, size, stream, context, start| Allocation {
+        addr,
+        size,
+        requested: 0,
+        stream,
+        context,
+        start,
+        end: alive_at_end,
+    };
+    for segment in &initial.segments {
+        open.insert(segment.address, spans.len());
+        spans.push(span(
+            segment.address,
+            segment.size,
+            segment.stream.0,
+            segment.context,
+            0,
+        ));
+    }
+    for (index, event) in events.iter().enumerate() {
+        let state = index + 1;
+        match event.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if let Some(previous) = open.insert(event.addr, spans.len()) {
+                    // A second reservation at an open address: the release was lost.
+                    spans[previous].end = state;
+                }
+                spans.push(span(
+                    event.addr,
+                    event.size,
+                    event.stream.0,
+                    event.context,
+                    state,
+                ));
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                let holder = open
+                    .range(..=event.addr)
+                    .next_back()
+                    .map(|(&start, &id)| (start, id))
+                    .filter(|&(start, id)| event.addr - start < spans[id].size);
+                let Some((start, id)) = holder else { continue };
+                open.remove(&start);
+                spans[id].end = state;
+                let range_end = start.saturating_add(spans[id].size);
+                let released_end = event.addr.saturating_add(event.size.max(1)).min(range_end);
+                let (stream, context) = (spans[id].stream, spans[id].context);
+                if event.addr > start {
+                    open.insert(start, spans.len());
+                    spans.push(span(start, event.addr - start, stream, context, state));
+                }
+                if released_end < range_end && event.action == Action::SegmentUnmap {
+                    open.insert(released_end, spans.len());
+                    spans.push(span(
+                        released_end,
+                        range_end - released_end,
+                        stream,
+                        context,
+                        state,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    spans
 }

@@ -52,6 +52,8 @@ pub struct StateView {
     pub unsegmented: Vec<[u64; 5]>,
     /// Whether segments were left out past [`MAX_BLOCKS`] blocks.
     pub truncated: bool,
+    /// Segments in the state, those left out included (`segments` holds the first ones).
+    pub segments_total: usize,
 }
 
 /// One event, as the page names it.
@@ -69,7 +71,7 @@ pub struct EventView {
     pub site: String,
 }
 
-fn lock(device: &DeviceModel) -> MutexGuard<'_, blockpool::trace::StateWalker> {
+pub(super) fn lock(device: &DeviceModel) -> MutexGuard<'_, blockpool::trace::StateWalker> {
     // A panic while holding the walker cannot leave it half-moved (`seek` moves step by
     // step, each complete), so a poisoned lock is still usable.
     device
@@ -155,6 +157,7 @@ pub fn state_view(
         segments,
         unsegmented,
         truncated,
+        segments_total: state.segments.len(),
     })
 }
 
