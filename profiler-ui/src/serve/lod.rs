@@ -318,10 +318,17 @@ impl Layout {
 
     /// The timeline with at most `limit` bands on their own (fewer when they would make more
     /// than [`MAX_RUNS`] runs), and the ids of those shown, ascending.
-    fn timeline(&self, model: &TraceModel, spans: &[Allocation], limit: usize) -> (Timeline, Vec<usize>) {
-        let mut shown_limit = limit.min(self.candidates.len());
+    fn timeline(
+        &self,
+        model: &TraceModel,
+        spans: &[Allocation],
+        limit: usize,
+    ) -> (Timeline, Vec<usize>) {
+        let mut cap = limit;
         loop {
-            let (bands, shown, runs) = stack(model, spans, &self.candidates, &self.states, shown_limit);
+            let shown_limit = cap.min(self.candidates.len());
+            let (bands, shown, runs) =
+                stack(model, spans, &self.candidates, &self.states, shown_limit);
             if runs <= MAX_RUNS || shown_limit == 0 {
                 let mut other = self.total.clone();
                 for band in &bands {
@@ -340,11 +347,11 @@ impl Layout {
                     other,
                     bands,
                     matched: self.candidates.len(),
-                    limit: shown_limit,
+                    limit: cap,
                 };
                 return (timeline, shown);
             }
-            shown_limit = shown_limit * MAX_RUNS / runs;
+            cap = shown_limit * MAX_RUNS / runs;
         }
     }
 }
@@ -387,7 +394,10 @@ fn stack(
     }
     // Ids are in order of becoming alive: oldest at the bottom.
     shown.sort_unstable();
-    debug_assert!(states.windows(2).all(|w| w[0] <= w[1]), "column states never decrease");
+    debug_assert!(
+        states.windows(2).all(|w| w[0] <= w[1]),
+        "column states never decrease"
+    );
     let mut below = vec![0u64; states.len()];
     let mut count = 0;
     let mut bands = Vec::with_capacity(shown.len());
@@ -649,6 +659,61 @@ mod tests {
         let t = timeline(&model, device, window(Axis::Event, 0, 8, 8), &attn, 10);
         assert_eq!(runs(&t), [(0, vec![[1, 4, 0]])]);
         assert_eq!(t.matched, 1);
+    }
+
+    #[test]
+    fn the_summarized_band_of_a_column_lists_what_is_not_drawn_by_site() {
+        let model = model();
+        let device = &model.devices[0];
+        let w = window(Axis::Event, 0, 8, 8);
+        let s = summarized(&model, device, w, &Filter::default(), 1, 2).expect("column 2 exists");
+        assert_eq!(
+            s,
+            Summarized {
+                column: 2,
+                state: 2,
+                allocations: 1,
+                bytes: 100,
+                sites: vec![SummarizedSite {
+                    site: "step0/attn".into(),
+                    bytes: 100,
+                    allocations: 1,
+                }],
+                more_sites: 0,
+            },
+            "B is drawn; A is the grey band at state 2"
+        );
+        let t = timeline(&model, device, w, &Filter::default(), 1);
+        assert_eq!(t.other[2], s.bytes, "the band's height is what it holds");
+        assert_eq!(
+            summarized(&model, device, w, &Filter::default(), 1, 8),
+            None
+        );
+    }
+
+    #[test]
+    fn a_band_is_stacked_only_over_the_columns_it_is_alive_in() {
+        // Two columns of four states each: A (100) is alive in the first column's peak state
+        // only; B and C keep their heights over A's gap.
+        let model = model();
+        let device = &model.devices[0];
+        let t = timeline(
+            &model,
+            device,
+            window(Axis::Event, 0, 8, 4),
+            &Filter::default(),
+            10,
+        );
+        assert_eq!(t.states, [1, 2, 5, 6]);
+        assert_eq!(
+            runs(&t),
+            [
+                (0, vec![[0, 2, 0]]),
+                (1, vec![[1, 2, 100], [2, 4, 0]]),
+                (2, vec![[2, 4, 200]]),
+            ]
+        );
+        assert_eq!(t.limit, 10);
     }
 
     #[test]

@@ -358,3 +358,69 @@ pub fn segment_spans(initial: &DeviceState, events: &[TraceEvent]) -> Vec<Alloca
     }
     spans
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockpool::StreamId;
+
+    fn event(action: Action, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent {
+            action,
+            device: 0,
+            stream: StreamId::DEFAULT,
+            addr,
+            size,
+            requested: 0,
+            time_us: 0,
+            context: ContextId::NONE,
+        }
+    }
+
+    fn spans(events: &[TraceEvent]) -> Vec<(u64, u64, usize, usize)> {
+        let initial = DeviceState {
+            device: 0,
+            segments: Vec::new(),
+            unsegmented: Vec::new(),
+        };
+        segment_spans(&initial, events)
+            .iter()
+            .map(|s| (s.addr, s.size, s.start, s.end))
+            .collect()
+    }
+
+    #[test]
+    fn unmapping_part_of_a_mapped_range_leaves_the_rest_reserved() {
+        let events = [
+            event(Action::SegmentMap, 0x0, 0x6000),
+            event(Action::SegmentUnmap, 0x2000, 0x2000),
+            event(Action::SegmentUnmap, 0x0, 0x2000),
+            event(Action::SegmentUnmap, 0x4000, 0x2000),
+        ];
+        assert_eq!(
+            spans(&events),
+            [
+                (0x0, 0x6000, 1, 2),
+                (0x0, 0x2000, 2, 3),
+                (0x4000, 0x2000, 2, 4),
+            ],
+            "the middle page goes at 2, leaving both ends; each end goes on its own"
+        );
+    }
+
+    #[test]
+    fn segments_live_from_their_alloc_to_their_free_and_unknown_frees_are_skipped() {
+        let events = [
+            event(Action::SegmentAlloc, 0x1000, 0x1000),
+            event(Action::Alloc, 0x1000, 0x100),
+            event(Action::SegmentFree, 0x9000, 0x1000),
+            event(Action::SegmentAlloc, 0x4000, 0x2000),
+            event(Action::SegmentFree, 0x1000, 0x1000),
+        ];
+        assert_eq!(
+            spans(&events),
+            [(0x1000, 0x1000, 1, 5), (0x4000, 0x2000, 4, 6)],
+            "0x9000 is no segment's; 0x4000 is reserved at the end (events + 1)"
+        );
+    }
+}

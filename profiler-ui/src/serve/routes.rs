@@ -254,7 +254,8 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
         "/api/events" => {
             let device = device(model, target)?;
             let filter = EventFilter::from_target(target)?;
-            let offset = usize::try_from(target.number("offset")?.unwrap_or(0)).unwrap_or(usize::MAX);
+            let offset =
+                usize::try_from(target.number("offset")?.unwrap_or(0)).unwrap_or(usize::MAX);
             let limit = target.clamped("limit", 200, 1, history::MAX_PAGE as u64)? as usize;
             Reply::json(&history::event_page(model, device, &filter, offset, limit))
         }
