@@ -205,8 +205,10 @@ function drawTimeline() {
   const shown = t.bands.length;
   const capped = t.limit < Math.min(view.limit, t.matched)
     ? ` (at most ${t.limit} here: more would exceed the response's run cap; zoom in for more)` : '';
+  // The rest are in the grey band where a column's state holds them; an allocation alive only
+  // between the states the columns show is in neither (zooming in shows it).
   $('status').textContent = `${t.matched} allocations in view: ${shown} drawn on their own, ` +
-    `${t.matched - shown} summarized (grey)${capped}`;
+    `the other ${t.matched - shown} summed in the grey band or too short-lived for this zoom${capped}`;
 }
 
 async function loadSegmentTimeline() {
