@@ -198,8 +198,9 @@ pub enum Command {
         #[arg(long, value_enum)]
         to: Option<OutputFormat>,
     },
-    /// The web viewer: timeline, curves, segments, leaks and sites of a trace in the browser,
-    /// served on 127.0.0.1 only; runs until interrupted.
+    /// The web viewer: timeline (15,000 bands by default, out-of-memory events marked),
+    /// curves, segments over time and at any event, the event history, leaks and sites of a
+    /// trace in the browser, served on 127.0.0.1 only; runs until interrupted.
     Serve {
         /// The trace file.
         file: PathBuf,

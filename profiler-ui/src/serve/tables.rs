@@ -53,6 +53,8 @@ pub struct StateView {
     pub unsegmented: Vec<[u64; 5]>,
     /// Whether segments were left out past [`MAX_BLOCKS`] blocks.
     pub truncated: bool,
+    /// Segments in the state, those left out included (`segments` holds the first ones).
+    pub segments_total: usize,
 }
 
 /// One event, as the page names it.
@@ -157,6 +159,7 @@ pub fn state_view(
         segments,
         unsegmented,
         truncated,
+        segments_total: state.segments.len(),
     })
 }
 
