@@ -1,18 +1,21 @@
 //! The web viewer behind `memtrace serve`: a loopback-only HTTP server ([`server`]) that
 //! answers a fixed set of routes ([`routes`]) from a trace loaded once ([`model`]), with the
 //! level of detail of every curve and band computed here ([`lod`]) so the page draws a few
-//! thousand shapes whatever the trace's size. The page itself (`profiler-ui/assets/`) is
+//! thousand shapes whatever the trace's size; the event list and out-of-memory markers come
+//! from [`history`]. The page itself (`profiler-ui/assets/`) is
 //! embedded in the binary ([`assets`]); nothing is read from disk after the trace.
 
 pub mod assets;
 pub mod error;
 pub mod filter;
+pub mod history;
 pub mod lod;
 pub mod model;
 pub mod query;
 pub mod routes;
 pub mod server;
 pub mod tables;
+pub mod tree;
 
 pub use model::TraceModel;
 pub use server::{bind, serve_forever};
