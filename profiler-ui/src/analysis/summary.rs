@@ -3,10 +3,10 @@
 //! happened, fragmentation at the allocated peak, the sites holding the most memory there, and
 //! every out-of-memory event with the state it met and why it failed.
 
-use super::sites::{sites_in, Site};
+use super::sites::{site_name, sites_in, Site};
 use super::timeline::walker;
 use crate::format::format_size;
-use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};
+use blockpool::trace::{Action, BlockState, ContextId, DeviceState, Snapshot};
 use serde::Serialize;
 use std::path::Path;
 
@@ -72,14 +72,26 @@ pub struct Peak {
 /// An out-of-memory event and the state it met.
 #[derive(Debug, Serialize)]
 pub struct OomExplained {
-    /// The event's index among the device's events.
+    /// The event's index among the device's events; the state it met is the one after this
+    /// many events (`--at INDEX`).
     pub index: usize,
     /// Time, in microseconds since the origin.
     pub time_us: u64,
-    /// Bytes the failing request asked for.
+    /// Bytes the failing request asked for (PyTorch records the size it tried to allocate).
     pub requested_bytes: u64,
+    /// The stream the request was made on (PyTorch writes the `cudaStream_t` value).
+    pub stream: u64,
+    /// The site of the failing request (the same naming as the top sites), `<unknown>` when
+    /// the trace recorded no stack for it.
+    pub site: String,
+    /// The failing request's call stack, innermost first, one `file:line:function` per frame,
+    /// as recorded (empty when not recorded).
+    pub stack: Vec<String>,
     /// Bytes the device said were free (as the trace records it).
     pub device_free_bytes: u64,
+    /// `device_free_bytes + reserved_bytes`: the memory this allocator could have had then.
+    /// Memory other processes held is in neither, so the device itself may be larger.
+    pub device_memory_bytes: u64,
     /// Bytes in segments at that moment.
     pub reserved_bytes: u64,
     /// Bytes in allocated blocks.
@@ -134,6 +146,7 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
     let mut ooms = Vec::new();
     while let Some(event) = walker.step() {
         let (action, size, free) = (event.action, event.size, event.addr);
+        let (stream, context) = (event.stream.0, event.context);
         let index = walker.position();
         let totals = walker.totals();
         for (peak, value) in [
@@ -150,7 +163,7 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
             }
         }
         if action == Action::Oom {
-            ooms.push((index - 1, size, free));
+            ooms.push((index - 1, size, free, stream, context));
         }
     }
     let segments_at_end = walker.totals().segments;
@@ -159,24 +172,35 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
     }
     let out_of_memory = ooms
         .into_iter()
-        .map(|(index, requested_bytes, device_free_bytes)| {
-            walker.seek(index)?;
-            let state = walker.state();
-            let totals = walker.totals();
-            let (free_bytes, largest) = free_space(&state);
-            let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
-            Ok(OomExplained {
-                index,
-                time_us,
-                requested_bytes,
-                device_free_bytes,
-                reserved_bytes: totals.reserved_bytes,
-                allocated_bytes: totals.allocated_bytes,
-                cached_free_bytes: free_bytes,
-                largest_free_block: largest,
-                explanation: explain_oom(requested_bytes, device_free_bytes, free_bytes, largest),
-            })
-        })
+        .map(
+            |(index, requested_bytes, device_free_bytes, stream, context)| {
+                walker.seek(index)?;
+                let state = walker.state();
+                let totals = walker.totals();
+                let (free_bytes, largest) = free_space(&state);
+                let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
+                Ok(OomExplained {
+                    index,
+                    time_us,
+                    requested_bytes,
+                    stream,
+                    site: site_name(snapshot, context),
+                    stack: stack_of(snapshot, context),
+                    device_free_bytes,
+                    device_memory_bytes: device_free_bytes.saturating_add(totals.reserved_bytes),
+                    reserved_bytes: totals.reserved_bytes,
+                    allocated_bytes: totals.allocated_bytes,
+                    cached_free_bytes: free_bytes,
+                    largest_free_block: largest,
+                    explanation: explain_oom(
+                        requested_bytes,
+                        device_free_bytes,
+                        free_bytes,
+                        largest,
+                    ),
+                })
+            },
+        )
         .collect::<Result<Vec<_>, blockpool::trace::StateError>>()?;
     walker.seek(allocated.index)?;
     let state = walker.state();
@@ -216,6 +240,16 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
         peak_allocated: allocated,
         peak_reserved: reserved,
         peak_requested: requested,
+    })
+}
+
+/// The frames of `context`, innermost first, as `file:line:function`.
+fn stack_of(snapshot: &Snapshot, context: ContextId) -> Vec<String> {
+    snapshot.contexts.get(context).map_or_else(Vec::new, |c| {
+        c.frames
+            .iter()
+            .map(|f| format!("{}:{}:{}", f.filename, f.line, f.name))
+            .collect()
     })
 }
 

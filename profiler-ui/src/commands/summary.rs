@@ -2,7 +2,7 @@
 //! peaks, fragmentation at the allocated peak, the top sites there and every out-of-memory event
 //! explained), as text or as JSON.
 
-use crate::analysis::summary::{summarize, SummaryReport};
+use crate::analysis::summary::{summarize, OomExplained, SummaryReport};
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -78,16 +78,51 @@ pub fn render(report: &SummaryReport) -> String {
             let _ = writeln!(text, "  out of memory: no out-of-memory event was recorded");
         }
         for oom in &d.out_of_memory {
-            let _ = writeln!(
-                text,
-                "  out of memory at event {}{}: {}",
-                count(oom.index as u64),
-                at(oom.time_us),
-                oom.explanation
-            );
+            render_oom(&mut text, oom, &at(oom.time_us));
         }
     }
     text
+}
+
+/// Frames of a failing request's stack printed before the rest is counted.
+const OOM_STACK_FRAMES: usize = 12;
+
+/// One out-of-memory event: the failing request (size, stream, site), why it failed, what the
+/// device had, and the request's stack.
+fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
+    let _ = writeln!(
+        text,
+        "  out of memory at event {}{}: {} requested on stream {} at {}",
+        count(oom.index as u64),
+        at,
+        format_size(oom.requested_bytes),
+        oom.stream,
+        oom.site
+    );
+    let _ = writeln!(text, "    {}", oom.explanation);
+    let _ = writeln!(
+        text,
+        "    device: {} free + {} reserved by this allocator = {} (other processes' memory is \
+         in neither)",
+        format_size(oom.device_free_bytes),
+        format_size(oom.reserved_bytes),
+        format_size(oom.device_memory_bytes)
+    );
+    if oom.stack.is_empty() {
+        let _ = writeln!(text, "    stack: not recorded");
+        return;
+    }
+    let _ = writeln!(text, "    stack of the request (innermost first):");
+    for frame in oom.stack.iter().take(OOM_STACK_FRAMES) {
+        let _ = writeln!(text, "      {frame}");
+    }
+    if oom.stack.len() > OOM_STACK_FRAMES {
+        let _ = writeln!(
+            text,
+            "      ... {} more frames (--json has them all)",
+            count((oom.stack.len() - OOM_STACK_FRAMES) as u64)
+        );
+    }
 }
 
 /// Runs `memtrace summary`.
