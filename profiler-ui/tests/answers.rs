@@ -103,3 +103,123 @@ fn summary_text_shows_the_failing_request_its_device_and_stack() {
     );
     assert!(text.contains(&stack), "the stack, innermost first:\n{text}");
 }
+
+#[test]
+fn replay_defaults_to_the_recorded_device_and_replays_the_failed_request() {
+    let path = fixture(OOM);
+    let report = run_json(&["replay", &path]);
+    assert_eq!(
+        report["capacity_bytes"],
+        32 << 20,
+        "device_free 10 MiB + 22 MiB reserved at the oom event"
+    );
+    assert_eq!(report["capacity_source"], "trace");
+    assert_eq!(report["recorded"]["device_memory_bytes"], 32 << 20);
+    let ours = &report["blockpool"];
+    assert_eq!(ours["recorded_oom_requests"], 1, "the oom entry's request");
+    assert_eq!(
+        ours["recorded_oom_failed"], 1,
+        "30 MiB does not fit beside 22 MiB reserved on 32 MiB"
+    );
+    assert_eq!(ours["failed_allocations"], 0);
+    assert_eq!(ours["peak_reserved_bytes"], 22 << 20);
+
+    let text = run_ok(&["replay", &path]);
+    assert!(
+        text.contains(
+            "capacity:  32.00 MiB (the recorded device: device_free + reserved at its \
+             out-of-memory event)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("note:      the recording ran out of memory once; "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nout-of-memory                      1\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn replay_says_which_capacity_it_used_when_the_trace_does_not_tell() {
+    let report = run_json(&["replay", &fixture(NOT_HANMIN)]);
+    assert_eq!(report["capacity_bytes"], 1_u64 << 40);
+    assert_eq!(report["capacity_source"], "default");
+    assert_eq!(report["recorded"]["device_memory_bytes"], Value::Null);
+    let given = run_json(&["replay", &fixture(OOM), "--capacity", "78.5M"]);
+    assert_eq!(given["capacity_bytes"], 82_313_216_u64);
+    assert_eq!(given["capacity_source"], "--capacity");
+    assert_eq!(given["blockpool"]["recorded_oom_failed"], 0);
+}
+
+#[test]
+fn find_capacity_honours_the_request_the_recording_failed() {
+    let report = run_json(&["replay", &fixture(OOM), "--find-capacity"]);
+    // 20 MiB and 2 MiB segments, and a 32 MiB one for the 30 MiB request (rounded up to a
+    // quarter of the power of two by roundup_power2_divisions [256:4]): without the failed
+    // request the search answered 22 MiB.
+    assert_eq!(
+        report["capacity_search"]["min_capacity_bytes"],
+        54 << 20,
+        "{report}"
+    );
+}
+
+#[test]
+fn expandable_segments_on_adopted_segments_says_it_had_nothing_to_change() {
+    let path = fixture(NOT_HANMIN);
+    let report = run_json(&["replay", &path, "--config", "expandable_segments:True"]);
+    assert_eq!(report["blockpool"]["start"]["adopted_segments"], 999);
+    assert_eq!(report["blockpool"]["device_allocs"], 0);
+    assert_eq!(
+        report["blockpool"]["peak_reserved_bytes"], report["recorded"]["peak_reserved_bytes"],
+        "the recording's peak, as the note explains"
+    );
+    let notes = report["notes"].as_array().expect("notes");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(
+        notes[0],
+        "expandable_segments: the 999 segments adopted from the start state (22.21 GiB) keep \
+         their recorded sizes, and the replay created no segment of its own, so the setting had \
+         nothing to change; rerun with --fresh to start from the live blocks alone, where it \
+         shapes every segment"
+    );
+    let fresh = run_json(&[
+        "replay",
+        &path,
+        "--config",
+        "expandable_segments:True",
+        "--fresh",
+    ]);
+    assert_eq!(
+        fresh["notes"].as_array().map(Vec::len),
+        Some(0),
+        "--fresh adopts nothing: {fresh}"
+    );
+    let plain = run_json(&["replay", &path]);
+    assert_eq!(plain["notes"].as_array().map(Vec::len), Some(0), "{plain}");
+}
+
+#[test]
+fn exact_on_expandable_segments_says_why_addresses_cannot_match() {
+    let report = run_json(&[
+        "replay",
+        &fixture("made_expandable_two_devices.pickle"),
+        "--exact",
+        "--config",
+        "expandable_segments:False",
+    ]);
+    let notes = report["notes"].as_array().expect("notes");
+    assert_eq!(
+        notes,
+        &[Value::from(
+            "--exact: the trace was recorded with expandable segments (0 segment_map events, \
+             expandable segments at the start): PyTorch maps pages into one reserved address \
+             range per stream and pool, which the simulated device does not reproduce, so \
+             allocations there cannot get their recorded addresses; only segments of \
+             segment_alloc events are placed as recorded"
+        )]
+    );
+}

@@ -135,7 +135,7 @@ fn info_on_a_made_segment_list_reports_its_device() {
 #[test]
 fn every_project_fixture_converts_through_every_format_and_reads_back() {
     let names = project_snapshot_names();
-    assert_eq!(names.len(), 7, "fixtures: {names:?}");
+    assert_eq!(names.len(), 8, "fixtures: {names:?}");
     check_conversions(&names);
 }
 

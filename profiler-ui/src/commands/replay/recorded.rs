@@ -24,6 +24,10 @@ pub struct Recorded {
     pub reserved_at_start_bytes: u64,
     /// Bytes in segments after the last event.
     pub reserved_at_end_bytes: u64,
+    /// The device's memory as the recording's out-of-memory events tell it: the most of
+    /// `device_free` plus the bytes reserved then, over its `oom` events; `None` without one.
+    /// Memory other processes held is not in it.
+    pub device_memory_bytes: Option<u64>,
 }
 
 /// Walks `walker` from where it is to the end and sums up what the trace's allocator did.
@@ -48,6 +52,8 @@ pub fn walk(walker: &mut StateWalker) -> Recorded {
     note(&mut recorded, start.reserved_bytes, start.allocated_bytes);
     while let Some(event) = walker.step() {
         let action = event.action;
+        // An `oom` event's address is the device's free bytes, as PyTorch records it.
+        let device_free = event.addr;
         match action {
             Action::SegmentAlloc | Action::SegmentMap => recorded.segment_allocs += 1,
             Action::SegmentFree | Action::SegmentUnmap => recorded.segment_frees += 1,
@@ -55,6 +61,10 @@ pub fn walk(walker: &mut StateWalker) -> Recorded {
         }
         let totals = walker.totals();
         let (reserved, allocated) = (totals.reserved_bytes, totals.allocated_bytes);
+        if action == Action::Oom {
+            let memory = device_free.saturating_add(reserved);
+            recorded.device_memory_bytes = recorded.device_memory_bytes.max(Some(memory));
+        }
         if note(&mut recorded, reserved, allocated) {
             peak_segment_pending = matches!(action, Action::SegmentAlloc | Action::SegmentMap);
         } else if std::mem::take(&mut peak_segment_pending) && action == Action::Alloc {
