@@ -223,3 +223,62 @@ fn exact_on_expandable_segments_says_why_addresses_cannot_match() {
         )]
     );
 }
+
+#[test]
+fn summary_and_replay_print_one_fragmentation_with_its_definition() {
+    let path = fixture(NOT_HANMIN);
+    let summary = run_json(&["summary", &path]);
+    let replay = run_json(&["replay", &path]);
+    let device = &summary["devices"][0];
+    // The reserved peak is the start state: 23,842,521,088 reserved, 15,906,238,976 allocated.
+    let expected = (23_842_521_088_u64 - 15_906_238_976) as f64 / 23_842_521_088_u64 as f64;
+    assert_eq!(device["fragmentation_at_reserved_peak"], expected);
+    assert_eq!(replay["recorded"]["fragmentation_at_peak"], expected);
+    assert_eq!(replay["blockpool"]["fragmentation_at_peak"], expected);
+    let text = run_ok(&["summary", &path]);
+    assert!(
+        text.contains(
+            "  fragmentation: 33.29 % ((reserved - allocated) / reserved at the reserved peak, \
+             as replay reports it)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  free memory at the allocated peak: 645.59 MiB in blocks, largest 50.00 MiB; \
+             92.3 % scattered (1 - largest free block / free bytes: 0 % when it is one block)\n"
+        ),
+        "{text}"
+    );
+    let replayed = run_ok(&["replay", &path]);
+    assert!(replayed.contains("fragmentation at peak        33.29 %       33.29 %\n"));
+    assert!(
+        replayed.contains(
+            "  fragmentation:      (reserved - allocated) / reserved at the reserved peak (as \
+             summary reports it)\n"
+        ),
+        "{replayed}"
+    );
+}
+
+#[test]
+fn peaks_add_up_one_kind_of_size_each_and_say_which() {
+    let path = fixture(NOT_HANMIN);
+    let device = &run_json(&["summary", &path])["devices"][0];
+    // Block sizes throughout: a block the trace alone shows at its request rounded up to 512
+    // bytes (CPython walk of the file: 23,165,567,488); before, 508 bytes of unrounded requests
+    // were mixed in (23,165,566,980).
+    assert_eq!(device["peak_allocated"]["bytes"], 23_165_567_488_u64);
+    assert_eq!(device["peak_allocated"]["index"], 5_702);
+    // Requests throughout, as CPython sums them.
+    assert_eq!(device["peak_requested"]["bytes"], 22_827_925_508_u64);
+    let text = run_ok(&["summary", &path]);
+    for line in [
+        "  peak allocated  21.57 GiB at event 5,702 (0.050261 s) (block sizes)\n",
+        "  peak requested  21.26 GiB at event 5,702 (0.050261 s) (request sizes)\n",
+        "             (PyTorch's trace records requests, not block sizes: a block it alone shows \
+         counts at its request rounded as the allocator rounds it, the least it took)\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}

@@ -1,8 +1,15 @@
 //! The summary of a trace, as `memtrace summary` prints it and the viewer's `/api/meta` carries
 //! it: per device, the peaks of allocated, reserved and requested memory and when they
-//! happened, fragmentation at the allocated peak, the sites holding the most memory there, and
-//! every out-of-memory event with the state it met and why it failed.
+//! happened, fragmentation (as [`super::fragmentation`] defines it, at the reserved peak), the
+//! free memory and the sites holding the most memory at the allocated peak, and every
+//! out-of-memory event with the state it met and why it failed.
+//!
+//! Sizes: allocated and reserved bytes add up block and segment sizes; PyTorch's trace
+//! records what callers requested, not block sizes, so a block the trace alone shows counts at
+//! its request rounded as the allocator rounds it (the import does this), the least it took.
+//! Requested bytes add up requests.
 
+use super::fragmentation::ReservedPeak;
 use super::sites::{site_name, sites_in, Site};
 use super::timeline::walker;
 use crate::format::format_size;
@@ -33,21 +40,24 @@ pub struct DeviceSummary {
     pub events: usize,
     /// Time from the first to the last event, in microseconds.
     pub span_us: u64,
-    /// Highest bytes in allocated blocks.
+    /// Highest bytes in allocated blocks, by block size (see the module docs for blocks the
+    /// trace knows only by request).
     pub peak_allocated: Peak,
     /// Highest bytes in segments.
     pub peak_reserved: Peak,
-    /// Highest bytes the callers of active blocks asked for.
+    /// Highest bytes the callers of active blocks asked for, by request size.
     pub peak_requested: Peak,
     /// Segments at the allocated peak.
     pub segments_at_peak: u64,
     /// Segments at the end of the trace.
     pub segments_at_end: u64,
-    /// (reserved - allocated) / reserved at the allocated peak; 0 with nothing reserved.
-    pub fragmentation_reserved: f64,
-    /// 1 - largest free block / all free bytes at the allocated peak: 0 when the free memory
-    /// is one block, near 1 when it is scattered; 0 with nothing free.
-    pub fragmentation_free: f64,
+    /// Fragmentation, one definition for every command ([`super::fragmentation`]):
+    /// (reserved - allocated) / reserved at the reserved peak; 0 with nothing reserved.
+    pub fragmentation_at_reserved_peak: f64,
+    /// How scattered the free memory is at the allocated peak: 1 - largest free block / all
+    /// free bytes, 0 when the free memory is one block, near 1 when it is many small ones (a
+    /// large request finds no room although much is free); 0 with nothing free.
+    pub free_scattered: f64,
     /// Largest inactive block at the allocated peak, in bytes.
     pub largest_free_block: u64,
     /// Inactive bytes at the allocated peak.
@@ -143,12 +153,14 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
         bytes: start.requested_bytes,
         ..Peak::default()
     };
+    let mut fragmentation = ReservedPeak::start(start.reserved_bytes, start.allocated_bytes);
     let mut ooms = Vec::new();
     while let Some(event) = walker.step() {
         let (action, size, free) = (event.action, event.size, event.addr);
         let (stream, context) = (event.stream.0, event.context);
         let index = walker.position();
         let totals = walker.totals();
+        fragmentation.note(index, action, totals.reserved_bytes, totals.allocated_bytes);
         for (peak, value) in [
             (&mut allocated, totals.allocated_bytes),
             (&mut reserved, totals.reserved_bytes),
@@ -224,11 +236,8 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
         span_us,
         segments_at_peak: totals.segments,
         segments_at_end,
-        fragmentation_reserved: ratio(
-            totals.reserved_bytes.saturating_sub(totals.allocated_bytes),
-            totals.reserved_bytes,
-        ),
-        fragmentation_free: if free_bytes == 0 {
+        fragmentation_at_reserved_peak: fragmentation.fragmentation,
+        free_scattered: if free_bytes == 0 {
             0.0
         } else {
             1.0 - ratio(largest_free_block, free_bytes)

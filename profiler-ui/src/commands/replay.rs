@@ -14,6 +14,7 @@ mod engine;
 mod recorded;
 mod start;
 
+use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::cli::ReplayArgs;
 use crate::format::{count, device_list, format_size};
 use crate::load::load_trace;
@@ -455,6 +456,17 @@ fn render_table(text: &mut String, report: &ReplayReport) {
         let row = format!("{name:<22}{ours:>14}{theirs:>14}{ratio:>9}");
         let _ = writeln!(text, "{}", row.trim_end());
     }
+    let _ = writeln!(
+        text,
+        "{:<22}{} (as summary reports it)",
+        "  fragmentation:", FRAGMENTATION
+    );
+    let _ = writeln!(
+        text,
+        "{:<22}block sizes; the recording's blocks known only by request at the request \
+         rounded, the least they took",
+        "  peak allocated:"
+    );
     let _ = writeln!(text, "{:<22}{:>14}", "retries", count(ours.retries));
     if ours.empty_cache_calls > 0 {
         let _ = writeln!(

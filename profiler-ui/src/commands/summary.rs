@@ -1,7 +1,9 @@
 //! `memtrace summary FILE [--json]`: the summary of a trace ([`summarize`]: per device, the
-//! peaks, fragmentation at the allocated peak, the top sites there and every out-of-memory event
-//! explained), as text or as JSON.
+//! peaks and what sizes they add up, fragmentation at the reserved peak, the free memory and
+//! top sites at the allocated peak and every out-of-memory event explained), as text or as
+//! JSON.
 
+use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::summary::{summarize, OomExplained, SummaryReport};
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
@@ -34,17 +36,25 @@ pub fn render(report: &SummaryReport) -> String {
             "(no times recorded)".to_string()
         };
         let _ = writeln!(text, "  events:    {} {span}", count(d.events as u64));
-        for (name, peak) in [
-            ("allocated", &d.peak_allocated),
-            ("reserved", &d.peak_reserved),
-            ("requested", &d.peak_requested),
+        for (name, peak, kind) in [
+            ("allocated", &d.peak_allocated, "block sizes"),
+            ("reserved", &d.peak_reserved, "segment sizes"),
+            ("requested", &d.peak_requested, "request sizes"),
         ] {
             let _ = writeln!(
                 text,
-                "  peak {name:<9} {:>10} at event {}{}",
+                "  peak {name:<9} {:>10} at event {}{} ({kind})",
                 format_size(peak.bytes),
                 count(peak.index as u64),
                 at(peak.time_us)
+            );
+        }
+        if report.format == "pytorch" {
+            let _ = writeln!(
+                text,
+                "             (PyTorch's trace records requests, not block sizes: a block it \
+                 alone shows counts at its request rounded as the allocator rounds it, the \
+                 least it took)"
             );
         }
         let _ = writeln!(
@@ -55,12 +65,16 @@ pub fn render(report: &SummaryReport) -> String {
         );
         let _ = writeln!(
             text,
-            "  fragmentation at the allocated peak: {:.1}% of reserved is not allocated; free \
-             memory {} in blocks, largest {} ({:.1}% scattered)",
-            100.0 * d.fragmentation_reserved,
+            "  fragmentation: {:.2} % ({FRAGMENTATION}, as replay reports it)",
+            100.0 * d.fragmentation_at_reserved_peak
+        );
+        let _ = writeln!(
+            text,
+            "  free memory at the allocated peak: {} in blocks, largest {}; {:.1} % scattered \
+             (1 - largest free block / free bytes: 0 % when it is one block)",
             format_size(d.free_bytes),
             format_size(d.largest_free_block),
-            100.0 * d.fragmentation_free
+            100.0 * d.free_scattered
         );
         if !d.top_sites.is_empty() {
             let _ = writeln!(text, "  top sites at the allocated peak:");

@@ -5,9 +5,13 @@
 //! What the fields become:
 //!
 //! - `TraceEvent::size` and `requested`: PyTorch's `size` of `alloc`, `free_requested` and
-//!   `free_completed` is what the caller asked for (`orig_size`), so both are that size (the
-//!   block size is not in PyTorch's files); for other actions `size` is PyTorch's and
-//!   `requested` 0. Files we exported carry the block size and give it back exactly.
+//!   `free_completed` is what the caller asked for (`orig_size`), which becomes `requested`;
+//!   the block size is not in PyTorch's files, so `size` is that request rounded as the file's
+//!   allocator rounds it (`allocator_settings`' `PYTORCH_CUDA_ALLOC_CONF`: 512 bytes, or a
+//!   `roundup_power2_divisions` step), the smallest block the request can have had. Block
+//!   sums over a walk of the trace are then block sizes throughout, as the end state's are. For
+//!   other actions `size` is PyTorch's and `requested` 0. Files we exported carry the block
+//!   size and give it back exactly.
 //! - `time_us`: microseconds since the earliest `time_us` in the file (trace entries and
 //!   external annotations), which becomes `time_origin_unix_us`; without `time_us` (files
 //!   before late 2023) every event is at 0 and the origin unknown.
@@ -33,10 +37,12 @@ use super::extras::{self, is_block_event, TAG_FILENAME};
 use super::fields::{list, str_at, u64_at, Fields, Path};
 use super::model::{self, Frame as PtFrame, PytorchSnapshot, PytorchTraceEntry, SegmentType};
 use crate::backend::StreamId;
+use crate::pool::sizing::round_size;
 use crate::pool::PoolKind;
 use crate::trace::pickle::{read, ReadLimits, Value};
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{Action, BlockState, Context, ContextId, Contexts, Frame, Snapshot, TraceEvent};
+use crate::AllocatorConfig;
 
 /// Reads a PyTorch memory snapshot file (or one [`write_pytorch_snapshot`] wrote) straight
 /// into a [`Snapshot`]: [`pickle::read`](crate::trace::pickle::read) with default limits, then
@@ -163,6 +169,8 @@ struct Importer<'a> {
     /// Context ids by (frame list, user_metadata) pointers, so each shared list is converted
     /// once however often it is referenced.
     by_pointer: HashMap<(usize, usize), ContextId>,
+    /// The settings that round a request to its block size (the file's, else the defaults).
+    rounding: AllocatorConfig,
 }
 
 impl<'a> Importer<'a> {
@@ -173,6 +181,7 @@ impl<'a> Importer<'a> {
             contexts: Contexts::new(),
             table: None,
             by_pointer: HashMap::new(),
+            rounding: AllocatorConfig::default(),
         };
         importer.read_table()?;
         Ok(importer)
@@ -250,9 +259,15 @@ impl<'a> Importer<'a> {
     }
 
     fn run(mut self) -> Result<Snapshot, SnapshotError> {
+        let allocator_config = self.allocator_config();
+        // Block sizes are rounded as the file's own allocator rounded them; settings blockpool
+        // does not understand round as PyTorch's defaults do (512 bytes).
+        self.rounding = allocator_config
+            .as_deref()
+            .and_then(|conf| AllocatorConfig::parse(conf).ok())
+            .unwrap_or_default();
         let segments = self.segments()?;
         let (events, time_origin_unix_us) = self.events()?;
-        let allocator_config = self.allocator_config();
         Ok(Snapshot {
             segments,
             events,
@@ -473,7 +488,10 @@ impl<'a> Importer<'a> {
         path: &Path<'_>,
     ) -> Result<TraceEvent, SnapshotError> {
         let (size, requested) = if is_block_event(entry.action) {
-            (extras.block_size.unwrap_or(entry.size), entry.size)
+            let block_size = extras
+                .block_size
+                .unwrap_or_else(|| self.block_size(entry.size));
+            (block_size, entry.size)
         } else {
             (entry.size, extras.requested.unwrap_or(0))
         };
@@ -492,6 +510,17 @@ impl<'a> Importer<'a> {
             time_us,
             context,
         })
+    }
+
+    /// The block size PyTorch's allocator gives a request of `requested` bytes: rounded up to
+    /// 512 bytes (or a `roundup_power2_divisions` step), as `round_size` does. A block can be
+    /// larger still (a remainder too small to split stays in it), which the file does not say.
+    fn block_size(&self, requested: u64) -> u64 {
+        usize::try_from(requested)
+            .ok()
+            .and_then(|size| round_size(size, &self.rounding))
+            .and_then(|size| u64::try_from(size).ok())
+            .unwrap_or(requested)
     }
 
     /// `(device, time_us, tag stack)` of each well-formed external annotation, in time order.

@@ -8,6 +8,7 @@
 //! `exact` each `segment_alloc` names where the next new segment should go.
 
 use super::start::{StartPlan, StartSegment};
+use crate::analysis::fragmentation::unallocated_share;
 use anyhow::Context as _;
 use blockpool::introspect::Introspect;
 use blockpool::pool::{AdoptError, AdoptSegment};
@@ -72,8 +73,8 @@ pub struct Outcome {
     pub peak_reserved_bytes: u64,
     /// Highest bytes in allocated blocks.
     pub peak_allocated_bytes: u64,
-    /// (reserved - allocated) / reserved when reserved first reached its peak; 0 with nothing
-    /// reserved.
+    /// Fragmentation as [`crate::analysis::fragmentation`] defines it: (reserved - allocated)
+    /// / reserved when reserved first reached its peak; 0 with nothing reserved.
     pub fragmentation_at_peak: f64,
     /// Segments allocated from the device during the replay (`num_device_alloc`).
     pub device_allocs: u64,
@@ -380,8 +381,8 @@ impl Replay {
         outcome.peak_allocated_bytes = outcome.peak_allocated_bytes.max(totals.allocated_bytes);
         if totals.reserved_bytes > outcome.peak_reserved_bytes {
             outcome.peak_reserved_bytes = totals.reserved_bytes;
-            let unused = totals.reserved_bytes.saturating_sub(totals.allocated_bytes);
-            outcome.fragmentation_at_peak = unused as f64 / totals.reserved_bytes as f64;
+            outcome.fragmentation_at_peak =
+                unallocated_share(totals.reserved_bytes, totals.allocated_bytes);
         }
         Ok(())
     }
