@@ -282,3 +282,113 @@ fn peaks_add_up_one_kind_of_size_each_and_say_which() {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
 }
+
+/// Converts `from` to `to` with `memtrace convert`.
+fn convert(from: &str, to: &std::path::Path) {
+    run_ok(&["convert", from, to.to_str().expect("utf-8 path")]);
+}
+
+#[test]
+fn private_pools_settings_and_compile_context_survive_convert_both_ways() {
+    use blockpool::trace::pickle::Value as Py;
+    use blockpool::trace::pytorch::load_pytorch_snapshot;
+    let source = fixture(OOM);
+    let direct = common::scratch("answers-direct.pickle");
+    convert(&source, &direct);
+    let jsonl = common::scratch("answers-via.jsonl");
+    convert(&source, &jsonl);
+    let via_jsonl = common::scratch("answers-via-jsonl.pickle");
+    convert(jsonl.to_str().unwrap(), &via_jsonl);
+    let original = load_pytorch_snapshot(&std::fs::read(&source).unwrap()).expect("reads");
+    for out in [&direct, &via_jsonl] {
+        let converted = load_pytorch_snapshot(&std::fs::read(out).unwrap()).expect("reads back");
+        let pools: Vec<(u64, (u64, u64))> = converted
+            .segments
+            .iter()
+            .map(|s| (s.address, s.segment_pool_id))
+            .collect();
+        assert_eq!(
+            pools,
+            [(0x7F20_0000_0000, (0, 0)), (0x7F20_4000_0000, (1, 5))],
+            "{}: segment_pool_id written back, not (0, 0)",
+            out.display()
+        );
+        assert_eq!(
+            converted.allocator_settings,
+            original.allocator_settings,
+            "{}: allocator_settings whole",
+            out.display()
+        );
+        // The external annotations come back as `user_defined` entries, without one.
+        let contexts: Vec<Option<&str>> = converted.device_traces[0]
+            .iter()
+            .filter(|e| e.action != blockpool::trace::Action::Annotate)
+            .map(|e| e.compile_context.as_deref())
+            .collect();
+        assert_eq!(contexts, [Some("N/A"); 8], "{}", out.display());
+    }
+    let Some(Py::Dict(settings)) = &original.allocator_settings else {
+        panic!("the fixture has settings")
+    };
+    let keys: Vec<String> = settings
+        .iter()
+        .map(|(k, _)| match k {
+            Py::Str(k) => k.to_string(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "max_split_size",
+            "garbage_collection_threshold",
+            "expandable_segments",
+            "pinned_num_register_threads",
+            "release_lock_on_cudamalloc",
+            "pinned_use_cuda_host_register",
+            "roundup_power2_divisions",
+        ]
+    );
+}
+
+#[test]
+fn info_and_segments_show_private_pools_and_the_settings_whole() {
+    let path = fixture(OOM);
+    let info = run_json(&["info", &path]);
+    assert_eq!(
+        info["devices"][0]["private_pools"],
+        serde_json::json!([{"pool_id": [1, 5], "segments": 1, "reserved_bytes": 2 << 20}])
+    );
+    let settings = info["allocator_settings"].as_array().expect("settings");
+    assert_eq!(settings.len(), 8);
+    assert_eq!(
+        settings[1],
+        serde_json::json!(["max_split_size", "67108864"])
+    );
+    assert_eq!(
+        settings[2],
+        serde_json::json!(["garbage_collection_threshold", "0.6"])
+    );
+    let text = run_ok(&["info", &path]);
+    for line in [
+        "settings:  (allocator_settings, as the file records them)\n",
+        "  max_split_size                 67108864\n",
+        "  garbage_collection_threshold   0.6\n",
+        "  roundup_power2_divisions       {'1': 4, '2': 4, '4': 4, '8': 4, '16': 4, '32': 4, \
+         '64': 4, '128': 4, '256': 4, '512': 8, '1024': 0, '2048': 0, '4096': 0, '8192': 0, \
+         '16384': 0, '32768': 0}\n",
+        "  private pool (1, 5): 1 segments, 2.00 MiB reserved\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    let segments = run_json(&["segments", &path]);
+    let pools: Vec<&Value> = segments
+        .as_array()
+        .expect("segments")
+        .iter()
+        .map(|s| &s["private_pool"])
+        .collect();
+    assert_eq!(pools, [&Value::Null, &serde_json::json!([1, 5])]);
+    assert!(run_ok(&["segments", &path]).contains(" (private pool (1, 5))\n"));
+}

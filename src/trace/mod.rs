@@ -38,5 +38,7 @@ pub use crate::event::{
     annotate, Action, AnnotationGuard, Backtraces, Context, ContextId, ContextLevel, EventStamp,
     Frame, HistorySettings, TraceEvent,
 };
-pub use snapshot::{BlockState, Contexts, Snapshot, SnapshotInvalid};
+pub use snapshot::{
+    BlockState, Contexts, PytorchDetails, SegmentPool, SettingValue, Snapshot, SnapshotInvalid,
+};
 pub use state::{Conflict, DeviceState, MemoryTotals, StateError, StateWalker};

@@ -170,6 +170,7 @@ fn sample() -> Snapshot {
         contexts,
         allocator_config: Some("expandable_segments:True,max_split_size_mb:128".into()),
         time_origin_unix_us: Some(ORIGIN),
+        pytorch: Default::default(),
     }
 }
 
