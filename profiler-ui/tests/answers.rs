@@ -231,7 +231,7 @@ fn summary_and_replay_print_one_fragmentation_with_its_definition() {
     let replay = run_json(&["replay", &path]);
     let device = &summary["devices"][0];
     // The reserved peak is the start state: 23,842,521,088 reserved, 15,906,238,976 allocated.
-    let expected = (23_842_521_088_u64 - 15_906_238_976) as f64 / 23_842_521_088_u64 as f64;
+    let expected = (23_842_521_088_u64 - 15_906_238_976) as f64 / 23_842_521_088_f64;
     assert_eq!(device["fragmentation_at_reserved_peak"], expected);
     assert_eq!(replay["recorded"]["fragmentation_at_peak"], expected);
     assert_eq!(replay["blockpool"]["fragmentation_at_peak"], expected);
