@@ -168,7 +168,7 @@ fn torch_wrappers_give_way_to_the_model_lines_that_called_them() {
     };
     let (total, user) = at_peak(&[]);
     let (total_all, all) = at_peak(&["--all-frames"]);
-    assert_eq!(total, 23_165_566_980);
+    assert_eq!(total, 23_165_567_488);
     assert_eq!(total, total_all);
     let find = |list: &[(String, u64, u64)], label: &str| {
         list.iter().find(|r| r.0 == label).map(|r| (r.1, r.2))
