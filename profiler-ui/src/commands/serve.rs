@@ -4,14 +4,20 @@
 
 use crate::load::load_trace;
 use crate::output::Output;
-use crate::serve::{bind, serve_forever, TraceModel};
+use crate::serve::{bind, serve_forever, Limits, TraceModel};
 use anyhow::Context as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 /// Runs `memtrace serve`.
-pub fn run(file: &Path, port: u16, open: bool, out: &mut Output) -> anyhow::Result<()> {
+pub fn run(
+    file: &Path,
+    port: u16,
+    open: bool,
+    limits: Limits,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
     let model = TraceModel::build(file, trace.format.as_str(), trace.snapshot)?;
     let (server, address) = bind(port)?;
@@ -27,7 +33,7 @@ pub fn run(file: &Path, port: u16, open: bool, out: &mut Output) -> anyhow::Resu
             eprintln!("memtrace: could not open a browser ({reason}); open {url} yourself");
         }
     }
-    serve_forever(server, Arc::new(model));
+    serve_forever(server, Arc::new(model), limits);
     Ok(())
 }
 

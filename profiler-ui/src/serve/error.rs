@@ -15,9 +15,6 @@ pub enum ServeError {
         /// What the system said.
         source: std::io::Error,
     },
-    /// The HTTP layer refused the bound socket.
-    #[error("cannot start the HTTP server: {0}")]
-    Http(String),
     /// The analyses the page shows (summary, leaks, curves) failed on this trace.
     #[error(transparent)]
     Analysis(#[from] anyhow::Error),

@@ -7,6 +7,7 @@
 pub mod assets;
 pub mod error;
 pub mod filter;
+pub mod http;
 pub mod lod;
 pub mod model;
 pub mod query;
@@ -15,4 +16,4 @@ pub mod server;
 pub mod tables;
 
 pub use model::TraceModel;
-pub use server::{bind, serve_forever};
+pub use server::{bind, serve_forever, Limits};
