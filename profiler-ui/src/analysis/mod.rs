@@ -1,7 +1,9 @@
 //! What the commands and the viewer compute from a trace: where memory was at a point
 //! ([`sites`]), how it moved over time ([`timeline`]), what was never given back ([`leaks`]),
-//! and the peaks, fragmentation and out-of-memory events of each device ([`summary`]).
+//! the peaks, fragmentation and out-of-memory events of each device ([`summary`]), and two
+//! traces site by site ([`diff`]).
 
+pub mod diff;
 pub mod leaks;
 pub mod sites;
 pub mod summary;
