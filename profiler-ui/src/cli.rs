@@ -149,6 +149,7 @@ pub enum Command {
         to: Option<OutputFormat>,
     },
     /// The web viewer: timeline, curves, segments, leaks and sites of a trace in the browser,
+    /// or several traces side by side (two runs, or one file per rank of a multi-GPU job),
     /// served on 127.0.0.1 only; runs until interrupted.
     Serve(ServeArgs),
     /// Run the trace's allocation stream through blockpool's allocator on a simulated device,
@@ -167,8 +168,14 @@ pub enum Command {
 /// The arguments of `memtrace serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// The trace file.
-    pub file: PathBuf,
+    /// The trace file; several files (at most 64), a folder (its files ending in .pickle,
+    /// .pkl, .jsonl or .csv, each optionally .gz) or a rank pattern (`run-{rank}.pickle`: every
+    /// file of that folder with digits in place of `{rank}`) show the files side by side: each
+    /// one's peaks, sites at the peak and timeline on one scale, the imbalance between them,
+    /// and for two files the sites that changed. Files whose names differ only in the number
+    /// after `rank` (or from a pattern) are labelled by rank, others by name.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// The port (0: any free one).
     #[arg(long, default_value_t = 8700)]
     pub port: u16,

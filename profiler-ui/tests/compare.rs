@@ -105,10 +105,29 @@ fn rank_trace(path: &Path, activations: u64, timed: bool) -> PathBuf {
     t.write(path)
 }
 
+/// Three ranks in one folder, `rank-{rank}.jsonl`: activations of 16, 20 and 36 MiB, so
+/// allocated peaks of 32, 36 and 52 MiB (mean 40) and reserved peaks of 40, 44 and 60 MiB
+/// (mean 48). Made once per test process.
+fn ranks() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = scratch("ranks");
+        std::fs::create_dir_all(&dir).expect("folder");
+        for (rank, activations) in [(0, 16), (1, 20), (2, 36)] {
+            rank_trace(&dir.join(format!("rank-{rank}.jsonl")), activations, true);
+        }
+        // Not a trace: a folder's other files are left alone.
+        std::fs::write(dir.join("notes.txt"), "not a trace").expect("written");
+        dir
+    })
+    .clone()
+}
+
 /// A running `memtrace serve`, killed when dropped.
 struct Server {
     child: Child,
     port: u16,
+    banner: String,
 }
 
 impl Drop for Server {
@@ -144,7 +163,11 @@ fn serve(args: &[&str]) -> Server {
         .and_then(|(_, rest)| rest.split('/').next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no 127.0.0.1 address in {line:?}"));
-    Server { child, port }
+    Server {
+        child,
+        port,
+        banner,
+    }
 }
 
 /// The status and body of `raw` sent on a fresh connection, read to its end.
@@ -347,4 +370,354 @@ fn a_trickled_request_is_cut_at_the_timeout_and_keep_alive_serves_several() {
     let text = String::from_utf8_lossy(&bytes);
     assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
     assert_eq!(text.matches("Connection: keep-alive").count(), 2, "{text}");
+}
+
+fn path_text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// The figures of one peak: bytes, state index, microseconds after the first event, and the
+/// event that reached it (action, size, site).
+fn peak(view: &Value) -> (u64, u64, u64, String, u64, String) {
+    let e = &view["event"];
+    (
+        view["bytes"].as_u64().expect("bytes"),
+        view["index"].as_u64().expect("index"),
+        view["after_start_us"].as_u64().expect("after_start_us"),
+        e["action"].as_str().expect("action").to_string(),
+        e["size"].as_u64().expect("size"),
+        e["site"].as_str().expect("site").to_string(),
+    )
+}
+
+#[test]
+fn three_ranks_side_by_side_with_their_peaks_and_imbalance() {
+    let dir = ranks();
+    let pattern = dir.join("rank-{rank}.jsonl");
+    let server = serve(&[&path_text(&pattern)]);
+    for rank in 0..3 {
+        let line = format!(
+            "  rank {rank}: {} (8 events)\n",
+            dir.join(format!("rank-{rank}.jsonl")).display()
+        );
+        assert!(
+            server.banner.contains(&line),
+            "{line:?} in {}",
+            server.banner
+        );
+    }
+    assert!(
+        server
+            .banner
+            .contains("serving 3 files side by side at http://127.0.0.1:"),
+        "{}",
+        server.banner
+    );
+    let (status, c) = get(server.port, "/api/compare");
+    assert_eq!(status, 200);
+    assert_eq!(c["ranks"], true);
+    assert_eq!(
+        c["scale"],
+        serde_json::json!({"axis": "time", "extent": 71, "bytes": 60 * MIB})
+    );
+    let files = c["files"].as_array().expect("files");
+    assert_eq!(files.len(), 3);
+    for (i, (file, activations)) in files.iter().zip([16, 20, 36]).enumerate() {
+        let a = activations * MIB;
+        assert_eq!(file["file"], i);
+        assert_eq!(file["label"], format!("rank {i}"));
+        assert_eq!(file["rank"], i);
+        assert_eq!(file["format"], "jsonl");
+        assert_eq!(
+            (file["device"].as_u64(), file["events"].as_u64()),
+            (Some(0), Some(8))
+        );
+        assert_eq!(
+            (file["first_us"].as_u64(), file["span_us"].as_u64()),
+            (Some(1000), Some(70))
+        );
+        assert_eq!(file["extent"], 71);
+        assert_eq!(
+            peak(&file["peak_allocated"]),
+            (16 * MIB + a, 8, 70, "alloc".into(), a, "activations".into()),
+            "rank {i}"
+        );
+        assert_eq!(
+            peak(&file["peak_reserved"]),
+            (
+                24 * MIB + a,
+                7,
+                60,
+                "segment_alloc".into(),
+                a,
+                "activations".into()
+            ),
+            "rank {i}: the activations' segment, before their block"
+        );
+        assert_eq!(
+            peak(&file["peak_requested"]),
+            (
+                16 * MIB - 100 + a,
+                8,
+                70,
+                "alloc".into(),
+                a,
+                "activations".into()
+            ),
+            "rank {i}"
+        );
+        let sites: Vec<(&str, u64, u64)> = file["top_sites"]
+            .as_array()
+            .expect("sites")
+            .iter()
+            .map(|s| {
+                (
+                    s["site"].as_str().expect("site"),
+                    s["bytes"].as_u64().expect("bytes"),
+                    s["requested_bytes"].as_u64().expect("requested"),
+                )
+            })
+            .collect();
+        // Largest first; rank 0's tie (16 MiB each) goes by name.
+        assert_eq!(
+            sites,
+            [("activations", a, a), ("weights", 16 * MIB, 16 * MIB - 100)],
+            "rank {i}: the scratch block was freed before the peak"
+        );
+        assert_eq!(
+            file["devices"],
+            serde_json::json!([{"device": 0, "events": 8, "peak_allocated": 16 * MIB + a,
+                                "peak_reserved": 24 * MIB + a}])
+        );
+        assert_eq!(file["out_of_memory"], 0);
+    }
+    let spread = |peaks: [u64; 3]| {
+        let mean = peaks.iter().sum::<u64>() / 3;
+        serde_json::json!({
+            "max": peaks[2] * MIB, "max_file": 2, "min": peaks[0] * MIB, "min_file": 0,
+            "mean": (mean * MIB) as f64,
+            "max_over_min": peaks[2] as f64 / peaks[0] as f64,
+            "max_minus_mean": ((peaks[2] - mean) * MIB) as f64, "outlier": 2,
+        })
+    };
+    assert_eq!(c["imbalance"]["allocated"], spread([32, 36, 52]));
+    assert_eq!(c["imbalance"]["reserved"], spread([40, 44, 60]));
+    assert_eq!(c["imbalance"]["allocated"]["max_over_min"], 1.625);
+    assert_eq!(
+        c["sites"],
+        Value::Null,
+        "sites are compared for two files only"
+    );
+
+    // Every route of the one-file viewer answers for any file.
+    let (_, meta) = get(server.port, "/api/meta?file=1");
+    assert_eq!(meta["file"], path_text(&dir.join("rank-1.jsonl")));
+    let (_, curves) = get(
+        server.port,
+        "/api/curves?file=2&device=0&axis=time&from=1000&to=1071&width=71",
+    );
+    let allocated: Vec<u64> = serde_json::from_value(curves["allocated"].clone()).expect("curve");
+    assert_eq!(allocated.iter().max(), Some(&(52 * MIB)));
+    assert_eq!(allocated.last(), Some(&(52 * MIB)));
+    assert_eq!(
+        allocated[0], 0,
+        "before the first event completes its 10 µs"
+    );
+    let (status, missing) = get(server.port, "/api/meta?file=3");
+    assert_eq!(
+        (status, missing["error"].as_str()),
+        (404, Some("no file 3 in this page (files 0 to 2)"))
+    );
+    let (status, bad) = get(server.port, "/api/state?file=x");
+    assert_eq!(status, 400, "{bad}");
+
+    // `/` is the comparison page; the one-file page stays where it was.
+    let (status, page) = send(server.port, b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let page = String::from_utf8_lossy(&page);
+    assert_eq!(status, 200);
+    assert!(page.contains("<script src=\"/compare.js\""), "{page}");
+    let (_, index) = send(
+        server.port,
+        b"GET /index.html HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n",
+    );
+    assert!(String::from_utf8_lossy(&index).contains("<canvas id=\"timeline\""));
+    for asset in ["/compare.js", "/compare.css"] {
+        let (status, body) = send(
+            server.port,
+            format!("GET {asset} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes(),
+        );
+        assert_eq!((status, body.is_empty()), (200, false), "{asset}");
+    }
+}
+
+#[test]
+fn two_files_compare_their_sites_and_share_an_event_scale_without_times() {
+    let dir = ranks();
+    let after = rank_trace(&scratch("after.jsonl"), 36, false);
+    let before = dir.join("rank-0.jsonl");
+    let server = serve(&[&path_text(&before), &path_text(&after)]);
+    let (_, c) = get(server.port, "/api/compare");
+    assert_eq!(c["ranks"], false, "two runs, not ranks");
+    let labels: Vec<&str> = c["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["label"].as_str().expect("label"))
+        .collect();
+    assert_eq!(labels, ["rank-0.jsonl", "after.jsonl"]);
+    assert_eq!(c["files"][1]["span_us"], 0);
+    assert_eq!(
+        c["scale"],
+        serde_json::json!({"axis": "event", "extent": 9, "bytes": 60 * MIB}),
+        "one file has no times: both on events (8 events, 9 states)"
+    );
+    assert_eq!(c["files"][1]["peak_allocated"]["after_start_us"], 0);
+    assert_eq!(
+        c["sites"],
+        serde_json::json!({
+            "a": 0, "b": 1, "peak_a": 32 * MIB, "peak_b": 52 * MIB,
+            "changed": [{"site": "activations", "peak_a": 16 * MIB, "peak_b": 36 * MIB,
+                         "end_a": 16 * MIB, "end_b": 36 * MIB}],
+            "changed_count": 1, "unchanged_count": 1,
+        }),
+        "weights are the same in both; scratch holds nothing at either peak or end"
+    );
+    assert_eq!(c["imbalance"]["allocated"]["outlier"], 0, "tie: the first");
+}
+
+#[test]
+fn a_file_without_events_shows_empty_beside_the_others() {
+    let empty = scratch("empty.jsonl");
+    // A header and a last line cut short (dropped on reading): no devices at all.
+    std::fs::write(&empty, "{\"blockpool_trace\":1}\n{\"oops\"").expect("file");
+    let server = serve(&[
+        &path_text(&ranks().join("rank-2.jsonl")),
+        &path_text(&empty),
+    ]);
+    let (status, c) = get(server.port, "/api/compare");
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(c["files"][1]["events"], 0);
+    assert_eq!(c["files"][1]["devices"], serde_json::json!([]));
+    assert_eq!(c["files"][1]["peak_allocated"]["bytes"], 0);
+    assert_eq!(c["files"][1]["peak_allocated"]["event"], Value::Null);
+    assert_eq!(
+        c["imbalance"]["allocated"]["max_over_min"],
+        Value::Null,
+        "the lowest is 0"
+    );
+    assert_eq!(c["sites"], Value::Null, "no device to compare sites on");
+}
+
+#[test]
+fn one_file_keeps_the_viewer_page() {
+    let server = serve(&[&path_text(&ranks().join("rank-1.jsonl"))]);
+    assert!(server.banner.starts_with("serving "), "{}", server.banner);
+    let (status, page) = send(server.port, b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&page).contains("<canvas id=\"timeline\""));
+    let (_, c) = get(server.port, "/api/compare");
+    assert_eq!(
+        (c["ranks"].as_bool(), c["imbalance"].is_null()),
+        (Some(false), true)
+    );
+    assert_eq!(c["files"][0]["label"], "rank-1.jsonl");
+}
+
+#[test]
+fn bad_file_lists_exit_2_with_one_line_naming_the_problem() {
+    let dir = ranks();
+    let rank0 = path_text(&dir.join("rank-0.jsonl"));
+    let other = scratch("other");
+    std::fs::create_dir_all(&other).expect("folder");
+    let twin = rank_trace(&other.join("rank-0.jsonl"), 16, true);
+    let many = scratch("many");
+    std::fs::create_dir_all(&many).expect("folder");
+    for i in 0..65 {
+        std::fs::write(many.join(format!("t{i:02}.jsonl")), "never read").expect("file");
+    }
+    let broken = scratch("broken");
+    std::fs::create_dir_all(&broken).expect("folder");
+    rank_trace(&broken.join("rank0.jsonl"), 16, true);
+    std::fs::write(
+        broken.join("rank1.jsonl"),
+        "{\"blockpool_trace\":1}\n{\"event\":\"malloc\"}\n",
+    )
+    .expect("file");
+    let missing = path_text(&dir.join("rank-9.jsonl"));
+    let cases: [(Vec<String>, String); 6] = [
+        (
+            vec![rank0.clone(), missing.clone()],
+            format!("memtrace: {missing}: no such file or folder"),
+        ),
+        (
+            vec![rank0.clone(), path_text(&twin)],
+            format!(
+                "memtrace: two files are named rank-0.jsonl ({rank0} and {}); the page labels \
+                 each file by its name: rename or link one of them",
+                twin.display()
+            ),
+        ),
+        (
+            vec![rank0.clone(), rank0.clone()],
+            format!("memtrace: {rank0} is given twice"),
+        ),
+        (
+            vec![path_text(&many)],
+            "memtrace: 65 files given; one page shows at most 64 side by side".into(),
+        ),
+        (
+            vec![path_text(&dir.join("step-{rank}.jsonl"))],
+            format!(
+                "memtrace: no file matches {} ({{rank}} stands for the rank's digits, e.g. \
+                 run-0.pickle)",
+                dir.join("step-{rank}.jsonl").display()
+            ),
+        ),
+        (
+            vec![path_text(&broken)],
+            "memtrace: cannot read the trace of rank 1: ".into(),
+        ),
+    ];
+    for (args, message) in cases {
+        let mut all: Vec<&str> = vec!["serve"];
+        all.extend(args.iter().map(String::as_str));
+        all.extend(["--port", "0"]);
+        let output = common::memtrace(&all);
+        let stderr = common::stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&message),
+            "{args:?}:\n{stderr}\nexpected {message}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    }
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--idle-timeout", "0"),
+        ("--idle-timeout", "soon"),
+    ] {
+        let output = common::memtrace(&["serve", &rank0, flag, value]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value}");
+        assert!(
+            common::stderr(&output).contains(value),
+            "{}",
+            common::stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn serve_help_documents_several_files_and_the_bounds() {
+    let help = common::stdout(&common::memtrace(&["serve", "--help"]));
+    for words in [
+        "<FILE>...",
+        "rank pattern (`run-{rank}.pickle`",
+        "side by side",
+        "--max-connections <N>",
+        "[default: 32]",
+        "--idle-timeout <SECONDS>",
+        "[default: 30]",
+    ] {
+        assert!(help.contains(words), "{words:?} in\n{help}");
+    }
 }

@@ -71,7 +71,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             demo::run(&trace, out)?;
             if then_serve || open {
                 out.write("\n")?;
-                serve::run(&trace, port, open, Limits::default(), out)?;
+                serve::run(&[trace], port, open, Limits::default(), out)?;
             }
             Ok(())
         }
@@ -82,7 +82,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
                 max_connections: args.max_connections,
                 idle_timeout: args.idle_timeout,
             };
-            serve::run(&args.file, args.port, args.open, limits, out)
+            serve::run(&args.files, args.port, args.open, limits, out)
         }
     }
 }

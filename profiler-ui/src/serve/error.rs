@@ -18,6 +18,9 @@ pub enum ServeError {
     /// The analyses the page shows (summary, leaks, curves) failed on this trace.
     #[error(transparent)]
     Analysis(#[from] anyhow::Error),
+    /// The files given cannot be shown together.
+    #[error(transparent)]
+    Files(#[from] super::files::FileListError),
     /// The trace contradicts itself, so states cannot be rebuilt for the viewer.
     #[error("cannot rebuild the memory of device {device}: {source}")]
     State {
@@ -46,6 +49,14 @@ pub enum RequestError {
     /// The device asked for has no events or segments in the trace.
     #[error("device {0} is not in this trace")]
     NoDevice(u32),
+    /// The page shows no file with this index.
+    #[error("no file {file} in this page (files 0 to {last})")]
+    NoFile {
+        /// The index asked for.
+        file: u64,
+        /// The last index there is.
+        last: usize,
+    },
     /// No allocation has this id on the device.
     #[error("no allocation {0} on this device")]
     NoAllocation(usize),
@@ -58,7 +69,9 @@ impl RequestError {
     /// The HTTP status this error answers with.
     pub fn status(&self) -> u16 {
         match self {
-            RequestError::NoDevice(_) | RequestError::NoAllocation(_) => 404,
+            RequestError::NoDevice(_)
+            | RequestError::NoFile { .. }
+            | RequestError::NoAllocation(_) => 404,
             _ => 400,
         }
     }

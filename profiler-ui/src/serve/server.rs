@@ -1,5 +1,5 @@
 //! The HTTP server: bound to 127.0.0.1 only, one thread per open connection answering
-//! [`routes`](super::routes) from one shared [`TraceModel`], with the connections bounded by
+//! [`routes`](super::routes) from one shared [`TraceSet`], with the connections bounded by
 //! [`Limits`]: at most so many at once (one more is refused with a `503`), and none kept longer
 //! than the idle timeout without a request, so idle or trickling clients cannot pile up
 //! threads.
@@ -11,8 +11,8 @@
 
 use super::error::ServeError;
 use super::http::{Connection, Incoming, RequestHead, Response};
-use super::model::TraceModel;
 use super::routes::{answer, Reply};
+use super::set::TraceSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,7 +57,7 @@ pub fn bind(port: u16) -> Result<(TcpListener, SocketAddr), ServeError> {
 
 /// Accepts connections on this thread and answers each on a thread of its own, at most
 /// `limits.max_connections` at once, until the process ends.
-pub fn serve_forever(listener: TcpListener, model: Arc<TraceModel>, limits: Limits) {
+pub fn serve_forever(listener: TcpListener, set: Arc<TraceSet>, limits: Limits) {
     let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(stream) = stream else {
@@ -73,13 +73,13 @@ pub fn serve_forever(listener: TcpListener, model: Arc<TraceModel>, limits: Limi
             continue;
         }
         let slot = Slot::take(&open);
-        let model = Arc::clone(&model);
+        let set = Arc::clone(&set);
         // Should no thread start, the closure is dropped with the stream and the slot.
         let _ = std::thread::Builder::new()
             .name("memtrace-http".into())
             .spawn(move || {
                 let _slot = slot;
-                serve_connection(stream, &model, limits);
+                serve_connection(stream, &set, limits);
             });
     }
 }
@@ -119,13 +119,13 @@ fn refuse(stream: TcpStream, limits: Limits) {
 
 /// Answers the requests of one connection until the client closes it, stays idle for the
 /// timeout, or sends something that leaves the stream unreadable.
-fn serve_connection(stream: TcpStream, model: &TraceModel, limits: Limits) {
+fn serve_connection(stream: TcpStream, set: &TraceSet, limits: Limits) {
     let _ = stream.set_nodelay(true);
     let mut connection = Connection::new(stream);
     loop {
         let (reply, keep_alive) = match connection.next_request(limits.idle_timeout) {
             Incoming::Request(head) => {
-                let reply = catch_unwind(AssertUnwindSafe(|| reply_to(&head, model)))
+                let reply = catch_unwind(AssertUnwindSafe(|| reply_to(&head, set)))
                     .unwrap_or_else(|_| Reply::error(500, "the viewer failed on this request"));
                 // An unread body would be taken for the next request.
                 (reply, head.keep_alive() && !head.has_body())
@@ -162,7 +162,7 @@ pub fn is_loopback_host(host: &str) -> bool {
 }
 
 /// The reply to `request`.
-pub fn reply_to(request: &RequestHead, model: &TraceModel) -> Reply {
+pub fn reply_to(request: &RequestHead, set: &TraceSet) -> Reply {
     if request.header("Host").is_some_and(|h| !is_loopback_host(h)) {
         return Reply::error(
             403,
@@ -172,7 +172,7 @@ pub fn reply_to(request: &RequestHead, model: &TraceModel) -> Reply {
     if request.method != "GET" {
         return Reply::error(405, "only GET is answered");
     }
-    answer(model, &request.target)
+    answer(set, &request.target)
 }
 
 /// Writes `reply` with the headers every reply carries.
