@@ -40,12 +40,13 @@ function el(tag, text, cls) {
   return e;
 }
 
-function row(cells, header) {
+// A row of `cells` (text or elements); `numeric`: the indices of right-aligned header cells.
+function row(cells, header, numeric = []) {
   const tr = el('tr');
-  for (const c of cells) {
+  cells.forEach((c, i) => {
     if (c instanceof Node) tr.append(c);
-    else tr.append(el(header ? 'th' : 'td', c));
-  }
+    else tr.append(el(header ? 'th' : 'td', c, numeric.includes(i) ? 'num' : undefined));
+  });
   return tr;
 }
 
@@ -87,7 +88,7 @@ function drawImbalance(c) {
   $('imbalance-box').hidden = false;
   $('imbalance-title').textContent = c.ranks ? 'Imbalance across ranks' : 'Spread across files';
   const body = $('imbalance').tBodies[0];
-  body.append(row(['peak', 'highest', 'lowest', 'mean', 'max / min', 'max − mean', 'outlier'], true));
+  body.append(row(['peak', 'highest', 'lowest', 'mean', 'max / min', 'max − mean', 'outlier'], true, [1, 2, 3, 4, 5]));
   for (const [name, s] of [['allocated', c.imbalance.allocated], ['reserved', c.imbalance.reserved]]) {
     const tr = row([el('td', name, 'label')]);
     tr.dataset.peak = name;
@@ -107,7 +108,7 @@ function drawImbalance(c) {
 function drawFiles(c) {
   const body = $('files').tBodies[0];
   body.append(row(['file', 'path', 'device', 'events', 'peak allocated', 'peak reserved',
-    'peak requested', 'out of memory'], true));
+    'peak requested', 'out of memory'], true, [3, 4, 5, 6, 7]));
   const outlier = c.imbalance ? c.imbalance.allocated.outlier : -1;
   for (const f of c.files) {
     const tr = el('tr');
@@ -140,7 +141,7 @@ function drawCards(c) {
     canvas.height = 130;
     const sites = el('table');
     const sitesBody = el('tbody');
-    sitesBody.append(row(['sites at the allocated peak', 'allocated', 'blocks'], true));
+    sitesBody.append(row(['sites at the allocated peak', 'allocated', 'blocks'], true, [1, 2]));
     for (const s of f.top_sites.slice(0, 5)) {
       const tr = row([el('td', s.site, 'site')]);
       tr.append(num(fmtBytes(s.bytes), s.bytes), num(String(s.blocks), s.blocks));
@@ -230,7 +231,7 @@ function drawSites(c) {
   $('sites-title').textContent = `Sites: ${b} against ${a}`;
   const body = $('sites').tBodies[0];
   body.append(row(['site', `at ${a}'s peak`, `at ${b}'s peak`, 'change', `${a} at the end`,
-    `${b} at the end`, 'change'], true));
+    `${b} at the end`, 'change'], true, [1, 2, 3, 4, 5, 6]));
   for (const d of s.changed) {
     const tr = row([el('td', d.site, 'site')]);
     tr.dataset.site = d.site;
