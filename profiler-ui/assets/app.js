@@ -6,9 +6,11 @@
 const $ = (id) => document.getElementById(id);
 const view = {
   meta: null, device: null, axis: 'event', from: 0, to: 1,
-  timeline: null, curves: null, state: null, targets: [], blockTargets: [],
-  loads: 0, pending: null,
+  timeline: null, curves: null, segments: null, state: null, targets: [], blockTargets: [],
+  segmentTargets: [], ooms: [], oomTargets: [], history: null, historyOffset: 0,
+  selectedEvent: null, limit: 15000, loads: 0, pending: null,
 };
+const HISTORY_PAGE = 100;
 
 function fmtBytes(n) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -19,9 +21,40 @@ function fmtBytes(n) {
 }
 
 function fmtTime(us) {
-  if (us >= 1e6) return (us / 1e6).toFixed(3) + ' s';
-  if (us >= 1e3) return (us / 1e3).toFixed(2) + ' ms';
-  return us + ' µs';
+  if (us >= 1e6) return (us / 1e6).toFixed(3).replace(/\.?0+$/, '') + ' s';
+  if (us >= 1e3) return (us / 1e3).toFixed(2).replace(/\.?0+$/, '') + ' ms';
+  return Math.round(us) + ' µs';
+}
+
+// A round step near span / count: 1, 2 or 5 times a power of ten.
+function niceStep(span, count) {
+  const raw = Math.max(span, 1e-9) / Math.max(1, count);
+  const power = 10 ** Math.floor(Math.log10(raw));
+  for (const m of [1, 2, 5]) if (m * power >= raw) return m * power;
+  return 10 * power;
+}
+
+// Byte ticks from 0 to max: a round number of the largest binary unit below max.
+function byteTicks(max, count) {
+  let unit = 1;
+  while (unit * 1024 <= max) unit *= 1024;
+  const step = Math.max(unit === 1 ? 1 : 0, niceStep(max / unit, count)) * unit;
+  const ticks = [];
+  for (let v = 0; v <= max * 1.0001; v += step) ticks.push(v);
+  return ticks;
+}
+
+// Ticks of the x axis in the window [view.from, view.to): whole events or round times.
+function xTicks(count) {
+  const span = view.to - view.from;
+  const step = view.axis === 'event' ? Math.max(1, Math.round(niceStep(span, count))) : niceStep(span, count);
+  const ticks = [];
+  for (let v = Math.ceil(view.from / step) * step; v < view.to; v += step) ticks.push(v);
+  return ticks;
+}
+
+function xLabel(value) {
+  return view.axis === 'event' ? String(Math.round(value)) : fmtTime(value);
 }
 
 function parseSize(text) {
@@ -102,18 +135,26 @@ function xOfValue(value, width) {
   return ((value - view.from) / (view.to - view.from)) * width;
 }
 
+function timelineParams(width) {
+  const params = windowParams(width);
+  for (const [k, v] of filterParams()) params.set(k, v);
+  params.set('limit', String(view.limit));
+  return params;
+}
+
 async function loadTimeline() {
   const canvas = $('timeline');
   const width = Math.max(100, Math.floor(canvas.clientWidth));
-  const params = windowParams(width);
-  for (const [k, v] of filterParams()) params.set(k, v);
-  view.timeline = await getJSON('/api/timeline?' + params);
+  const params = timelineParams(width);
+  const timeline = await getJSON('/api/timeline?' + params);
+  timeline.params = params.toString();
+  view.timeline = timeline;
   drawTimeline();
 }
 
-function drawTimeline() {
-  const t = view.timeline;
-  const canvas = $('timeline');
+// Draws a stacked band timeline (allocations or segments) on `canvas`; returns the hit
+// rectangles of the bands and the y scale.
+function drawBands(canvas, t, colorKey, outline) {
   const { ctx, width, height } = sizeCanvas(canvas);
   ctx.clearRect(0, 0, width, height);
   const plotTop = STRIP + 2;
@@ -123,16 +164,21 @@ function drawTimeline() {
   const maxTotal = Math.max(1, ...t.total);
   const scale = plotHeight / maxTotal;
   const y = (bytes) => plotTop + plotHeight - bytes * scale;
-  view.targets = [];
+  drawGrid(ctx, width, maxTotal, plotTop, plotHeight);
+  const targets = [];
   for (const band of t.bands) {
-    ctx.fillStyle = colorOf(band.site);
+    ctx.fillStyle = colorOf(colorKey(band));
     for (const [c0, c1, below] of band.runs) {
       const rect = {
         x: c0 * colWidth, w: Math.max(1, (c1 - c0) * colWidth),
         y: y(below + band.size), h: Math.max(1, band.size * scale), band,
       };
       ctx.fillRect(rect.x, rect.y, rect.w, rect.h);
-      view.targets.push(rect);
+      if (outline && rect.h >= 3) {
+        ctx.strokeStyle = '#ffffff';
+        ctx.strokeRect(rect.x + 0.5, rect.y + 0.5, rect.w - 1, rect.h - 1);
+      }
+      targets.push(rect);
     }
   }
   ctx.fillStyle = 'rgba(120, 128, 140, 0.55)';
@@ -143,12 +189,70 @@ function drawTimeline() {
     }
   }
   drawAnnotations(ctx, width);
+  drawOoms(ctx, width, plotTop, plotTop + plotHeight);
   drawAxis(ctx, width, height, maxTotal, plotTop, plotHeight);
+  return { targets, y, colWidth };
+}
+
+function drawTimeline() {
+  const t = view.timeline;
+  const canvas = $('timeline');
+  const drawn = drawBands(canvas, t, (band) => band.site);
+  view.targets = drawn.targets;
+  view.timelineScale = drawn;
   canvas.dataset.bands = String(t.bands.length);
   canvas.dataset.matched = String(t.matched);
   const shown = t.bands.length;
+  const capped = t.limit < Math.min(view.limit, t.matched)
+    ? ` (at most ${t.limit} here: more would exceed the response's run cap; zoom in for more)` : '';
+  // The rest are in the grey band where a column's state holds them; an allocation alive only
+  // between the states the columns show is in neither (zooming in shows it).
   $('status').textContent = `${t.matched} allocations in view: ${shown} drawn on their own, ` +
-    `${t.matched - shown} summarized (grey)`;
+    `the other ${t.matched - shown} summed in the grey band or too short-lived for this zoom${capped}`;
+}
+
+async function loadSegmentTimeline() {
+  const canvas = $('segment-timeline');
+  const width = Math.max(100, Math.floor(canvas.clientWidth));
+  const params = windowParams(width);
+  params.set('limit', String(Math.max(view.limit, 1)));
+  view.segments = await getJSON('/api/segments?' + params);
+  drawSegmentTimeline();
+}
+
+function drawSegmentTimeline() {
+  const t = view.segments;
+  const canvas = $('segment-timeline');
+  const drawn = drawBands(canvas, t, (band) => `segment ${band.id * 7919} on ${band.stream}`, true);
+  view.segmentTargets = drawn.targets;
+  canvas.dataset.bands = String(t.bands.length);
+  const reserved = Math.max(0, ...t.total);
+  $('segment-status').textContent = `${t.matched} reserved segments (or mapped ranges) in view, ` +
+    `${t.bands.length} drawn on their own; highest reserved here ${fmtBytes(reserved)}. ` +
+    'Each band is one segment from the event that reserved it to the one that released it; hover for it.';
+}
+
+function drawOoms(ctx, width, top, bottom) {
+  view.oomTargets = [];
+  for (const oom of view.ooms) {
+    const value = view.axis === 'event' ? oom.index : oom.time_us;
+    if (value < view.from || value >= view.to) continue;
+    const x = Math.round(xOfValue(value, width)) + 0.5;
+    ctx.strokeStyle = '#dc2626';
+    ctx.lineWidth = 2;
+    ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, bottom); ctx.stroke();
+    ctx.lineWidth = 1;
+    ctx.fillStyle = '#dc2626';
+    ctx.beginPath(); ctx.moveTo(x - 6, top); ctx.lineTo(x + 6, top); ctx.lineTo(x, top + 9); ctx.closePath(); ctx.fill();
+    ctx.font = 'bold 10px system-ui, sans-serif';
+    ctx.textBaseline = 'top';
+    ctx.fillText('OOM', Math.min(width - 26, x + 7), top);
+    view.oomTargets.push({ x, oom });
+  }
+}
+
+function oomAt(x) {
+  return view.oomTargets.find((o) => Math.abs(o.x - x) <= 5) || null;
 }
 
 function drawAnnotations(ctx, width) {
@@ -170,23 +274,59 @@ function drawAnnotations(ctx, width) {
   }
 }
 
-function drawAxis(ctx, width, height, maxBytes, plotTop, plotHeight) {
+// Horizontal grid lines at the byte ticks (drawn first, under the data).
+function drawGrid(ctx, width, maxBytes, plotTop, plotHeight) {
+  ctx.strokeStyle = '#eef0f3';
+  ctx.lineWidth = 1;
+  for (const v of byteTicks(maxBytes, 4)) {
+    const y = Math.round(plotTop + plotHeight - (v / maxBytes) * plotHeight) + 0.5;
+    ctx.beginPath(); ctx.moveTo(0, y); ctx.lineTo(width, y); ctx.stroke();
+  }
+}
+
+// Both axes: bytes on the left (round binary units), events or time below, with the unit
+// named at the right end; `right` adds a 0-100 % scale on the right.
+function drawAxis(ctx, width, height, maxBytes, plotTop, plotHeight, right) {
   ctx.fillStyle = '#667085';
+  ctx.strokeStyle = '#98a2b3';
   ctx.font = '10px system-ui, sans-serif';
   ctx.textBaseline = 'top';
-  for (let i = 0; i <= 4; i += 1) {
-    const value = view.from + ((view.to - view.from) * i) / 4;
-    const label = view.axis === 'event' ? 'event ' + Math.floor(value) : fmtTime(Math.floor(value));
-    const x = Math.min(width - 70, (width * i) / 4);
-    ctx.fillText(label, Math.max(0, x), height - AXIS + 4);
+  const base = plotTop + plotHeight + 0.5;
+  ctx.beginPath(); ctx.moveTo(0, base); ctx.lineTo(width, base); ctx.stroke();
+  const unit = view.axis === 'event' ? 'event index' : 'time since trace start';
+  const unitWidth = ctx.measureText(unit).width + 6;
+  ctx.fillText(unit, width - unitWidth, height - AXIS + 5);
+  for (const v of xTicks(Math.max(2, Math.floor(width / 110)))) {
+    const x = Math.round(xOfValue(v, width)) + 0.5;
+    ctx.beginPath(); ctx.moveTo(x, base); ctx.lineTo(x, base + 4); ctx.stroke();
+    const label = xLabel(v);
+    const w = ctx.measureText(label).width;
+    const lx = Math.max(0, Math.min(width - w, x - w / 2));
+    if (lx + w < width - unitWidth - 4) ctx.fillText(label, lx, height - AXIS + 5);
   }
-  ctx.textBaseline = 'top';
-  ctx.fillText(fmtBytes(maxBytes), 2, plotTop);
-  ctx.strokeStyle = '#d0d5dd';
-  ctx.beginPath();
-  ctx.moveTo(0, plotTop + plotHeight + 0.5);
-  ctx.lineTo(width, plotTop + plotHeight + 0.5);
-  ctx.stroke();
+  ctx.textBaseline = 'middle';
+  // Labels on a light box: they sit over the data.
+  const label = (text, x, y) => {
+    const w = ctx.measureText(text).width;
+    ctx.fillStyle = 'rgba(255, 255, 255, 0.8)';
+    ctx.fillRect(x - 2, y - 6, w + 4, 12);
+    ctx.fillStyle = '#475467';
+    ctx.fillText(text, x, y);
+  };
+  for (const v of byteTicks(maxBytes, 4)) {
+    if (v === 0) continue;
+    const y = plotTop + plotHeight - (v / maxBytes) * plotHeight;
+    ctx.beginPath(); ctx.moveTo(0, y + 0.5); ctx.lineTo(4, y + 0.5); ctx.stroke();
+    label(fmtBytes(v), 6, Math.max(plotTop + 6, y));
+  }
+  if (right) {
+    for (let p = 0; p <= 100; p += 25) {
+      const y = plotTop + plotHeight - (p / 100) * plotHeight;
+      const text = p + ' %';
+      ctx.beginPath(); ctx.moveTo(width - 4, y + 0.5); ctx.lineTo(width, y + 0.5); ctx.stroke();
+      label(text, width - 6 - ctx.measureText(text).width, Math.max(plotTop + 6, Math.min(base - 6, y)));
+    }
+  }
 }
 
 function stateAtX(x, width) {
@@ -219,6 +359,7 @@ function drawCurves() {
   ctx.clearRect(0, 0, width, height);
   const plotHeight = height - AXIS - 4;
   const max = Math.max(1, ...c.reserved, ...c.active, ...c.allocated);
+  drawGrid(ctx, width, max, 4, plotHeight);
   const colWidth = width / c.allocated.length;
   const line = (values, color, scale) => {
     ctx.strokeStyle = color;
@@ -245,14 +386,15 @@ function drawCurves() {
       ctx.beginPath(); ctx.moveTo(x, 0); ctx.lineTo(x, height - AXIS); ctx.stroke();
     }
   }
-  drawAxis(ctx, width, height, max, 4, plotHeight);
+  drawOoms(ctx, width, 4, 4 + plotHeight);
+  drawAxis(ctx, width, height, max, 4, plotHeight, true);
 }
 
 // ---- allocator state --------------------------------------------------------------------
 
 const STATE_COLORS = ['#3b82f6', '#f59e0b', '#e5e7eb'];
 const ROW = 14;
-const MAX_ROWS = 400;
+const MAX_ROWS = 1000;
 
 async function loadState(index) {
   const query = new URLSearchParams({ device: String(view.device) });
@@ -268,6 +410,8 @@ async function loadState(index) {
   $('state-index').value = String(view.state.index);
   drawState();
   if (view.curves) drawCurves();
+  if (window.memtraceTree) window.memtraceTree.show(view.device, view.state.index);
+  markHistory();
 }
 
 function drawState() {
@@ -275,14 +419,21 @@ function drawState() {
   const ev = s.event ? `${s.event.action} ${fmtBytes(s.event.size)} at ${s.event.addr} (${s.event.site})` : 'before the first event';
   $('state-summary').textContent = `after event ${s.index}: ${ev}. allocated ${fmtBytes(s.allocated_bytes)}, ` +
     `active ${fmtBytes(s.active_bytes)}, reserved ${fmtBytes(s.reserved_bytes)} in ${s.segments.length} segments` +
-    (s.unsegmented.length ? `, ${s.unsegmented.length} blocks in no known segment` : '') +
-    (s.truncated ? ' (more segments left out)' : '');
+    (s.unsegmented.length ? `, ${s.unsegmented.length} blocks in no known segment` : '');
   const rows = s.segments.map((seg) => ({ label: `${seg.address} ${seg.pool}${seg.expandable ? ' expandable' : ''} s${seg.stream}`, size: seg.size, blocks: seg.blocks }));
   if (s.unsegmented.length) {
     const last = s.unsegmented[s.unsegmented.length - 1];
     rows.push({ label: 'no segment', size: last[0] + last[1], blocks: s.unsegmented });
   }
   const shown = rows.slice(0, MAX_ROWS);
+  const total = s.segments_total + (s.unsegmented.length ? 1 : 0);
+  const left = total - shown.length;
+  $('segments-note').textContent = left > 0
+    ? `${shown.length} of ${total} segments drawn, ${left} more left out (lowest addresses first` +
+      (s.truncated ? `; the server sends segments up to 20,000 blocks` : '') + ')'
+    : `${total} segments, each a row (scroll inside the box for more)`;
+  $('segments').dataset.drawn = String(shown.length);
+  $('segments').dataset.total = String(total);
   const canvas = $('segments');
   canvas.height = Math.max(40, shown.length * ROW + 4) * (canvas._ratio || 1);
   const { ctx, width, height } = sizeCanvas(canvas);
@@ -352,6 +503,86 @@ async function showBlock(block) {
   ], context);
 }
 
+// ---- state history ----------------------------------------------------------------------
+
+async function loadHistory() {
+  const params = new URLSearchParams({
+    device: String(view.device), offset: String(view.historyOffset), limit: String(HISTORY_PAGE),
+  });
+  if ($('history-action').value) params.set('action', $('history-action').value);
+  const q = $('history-search').value.trim();
+  if (q) params.set('q', q);
+  view.history = await getJSON('/api/events?' + params);
+  drawHistory();
+}
+
+function drawHistory() {
+  const h = view.history;
+  const body = $('history').tBodies[0];
+  body.replaceChildren();
+  const times = deviceMeta().has_times;
+  body.append(row([['after event', true], ['action'], ['size', true], ['address'], ['stream', true], ['time', true], ['site']], true));
+  for (const e of h.rows) {
+    const size = e.action === 'oom' ? `${fmtBytes(e.size)} asked` : fmtBytes(e.size);
+    const addr = e.action === 'oom' ? `${fmtBytes(Number(BigInt(e.addr)))} free` : e.addr;
+    const tr = row([[String(e.index), true], [e.action], [size, true], [addr], [String(e.stream), true],
+      [times ? fmtTime(e.time_us) : '–', true], [e.site]]);
+    tr.className = 'event' + (e.action === 'oom' ? ' oom' : '');
+    tr.dataset.index = String(e.index);
+    tr.addEventListener('click', () => selectEvent(e));
+    body.append(tr);
+  }
+  if (!h.rows.length) body.append(row([['no event matches']]));
+  const last = h.offset + h.rows.length;
+  $('history-status').textContent = h.rows.length
+    ? `${h.offset + 1}–${last} of ${h.matched} events${h.matched < h.events ? ` (of ${h.events})` : ''}; click one for the state after it and its stack`
+    : `0 of ${h.events} events`;
+  $('history-prev').disabled = h.offset === 0;
+  $('history-next').disabled = last >= h.matched;
+  markHistory();
+}
+
+function markHistory() {
+  for (const tr of $('history').querySelectorAll('tr.event')) {
+    tr.classList.toggle('selected', view.selectedEvent !== null && Number(tr.dataset.index) === view.selectedEvent);
+  }
+}
+
+async function selectEvent(e) {
+  view.selectedEvent = e.index;
+  markHistory();
+  const context = await getJSON(`/api/context?id=${e.context}`);
+  const facts = [['action', e.action], ['size', fmtBytes(e.size)], ['stream', String(e.stream)]];
+  if (e.action === 'oom') facts.push(['device free', fmtBytes(Number(BigInt(e.addr)))]);
+  else facts.push(['address', e.addr]);
+  if (deviceMeta().has_times) facts.push(['time', fmtTime(e.time_us)]);
+  showContext(`event ${e.index}: ${e.action}`, facts, context);
+  await loadState(e.index);
+}
+
+function oomText(o) {
+  return `out of memory after event ${o.index}: a request of ${fmtBytes(o.size)} on stream ${o.stream} failed\n` +
+    `device free: ${fmtBytes(o.device_free)}; allocated ${fmtBytes(o.allocated_bytes)}, reserved ${fmtBytes(o.reserved_bytes)}\n` +
+    `site: ${o.site}\nclick for its stack`;
+}
+
+async function showOom(o) {
+  const context = await getJSON(`/api/context?id=${o.context}`);
+  const facts = [['request', fmtBytes(o.size)], ['stream', String(o.stream)], ['device free', fmtBytes(o.device_free)],
+    ['allocated', fmtBytes(o.allocated_bytes)], ['reserved', fmtBytes(o.reserved_bytes)]];
+  if (deviceMeta().has_times) facts.push(['time', fmtTime(o.time_us)]);
+  showContext(`out of memory after event ${o.index}`, facts, context);
+  view.selectedEvent = o.index;
+  await loadState(o.index);
+}
+
+async function loadOoms() {
+  view.ooms = await getJSON(`/api/ooms?device=${view.device}`);
+  $('oom-note').textContent = view.ooms.length
+    ? `${view.ooms.length} out-of-memory event${view.ooms.length === 1 ? '' : 's'} recorded`
+    : 'no out-of-memory event was recorded';
+}
+
 // ---- tables -----------------------------------------------------------------------------
 
 function row(cells, header) {
@@ -361,8 +592,9 @@ function row(cells, header) {
 }
 
 async function loadTables() {
-  view.leaks = await getJSON(`/api/leaks?device=${view.device}`);
-  view.breakdown = await getJSON(`/api/breakdown?device=${view.device}`);
+  const frames = window.memtraceTree ? window.memtraceTree.param() : '';
+  view.leaks = await getJSON(`/api/leaks?device=${view.device}${frames}`);
+  view.breakdown = await getJSON(`/api/breakdown?device=${view.device}${frames}`);
   drawTables();
 }
 
@@ -382,14 +614,14 @@ function drawTables() {
   const group = (title) => { const tr = el('tr', undefined, 'group'); const th = el('th', title); th.colSpan = 3; tr.append(th); body.append(tr); };
   group('alive at the end of the trace, allocated during it');
   body.append(row([['site'], ['bytes', true], ['blocks', true]], true));
-  const alive = leaks.alive_at_end.filter((s) => siteMatches(s.site));
-  for (const s of alive.slice(0, 200)) body.append(row([[s.site], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
+  const alive = leaks.alive_at_end.filter((s) => siteMatches(s.label));
+  for (const s of alive.slice(0, 200)) body.append(row([[s.label], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
   if (!alive.length) body.append(row([['none']]));
   group(`growing across steps (${leaks.steps.length} steps)`);
   body.append(row([['site'], ['growth', true], ['per step', true]], true));
-  const growing = leaks.growing.filter((g) => siteMatches(g.site));
+  const growing = leaks.growing.filter((g) => siteMatches(g.label));
   for (const g of growing.slice(0, 200)) {
-    body.append(row([[g.site], [fmtBytes(g.growth_bytes), true], [g.bytes_per_step.map(fmtBytes).join(' → '), true]]));
+    body.append(row([[g.label], [fmtBytes(g.growth_bytes), true], [g.bytes_per_step.map(fmtBytes).join(' → '), true]]));
   }
   if (!growing.length) body.append(row([['none']]));
 
@@ -399,9 +631,9 @@ function drawTables() {
   const th = el('th', `event ${b.index}: ${fmtBytes(b.allocated_bytes)} allocated`);
   th.colSpan = 4; caption.append(th); bb.append(caption);
   bb.append(row([['site'], ['bytes', true], ['share', true], ['blocks', true]], true));
-  for (const s of b.sites.filter((site) => siteMatches(site.site))) {
+  for (const s of b.sites.filter((site) => siteMatches(site.label))) {
     const share = b.allocated_bytes ? ((100 * s.bytes) / b.allocated_bytes).toFixed(1) + '%' : '';
-    bb.append(row([[s.site], [fmtBytes(s.bytes), true], [share, true], [String(s.blocks), true]]));
+    bb.append(row([[s.label], [fmtBytes(s.bytes), true], [share, true], [String(s.blocks), true]]));
   }
 }
 
@@ -416,7 +648,7 @@ async function refresh() {
     do {
       pending.again = false;
       try {
-        await Promise.all([loadTimeline(), loadCurves()]);
+        await Promise.all([loadTimeline(), loadCurves(), loadSegmentTimeline()]);
       } catch (e) {
         $('status').textContent = 'error: ' + e.message;
       }
@@ -468,19 +700,79 @@ function attachPanZoom(canvas, onClick) {
   });
 }
 
+// Which column of the timeline and whether y is in its grey summarized band.
+function summarizedAt(x, y) {
+  const t = view.timeline;
+  const scale = view.timelineScale;
+  if (!t || !scale) return null;
+  const c = Math.floor(x / scale.colWidth);
+  if (c < 0 || c >= t.other.length || t.other[c] <= 0) return null;
+  const top = scale.y(t.total[c]);
+  const bottom = scale.y(t.total[c] - t.other[c]);
+  return y >= top - 1 && y <= bottom + 1 ? c : null;
+}
+
+function placeTip(tip, e, text) {
+  tip.textContent = text;
+  tip.style.left = Math.min(window.innerWidth - 430, e.clientX + 12) + 'px';
+  tip.style.top = e.clientY + 12 + 'px';
+  tip.hidden = false;
+}
+
+function summarizedText(s) {
+  const lines = [`summarized after event ${s.state}: ${s.allocations} allocations, ${fmtBytes(s.bytes)}`,
+    'not drawn on their own (raise "bands drawn" or zoom in to draw them); biggest sites:'];
+  for (const site of s.sites) lines.push(`  ${fmtBytes(site.bytes)} in ${site.allocations}  ${site.site}`);
+  if (s.more_sites) lines.push(`  and ${s.more_sites} more sites`);
+  return lines.join('\n');
+}
+
 function setupTooltip() {
   const canvas = $('timeline');
   const tip = $('tooltip');
-  canvas.addEventListener('mousemove', (e) => {
+  let asked = null;
+  canvas.addEventListener('mousemove', async (e) => {
     const rect = canvas.getBoundingClientRect();
-    const band = bandAt(e.clientX - rect.left, e.clientY - rect.top);
-    if (!band) { tip.hidden = true; return; }
-    tip.textContent = `${fmtBytes(band.size)}  ${band.site}\nstream ${band.stream}, events ${band.start}–${band.end}\nclick for its context`;
-    tip.style.left = e.clientX + 12 + 'px';
-    tip.style.top = e.clientY + 12 + 'px';
-    tip.hidden = false;
+    const x = e.clientX - rect.left;
+    const y = e.clientY - rect.top;
+    const oom = oomAt(x);
+    if (oom) { placeTip(tip, e, oomText(oom.oom)); return; }
+    const band = bandAt(x, y);
+    if (band) {
+      placeTip(tip, e, `${fmtBytes(band.size)}  ${band.site}\nstream ${band.stream}, events ${band.start}–${band.end}\nclick for its context`);
+      return;
+    }
+    const c = summarizedAt(x, y);
+    if (c === null) { tip.hidden = true; asked = null; return; }
+    const t = view.timeline;
+    const key = t.params + '&column=' + c;
+    if (view.summarized && view.summarized.key === key) { placeTip(tip, e, summarizedText(view.summarized.value)); return; }
+    placeTip(tip, e, `summarized: ${fmtBytes(t.other[c])} (asking what it holds…)`);
+    if (asked === key) return;
+    asked = key;
+    try {
+      const value = await getJSON('/api/summarized?' + key);
+      view.summarized = { key, value };
+      if (asked === key && !tip.hidden) placeTip(tip, e, summarizedText(value));
+    } catch (err) {
+      placeTip(tip, e, 'summarized: ' + err.message);
+    }
   });
-  canvas.addEventListener('mouseleave', () => { tip.hidden = true; });
+  canvas.addEventListener('mouseleave', () => { tip.hidden = true; asked = null; });
+  const segments = $('segment-timeline');
+  segments.addEventListener('mousemove', (e) => {
+    const rect = segments.getBoundingClientRect();
+    const x = e.clientX - rect.left;
+    const oom = oomAt(x);
+    if (oom) { placeTip(tip, e, oomText(oom.oom)); return; }
+    const y = e.clientY - rect.top;
+    const r = view.segmentTargets.slice().reverse().find((t) => x >= t.x && x <= t.x + t.w && y >= t.y && y <= t.y + t.h);
+    if (!r) { tip.hidden = true; return; }
+    const b = r.band;
+    const end = b.end > deviceMeta().events ? 'still reserved at the end' : `released at event ${b.end}`;
+    placeTip(tip, e, `segment of ${fmtBytes(b.size)} on stream ${b.stream}\nreserved at event ${b.start}, ${end}\nsite: ${b.site}`);
+  });
+  segments.addEventListener('mouseleave', () => { tip.hidden = true; });
 }
 
 function debounce(fn, ms) {
@@ -496,7 +788,17 @@ async function selectDevice(device) {
   streams.firstChild.value = '';
   for (const s of deviceMeta().streams) { const o = el('option', 'stream ' + s); o.value = String(s); streams.append(o); }
   $('state-index').max = String(deviceMeta().events);
-  await Promise.all([refresh(), loadState(null), loadTables()]);
+  const timed = deviceMeta().has_times;
+  $('axis').querySelector('option[value="time"]').disabled = !timed;
+  if (!timed && view.axis === 'time') { view.axis = 'event'; $('axis').value = 'event'; [view.from, view.to] = fullWindow(); }
+  $('axis-note').textContent = timed ? '' : 'no times recorded in this file: the x axis counts events';
+  view.historyOffset = 0;
+  view.selectedEvent = null;
+  // A few requests at a time: the drawings first, then the tables.
+  await loadOoms();
+  await refresh();
+  await Promise.all([loadState(null), loadTables()]);
+  await loadHistory();
 }
 
 async function main() {
@@ -513,11 +815,33 @@ async function main() {
   $('stream').addEventListener('change', refresh);
   $('state-index').addEventListener('change', () => loadState(Number($('state-index').value)));
   $('state-peak').addEventListener('click', () => loadState(null));
+  const readDetail = () => {
+    const n = Math.floor(Number($('detail').value));
+    view.limit = Number.isFinite(n) ? Math.min(100000, Math.max(0, n)) : 15000;
+    refresh();
+  };
+  $('detail').addEventListener('change', readDetail);
+  $('detail').addEventListener('input', debounce(readDetail, 300));
+  const rehistory = () => { view.historyOffset = 0; loadHistory(); };
+  $('history-action').addEventListener('change', rehistory);
+  $('history-search').addEventListener('input', debounce(rehistory, 200));
+  $('history-prev').addEventListener('click', () => { view.historyOffset = Math.max(0, view.historyOffset - HISTORY_PAGE); loadHistory(); });
+  $('history-next').addEventListener('click', () => { view.historyOffset += HISTORY_PAGE; loadHistory(); });
   attachPanZoom($('timeline'), (x, y, width) => {
+    const oom = oomAt(x);
+    if (oom) { showOom(oom.oom); return; }
     const band = bandAt(x, y);
     if (band) showAllocation(band.id); else loadState(stateAtX(x, width));
   });
+  attachPanZoom($('segment-timeline'), (x, y, width) => {
+    const oom = oomAt(x);
+    if (oom) { showOom(oom.oom); return; }
+    const states = view.segments ? view.segments.states : [];
+    if (states.length) loadState(states[Math.min(states.length - 1, Math.max(0, Math.floor((x / width) * states.length)))]);
+  });
   attachPanZoom($('curves'), (x, y, width) => {
+    const oom = oomAt(x);
+    if (oom) { showOom(oom.oom); return; }
     const states = view.curves.states;
     loadState(states[Math.min(states.length - 1, Math.max(0, Math.floor((x / width) * states.length)))]);
   });
@@ -528,6 +852,7 @@ async function main() {
   });
   setupTooltip();
   window.addEventListener('resize', debounce(() => { refresh(); if (view.state) drawState(); }, 150));
+  view.limit = Number($('detail').value) || 15000;
   await selectDevice(view.meta.devices[0].device);
   document.body.dataset.ready = '1';
 }
@@ -537,6 +862,20 @@ async function main() {
 window.memtrace = {
   view,
   bandRects: () => view.targets.map((r) => ({ id: r.band.id, site: r.band.site, x: r.x, y: r.y, w: r.w, h: r.h })),
+  // The widest stretch of the grey summarized band: a point inside it, or null.
+  summarizedPoint: () => {
+    const t = view.timeline;
+    const s = view.timelineScale;
+    if (!t || !s) return null;
+    let best = null;
+    t.other.forEach((o, c) => {
+      const h = s.y(t.total[c] - o) - s.y(t.total[c]);
+      if (o > 0 && (!best || h > best.h)) best = { c, h, x: (c + 0.5) * s.colWidth, y: s.y(t.total[c]) + h / 2 };
+    });
+    return best;
+  },
+  oomMarkers: () => view.oomTargets.map((o) => ({ x: o.x, index: o.oom.index })),
+  segmentRects: () => view.segmentTargets.map((r) => ({ id: r.band.id, size: r.band.size, x: r.x, y: r.y, w: r.w, h: r.h })),
 };
 
 main().catch((e) => { $('status').textContent = 'error: ' + e.message; $('status').className = 'error'; });

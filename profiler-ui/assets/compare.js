@@ -143,7 +143,7 @@ function drawCards(c) {
     const sitesBody = el('tbody');
     sitesBody.append(row(['sites at the allocated peak', 'allocated', 'blocks'], true, [1, 2]));
     for (const s of f.top_sites.slice(0, 5)) {
-      const tr = row([el('td', s.site, 'site')]);
+      const tr = row([el('td', s.label || s.site, 'site')]);
       tr.append(num(fmtBytes(s.bytes), s.bytes), num(String(s.blocks), s.blocks));
       sitesBody.append(tr);
     }

@@ -339,6 +339,18 @@ fn serve(c: &mut Criterion, traces: &Traces) {
             "curves_events",
             format!("/api/curves?device=0&axis=event&width={WIDTH}"),
         ),
+        (
+            "segments_events",
+            format!("/api/segments?device=0&axis=event&width={WIDTH}"),
+        ),
+        (
+            "summarized_events",
+            format!("/api/summarized?device=0&axis=event&width={WIDTH}&column=700"),
+        ),
+        (
+            "events_page",
+            "/api/events?device=0&offset=500000&limit=200".to_owned(),
+        ),
     ];
     for (_, target) in &routes {
         eprintln!("memtrace bench: GET {target}: {} bytes", server.get(target));

@@ -1,6 +1,9 @@
 // Writes a blockpool JSONL trace with a planted leak: four annotated training steps whose
 // activations (`forward/attention`, `forward/mlp`) are freed in the backward pass, weights
 // allocated once under `init`, and a `leaky_cache` block of 64 MiB per step that is never freed.
+// Each step also reserves and releases a 512 MiB workspace segment (for the segment timeline),
+// and the last step records one out-of-memory event: a 6 GiB request under `forward/huge` from
+// `Model.grow` (model.py:99) that failed with 1.5 GiB free on the device.
 // Usage: node gen-trace.mjs OUT.jsonl [STEPS]   (4 steps by default; about 800 events a step)
 import { writeFileSync } from 'node:fs';
 
@@ -24,7 +27,9 @@ const frames = [
   { frame: 3, name: 'Mlp.forward', file: 'model.py', line: 77 },
   { frame: 4, name: 'Cache.remember', file: 'cache.py', line: 7 },
   { frame: 5, name: 'Model.__init__', file: 'model.py', line: 3 },
+  { frame: 6, name: 'Model.grow', file: 'model.py', line: 99 },
 ];
+const WORKSPACE = BASE + 64 * 1024 * MiB; // far above the main segment
 lines.push(...frames);
 const contexts = new Map();
 function context(tags, frameIds) {
@@ -62,6 +67,7 @@ annotate([]);
 for (let step = 0; step < STEPS; step += 1) {
   const s = `step${step}`;
   annotate([s]);
+  event('segment_alloc', WORKSPACE, 512 * MiB, 0, 0);
   const activations = [];
   for (let layer = 0; layer < 12; layer += 1) {
     activations.push(alloc((96 + 8 * layer) * MiB, context([s, 'forward', 'attention'], [2, 1])));
@@ -69,7 +75,9 @@ for (let step = 0; step < STEPS; step += 1) {
     for (let k = 0; k < 20; k += 1) free(alloc((k + 1) * 4096, context([s, 'forward', 'scratch'], [1])));
   }
   alloc(64 * MiB, context([s, 'leaky_cache'], [4, 1]));
+  if (step === STEPS - 1) event('oom', 1536 * MiB, 6144 * MiB, 6144 * MiB, context([s, 'forward', 'huge'], [6, 1]));
   while (activations.length) free(activations.pop());
+  event('segment_free', WORKSPACE, 512 * MiB, 0, 0);
   annotate([]);
 }
 SEGMENT = next - BASE;

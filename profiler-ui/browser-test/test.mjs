@@ -1,6 +1,9 @@
 // Drives memtrace serve's viewer in headless Chromium: the timeline draws, clicking an
 // allocation shows its context, the leak table lists the planted leak (`leaky_cache`), a search
-// narrows the bands; then saves a screenshot and prints its path.
+// narrows the bands, the stack tree panel draws; the detail control draws fewer bands, hovering the grey summarized band
+// says what it holds, the out-of-memory marker shows the failing request and its stack, the
+// segment timeline draws the workspace segments, the state history lists and filters events and
+// shows an event's stack; then saves a screenshot and prints its path.
 // Usage: node test.mjs URL   (CHROMIUM: the browser, default /usr/bin/chromium; OUT: where the
 // screenshot goes, default a new temp dir)
 import { chromium } from 'playwright-core';
@@ -82,6 +85,90 @@ try {
     rows.join(', '));
   await page.fill('#search', '');
   await page.waitForFunction((n) => Number(document.getElementById('timeline').dataset.matched) === n, before, { timeout: 10000 });
+
+  // 5. The stack tree panel draws the selected state: its root holds every allocated byte.
+  await page.waitForFunction(() => Number(document.getElementById('tree').dataset.nodes) > 1, null, { timeout: 10000 });
+  const tree = await page.evaluate(() => ({ data: window.memtraceTree.data(), text: document.getElementById('tree').textContent }));
+  check('stack tree panel draws', tree.data.tree.bytes === tree.data.allocated_bytes && tree.text.includes('all allocated blocks') &&
+    tree.data.tree.children.length > 0, tree.text.slice(0, 300));
+  const timelineBox = await page.locator('#timeline').boundingBox();
+  const tipText = async (pattern) => {
+    try {
+      await page.waitForFunction((p) => { const t = document.getElementById('tooltip'); return !t.hidden && new RegExp(p).test(t.textContent); }, pattern, { timeout: 10000 });
+    } catch (e) { /* the check below reports what the tooltip said */ }
+    return page.evaluate(() => { const t = document.getElementById('tooltip'); return t.hidden ? '(hidden)' : t.textContent; });
+  };
+
+  // 5. The detail control: 20 bands drawn on their own, the rest in the grey band.
+  await page.fill('#detail', '20');
+  await page.locator('#detail').dispatchEvent('change');
+  await page.waitForFunction(() => Number(document.getElementById('timeline').dataset.bands) <= 20, null, { timeout: 10000 });
+  const bandsAt20 = await page.evaluate(() => Number(document.getElementById('timeline').dataset.bands));
+  const point = await page.evaluate(() => window.memtrace.summarizedPoint());
+  check('the detail control sets how many bands are drawn', bandsAt20 > 0 && bandsAt20 <= 20 && point && point.h > 3,
+    `${bandsAt20} bands, summarized point ${JSON.stringify(point)}`);
+
+  // 6. Hovering the grey band says what it holds.
+  if (point) {
+    await page.mouse.move(timelineBox.x + point.x, timelineBox.y + point.y);
+    const tip = await tipText('allocations, .*\\n');
+    check('hovering the summarized band lists what it holds',
+      /summarized after event \d+: \d+ allocations, [0-9.]+ [KMG]iB/.test(tip) && /step\d\/forward\/(attention|mlp|scratch)|init\/weights|leaky_cache/.test(tip), tip);
+  }
+
+  // 7. The out-of-memory marker: hover shows the failed request, click its stack.
+  const ooms = await page.evaluate(() => window.memtrace.oomMarkers());
+  check('one out-of-memory marker is drawn', ooms.length === 1 && /1 out-of-memory event recorded/.test(await page.textContent('#oom-note')),
+    JSON.stringify(ooms));
+  if (ooms.length) {
+    await page.mouse.move(timelineBox.x + ooms[0].x, timelineBox.y + 60);
+    const tip = await tipText('out of memory');
+    check('hovering the marker shows the failing request',
+      tip.includes(`out of memory after event ${ooms[0].index}`) && tip.includes('6.00 GiB') && tip.includes('device free: 1.50 GiB') && tip.includes('step3/forward/huge'), tip);
+    await page.mouse.click(timelineBox.x + ooms[0].x, timelineBox.y + 60);
+    await page.waitForFunction(() => /out of memory after event/.test(document.getElementById('context-body').textContent), null, { timeout: 10000 });
+    const pane = await page.textContent('#context-body');
+    check('clicking the marker shows its stack', pane.includes('Model.grow  model.py:99') && pane.includes('1.50 GiB'), pane.slice(0, 300));
+  }
+
+  // 8. The segment timeline: the main segment and the four 512 MiB workspaces.
+  const segments = await page.evaluate(() => ({
+    bands: Number(document.getElementById('segment-timeline').dataset.bands),
+    rects: window.memtrace.segmentRects(),
+  }));
+  check('the segment timeline draws every segment', segments.bands === 5, `${segments.bands} segment bands`);
+  const workspace = segments.rects.find((r) => r.size === 512 * 1024 * 1024 && r.w > 5 && r.h > 3);
+  if (workspace) {
+    const box = await page.locator('#segment-timeline').boundingBox();
+    await page.mouse.move(box.x + workspace.x + workspace.w / 2, box.y + workspace.y + workspace.h / 2);
+    const tip = await tipText('segment of');
+    check('hovering a segment names it', /segment of 512(\.0)? MiB on stream 0\nreserved at event \d+, released at event \d+/.test(tip), tip);
+  } else {
+    check('hovering a segment names it', false, 'no workspace band to hover');
+  }
+
+  // 9. The state history: pages of events, a filter, an event's stack on selection.
+  const historyRows = await page.evaluate(() => document.querySelectorAll('#history tr.event').length);
+  const historyStatus = await page.textContent('#history-status');
+  check('the state history lists events', historyRows === 100 && /1–100 of \d+ events/.test(historyStatus), `${historyRows} rows, ${historyStatus}`);
+  await page.selectOption('#history-action', 'oom');
+  await page.waitForFunction(() => document.querySelectorAll('#history tr.event').length === 1, null, { timeout: 10000 });
+  await page.click('#history tr.event');
+  await page.waitForFunction(() => /event \d+: oom/.test(document.getElementById('context-body').textContent), null, { timeout: 10000 });
+  const eventPane = await page.textContent('#context-body');
+  await page.waitForFunction((i) => document.getElementById('state-index').value === String(i), ooms.length ? ooms[0].index : -1, { timeout: 10000 }).catch(() => {});
+  const stateIndex = await page.inputValue('#state-index');
+  check('selecting an event shows its stack and the state after it',
+    eventPane.includes('Model.grow  model.py:99') && ooms.length > 0 && stateIndex === String(ooms[0].index), `${eventPane.slice(0, 200)}; state ${stateIndex}`);
+  await page.selectOption('#history-action', '');
+  const segmentsNote = await page.textContent('#segments-note');
+  check('the segment map says how many segments it draws', /\d+ segments/.test(segmentsNote), segmentsNote);
+
+  // For the screenshot: a detail that leaves some grey, and the OOM's state.
+  await page.fill('#detail', '200');
+  await page.locator('#detail').dispatchEvent('change');
+  await page.waitForFunction(() => Number(document.getElementById('timeline').dataset.bands) > 20, null, { timeout: 10000 }).catch(() => {});
+  await page.mouse.move(0, 0);
 
   check('no script errors', errors.length === 0, errors.join('; '));
   check('no request leaves the server', outside.length === 0, outside.join(', '));

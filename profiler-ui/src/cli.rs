@@ -14,12 +14,32 @@ use std::time::Duration;
 /// memory snapshots (`torch.cuda.memory._dump_snapshot` pickles) and RMM's CSV logs. The format
 /// is detected from the content, not the name.
 #[derive(Debug, Parser)]
-#[command(name = "memtrace", version, about)]
+#[command(
+    name = "memtrace",
+    version,
+    about,
+    after_help = "Environment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
+                  a trace's call stacks and tags may spell out (default 1 GiB; a file that \
+                  names one frame millions of times is refused above it)."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// What a site is, after the help of every command that names sites.
+pub const SITE_HELP: &str = "\
+A site is where a block was allocated: its annotation tags joined by `/`; else the innermost
+frame of the user's own code: a Python frame outside torch, installed packages (site-packages,
+dist-packages) and the standard library; else the innermost Python frame; else the innermost C++
+frame outside the caching allocator and the operator dispatcher. memory_viz's hidden frames
+(stack capture, interpreter internals) never name one. The autograd node the allocation ran
+under is shown beside it, e.g. `model.py:42:forward (BmmBackward0)`. With --all-frames, torch's
+wrappers and the allocator can name sites (the innermost Python frame, else the innermost frame
+memory_viz shows). A block with no recorded stack alive before the first event is `<allocated
+before _record_memory_history was enabled>`; one allocated later without a stack is `<no stack
+recorded>`.";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -44,18 +64,28 @@ pub enum Command {
     },
     /// Peaks of allocated, reserved and requested memory and when, fragmentation and the top
     /// allocation sites at the peak, and each out-of-memory event explained.
+    #[command(after_help = SITE_HELP)]
     Summary {
         /// The trace file.
         file: PathBuf,
+        /// Name sites by every frame memory_viz shows (torch's wrappers, installed packages,
+        /// the allocator itself) instead of the user's own code.
+        #[arg(long)]
+        all_frames: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Allocations made during the trace and alive at its end, by site, and the sites whose
     /// live memory grows across annotated steps.
+    #[command(after_help = SITE_HELP)]
     Leaks {
         /// The trace file.
         file: PathBuf,
+        /// Name sites by every frame memory_viz shows (torch's wrappers, installed packages,
+        /// the allocator itself) instead of the user's own code.
+        #[arg(long)]
+        all_frames: bool,
         /// Only this device (default: every device).
         #[arg(long)]
         device: Option<u32>,
@@ -64,6 +94,7 @@ pub enum Command {
         json: bool,
     },
     /// Live allocated memory by site at one point (the end by default).
+    #[command(after_help = SITE_HELP)]
     Top {
         /// The trace file.
         file: PathBuf,
@@ -79,15 +110,38 @@ pub enum Command {
         /// Show at most this many sites.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Name sites by every frame memory_viz shows (torch's wrappers, installed packages,
+        /// the allocator itself) instead of the user's own code.
+        #[arg(long)]
+        all_frames: bool,
+        /// Print the stack tree of live allocated memory instead (the flame graph of
+        /// `python -m torch.cuda._memory_viz memory`): every block under its tags and frames,
+        /// outermost first, with bytes and share per node.
+        #[arg(long)]
+        tree: bool,
+        /// With `--tree`: levels below the root to print; deeper frames count in their
+        /// ancestor at this depth.
+        #[arg(long, value_name = "N", default_value_t = 12, requires = "tree")]
+        depth: usize,
+        /// With `--tree`: the smallest share of allocated bytes, in percent, a node gets its own
+        /// row for; smaller siblings are one `<N smaller>` row.
+        #[arg(long, value_name = "PERCENT", default_value_t = 1.0, requires = "tree",
+              value_parser = parse_percent)]
+        min_share: f64,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
     /// A text map of segments and blocks at one point (the end by default): allocated, pending
     /// free, free, and lost to rounding.
+    #[command(after_help = SITE_HELP)]
     Segments {
         /// The trace file.
         file: PathBuf,
+        /// Name sites by every frame memory_viz shows (torch's wrappers, installed packages,
+        /// the allocator itself) instead of the user's own code.
+        #[arg(long)]
+        all_frames: bool,
         /// Which point.
         #[command(flatten)]
         at: AtOrPeak,
@@ -110,6 +164,7 @@ pub enum Command {
         device: Option<u32>,
     },
     /// Per-site differences in live bytes at the allocated peak and at the end of two traces.
+    #[command(after_help = SITE_HELP)]
     Diff {
         /// The first trace.
         a: PathBuf,
@@ -125,6 +180,10 @@ pub enum Command {
         /// The device of the second trace, overriding `--device`.
         #[arg(long, value_name = "N")]
         device_b: Option<u32>,
+        /// Name sites by every frame memory_viz shows (torch's wrappers, installed packages,
+        /// the allocator itself) instead of the user's own code.
+        #[arg(long)]
+        all_frames: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -148,9 +207,10 @@ pub enum Command {
         #[arg(long, value_enum)]
         to: Option<OutputFormat>,
     },
-    /// The web viewer: timeline, curves, segments, leaks and sites of a trace in the browser,
-    /// or several traces side by side (two runs, or one file per rank of a multi-GPU job),
-    /// served on 127.0.0.1 only; runs until interrupted.
+    /// The web viewer: timeline (15,000 bands by default, out-of-memory events marked),
+    /// curves, segments over time and at any event, the event history, leaks and sites of a
+    /// trace in the browser, or several traces side by side (two runs, or one file per rank of
+    /// a multi-GPU job), served on 127.0.0.1 only; runs until interrupted.
     Serve(ServeArgs),
     /// Run the trace's allocation stream through blockpool's allocator on a simulated device,
     /// from the trace's first state, and set what it did beside what the trace's allocator did.
@@ -250,6 +310,14 @@ pub struct ReplayArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Reads a percentage from 0 to 100 (`--min-share`).
+fn parse_percent(text: &str) -> Result<f64, String> {
+    match text.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("`{text}` is not a percentage from 0 to 100")),
+    }
 }
 
 fn parse_config(text: &str) -> Result<AllocatorConfig, String> {

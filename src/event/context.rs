@@ -19,10 +19,12 @@ use std::sync::{Arc, OnceLock, Weak};
 /// One frame of a captured call stack.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
-    /// The function, demangled (`crate::module::function`).
-    pub name: String,
-    /// Source file, or empty when the binary has no debug info for the frame.
-    pub filename: String,
+    /// The function, demangled (`crate::module::function`). Shared: trace readers hand out
+    /// one string per distinct name, however many frames repeat it.
+    pub name: Arc<str>,
+    /// Source file, or empty when the binary has no debug info for the frame. Shared as
+    /// `name` is.
+    pub filename: Arc<str>,
     /// Line in `filename`, or 0 when unknown.
     pub line: u32,
 }
@@ -270,17 +272,17 @@ fn parse_backtrace(text: &str) -> Vec<Frame> {
                 let (column, line_no, file) = (parts.next(), parts.next(), parts.next());
                 match (file, line_no.and_then(|l| l.parse().ok()), column) {
                     (Some(file), Some(line_no), Some(_)) => {
-                        frame.filename = file.to_string();
+                        frame.filename = file.into();
                         frame.line = line_no;
                     }
-                    _ => frame.filename = location.to_string(),
+                    _ => frame.filename = location.into(),
                 }
             }
         } else if let Some((index, name)) = line.split_once(": ") {
             if index.chars().all(|c| c.is_ascii_digit()) && !index.is_empty() {
                 frames.push(Frame {
-                    name: name.to_string(),
-                    filename: String::new(),
+                    name: name.into(),
+                    filename: "".into(),
                     line: 0,
                 });
             }
@@ -306,7 +308,7 @@ mod tests {
                 line: 42
             }
         );
-        assert_eq!((frames[2].filename.as_str(), frames[2].line), ("", 0));
+        assert_eq!((&*frames[2].filename, frames[2].line), ("", 0));
     }
 
     #[test]

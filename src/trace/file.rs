@@ -2,6 +2,7 @@
 //! JSON Lines traces, PyTorch's memory snapshot pickles and RMM's CSV logs, gzip-compressed or
 //! not, into a [`Snapshot`]; [`save_trace`] writes one in any format blockpool writes.
 
+use super::limits::ImportLimits;
 use super::snapshot::Snapshot;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -189,8 +190,8 @@ pub enum TraceFileError {
     },
 }
 
-/// At most this many decompressed bytes are read from a gzip-compressed pickle or CSV (the
-/// whole file is held in memory); a larger one is refused rather than exhausting memory.
+/// At most this many bytes of a pickle are read (after decompression); a longer one is refused.
+/// The pickle is parsed as it is read, so this bounds time, not memory.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 16 << 30;
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> TraceFileError + '_ {
@@ -218,23 +219,32 @@ pub fn open_trace(path: &Path) -> Result<(Sniffed, bool, Box<dyn BufRead>), Trac
     Ok((sniffed, gzip, reader))
 }
 
-/// Reads all of `reader` (at most [`MAX_DECOMPRESSED_BYTES`]).
-pub(crate) fn read_all(path: &Path, reader: impl Read) -> Result<Vec<u8>, TraceFileError> {
-    let mut bytes = Vec::new();
-    reader
-        .take(MAX_DECOMPRESSED_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_error(path))?;
-    if bytes.len() as u64 > MAX_DECOMPRESSED_BYTES {
-        return Err(TraceFileError::Io {
-            path: path.to_path_buf(),
-            source: io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes"),
-            ),
-        });
+/// A reader that fails once more than [`MAX_DECOMPRESSED_BYTES`] have been read from it.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            // One byte more tells a stream of exactly the limit from a longer one.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes"),
+                )),
+            };
+        }
+        let len = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let read = self.inner.read(&mut buf[..len])?;
+        self.left -= read as u64;
+        Ok(read)
     }
-    Ok(bytes)
 }
 
 /// Describes an unrecognized head for [`TraceFileError::UnknownFormat`].
@@ -333,8 +343,14 @@ impl OutputFormat {
 /// Reads the trace in `path`, whatever its format (detected from the content, through gzip).
 ///
 /// Every reader is bounded and refuses malformed input with a message that says where;
-/// nothing in a file can make this panic or run code.
+/// nothing in a file can make this panic or run code. What the file may expand to is bounded
+/// by [`ImportLimits::from_env`].
 pub fn load_trace(path: &Path) -> Result<LoadedTrace, TraceFileError> {
+    load_trace_with(path, &ImportLimits::from_env())
+}
+
+/// As [`load_trace`], with the expansion bounded by `limits`.
+pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace, TraceFileError> {
     let (sniffed, gzip, mut reader) = open_trace(path)?;
     let malformed = |format: TraceFormat, message: String| TraceFileError::Malformed {
         path: path.to_path_buf(),
@@ -353,13 +369,23 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace, TraceFileError> {
     };
     let snapshot = match format {
         TraceFormat::Jsonl => {
-            let (snapshot, _report) = super::jsonl::read_snapshot(reader)
+            let (snapshot, _report) = super::jsonl::read_snapshot_with(reader, limits)
                 .map_err(|e| malformed(format, e.to_string()))?;
             snapshot
         }
         TraceFormat::PytorchPickle => {
-            let bytes = read_all(path, reader)?;
-            super::pytorch::load_pytorch_snapshot_as_snapshot(&bytes)
+            // Parsed as it is read (and inflated): a file that goes wrong at byte 2 is refused
+            // after a chunk, however far it would inflate.
+            let mut capped = Capped {
+                inner: reader,
+                left: MAX_DECOMPRESSED_BYTES,
+            };
+            let value =
+                super::pickle::read_from(&mut capped, &super::pickle::ReadLimits::default())
+                    .map_err(|e| {
+                        malformed(format, super::pytorch::SnapshotError::from(e).to_string())
+                    })?;
+            super::pytorch::snapshot_from_pytorch_value_with(&value, limits)
                 .map_err(|e| malformed(format, e.to_string()))?
         }
         TraceFormat::RmmCsv => {

@@ -19,6 +19,8 @@ pub mod file;
 #[cfg(feature = "trace-files")]
 pub mod jsonl;
 #[cfg(feature = "trace-files")]
+pub mod limits;
+#[cfg(feature = "trace-files")]
 mod lines;
 #[cfg(feature = "trace-files")]
 pub mod perfetto;
@@ -38,5 +40,7 @@ pub use crate::event::{
     annotate, Action, AnnotationGuard, Backtraces, Context, ContextId, ContextLevel, EventStamp,
     Frame, HistorySettings, TraceEvent,
 };
+#[cfg(feature = "trace-files")]
+pub use limits::{ImportLimitExceeded, ImportLimits};
 pub use snapshot::{BlockState, Contexts, Snapshot, SnapshotInvalid};
 pub use state::{Conflict, DeviceState, MemoryTotals, StateError, StateWalker};

@@ -12,7 +12,8 @@ use crate::backend::StreamId;
 use crate::event::{Action, ContextId, TraceEvent};
 use crate::event::{Context, Frame};
 use crate::pool::PoolKind;
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -143,9 +144,15 @@ pub fn pool_from_name(name: &str) -> Option<PoolKind> {
 }
 
 /// The contexts of a snapshot, numbered from 1: `ContextId(n)` is the `n`th added. Adding a
-/// context equal to one already present returns the existing id.
+/// context equal to one already present returns the existing id. Cloning is cheap: clones
+/// share the table until one of them adds a context.
 #[derive(Clone, Default)]
 pub struct Contexts {
+    table: Arc<ContextTable>,
+}
+
+#[derive(Clone, Default)]
+struct ContextTable {
     list: Vec<Arc<Context>>,
     ids: HashMap<Arc<Context>, ContextId>,
 }
@@ -159,37 +166,39 @@ impl Contexts {
     /// The id of `context`, adding it if it is new. Past `u32::MAX` contexts, new ones get
     /// [`ContextId::NONE`].
     pub fn intern(&mut self, context: Context) -> ContextId {
-        if let Some(&id) = self.ids.get(&context) {
+        if let Some(&id) = self.table.ids.get(&context) {
             return id;
         }
-        let Ok(id) = u32::try_from(self.list.len() + 1) else {
+        let Ok(id) = u32::try_from(self.table.list.len() + 1) else {
             return ContextId::NONE;
         };
+        let table = Arc::make_mut(&mut self.table);
         let context = Arc::new(context);
-        self.list.push(Arc::clone(&context));
-        self.ids.insert(context, ContextId(id));
+        table.list.push(Arc::clone(&context));
+        table.ids.insert(context, ContextId(id));
         ContextId(id)
     }
 
     /// The context `id` names; `None` for [`ContextId::NONE`] and ids out of range.
     pub fn get(&self, id: ContextId) -> Option<&Context> {
         let index = (id.0 as usize).checked_sub(1)?;
-        self.list.get(index).map(|c| &**c)
+        self.table.list.get(index).map(|c| &**c)
     }
 
     /// How many contexts there are.
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.table.list.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.table.list.is_empty()
     }
 
     /// Every context with its id, in id order.
     pub fn iter(&self) -> impl Iterator<Item = (ContextId, &Context)> + '_ {
-        self.list
+        self.table
+            .list
             .iter()
             .enumerate()
             .map(|(i, c)| (ContextId(i as u32 + 1), &**c))
@@ -197,7 +206,7 @@ impl Contexts {
 
     /// Whether `id` is [`ContextId::NONE`] or names a context here.
     pub fn contains(&self, id: ContextId) -> bool {
-        id == ContextId::NONE || (id.0 as usize) <= self.list.len()
+        id == ContextId::NONE || (id.0 as usize) <= self.table.list.len()
     }
 
     /// The tags of `id`, outermost first, joined by `/` (empty for none).
@@ -208,7 +217,7 @@ impl Contexts {
 
 impl PartialEq for Contexts {
     fn eq(&self, other: &Contexts) -> bool {
-        self.list == other.list
+        self.table.list == other.table.list
     }
 }
 
@@ -280,17 +289,60 @@ pub enum SnapshotInvalid {
 }
 
 impl Snapshot {
-    /// The device indices that have segments or events, ascending.
+    /// The device indices that have segments or events, ascending. One pass, and a set only
+    /// as large as the number of devices.
     pub fn devices(&self) -> Vec<u32> {
-        let mut devices: Vec<u32> = self
-            .segments
+        let mut devices = BTreeSet::new();
+        let mut last = None;
+        let all = self.segments.iter().map(|s| s.device);
+        for device in all.chain(self.events.iter().map(|e| e.device)) {
+            if last != Some(device) {
+                devices.insert(device);
+                last = Some(device);
+            }
+        }
+        devices.into_iter().collect()
+    }
+
+    /// The snapshot split by device, in one pass: each device of [`devices`](Self::devices)
+    /// with a snapshot of its segments and events alone (in their order here), sharing the
+    /// contexts, configuration and time origin. With one device or none, that is this
+    /// snapshot itself, borrowed.
+    ///
+    /// A loop over devices that calls [`device_events`](Self::device_events) (which filters
+    /// every event) would take devices times events; over these it takes events.
+    pub fn by_device(&self) -> Vec<(u32, Cow<'_, Snapshot>)> {
+        let devices = self.devices();
+        if let [device] = devices[..] {
+            return vec![(device, Cow::Borrowed(self))];
+        }
+        let mut split: BTreeMap<u32, Snapshot> = devices
             .iter()
-            .map(|s| s.device)
-            .chain(self.events.iter().map(|e| e.device))
+            .map(|&device| {
+                let part = Snapshot {
+                    segments: Vec::new(),
+                    events: Vec::new(),
+                    contexts: self.contexts.clone(),
+                    allocator_config: self.allocator_config.clone(),
+                    time_origin_unix_us: self.time_origin_unix_us,
+                };
+                (device, part)
+            })
             .collect();
-        devices.sort_unstable();
-        devices.dedup();
-        devices
+        for segment in &self.segments {
+            if let Some(part) = split.get_mut(&segment.device) {
+                part.segments.push(segment.clone());
+            }
+        }
+        for event in &self.events {
+            if let Some(part) = split.get_mut(&event.device) {
+                part.events.push(*event);
+            }
+        }
+        split
+            .into_iter()
+            .map(|(device, part)| (device, Cow::Owned(part)))
+            .collect()
     }
 
     /// The events of `device`, oldest first.

@@ -3,7 +3,8 @@
 //! and the differences, largest change first. `memtrace diff` prints it; the viewer's
 //! multi-file page shows it for two files.
 
-use super::sites::{sites_in, Site};
+use super::frames::FrameView;
+use super::sites::{sites_named_by, Site, SiteNames};
 use super::timeline::{allocated_peak, memory_series, pick_device, walker};
 use anyhow::Context as _;
 use blockpool::trace::Snapshot;
@@ -53,33 +54,39 @@ pub struct DiffReport {
 }
 
 /// Sites at the allocated peak and at the end of `device`.
-fn peak_and_end(snapshot: &Snapshot, device: u32) -> anyhow::Result<(u64, Vec<Site>, Vec<Site>)> {
+fn peak_and_end(
+    snapshot: &Snapshot,
+    device: u32,
+    view: FrameView,
+) -> anyhow::Result<(u64, Vec<Site>, Vec<Site>)> {
+    let names = SiteNames::new(snapshot, view);
     let peak = allocated_peak(&memory_series(snapshot, device)?);
     let mut walker = walker(snapshot, device)?;
     walker.seek(peak.index)?;
-    let at_peak = sites_in(snapshot, &walker.state());
+    let at_peak = sites_named_by(&names, &walker, false);
     let len = walker.len();
     walker.seek(len)?;
-    let at_end = sites_in(snapshot, &walker.state());
+    let at_end = sites_named_by(&names, &walker, false);
     Ok((peak.allocated, at_peak, at_end))
 }
 
 /// Compares device `devices.0` of `a` with device `devices.1` of `b` (each, when `None`, the
-/// trace's busiest).
+/// trace's busiest), sites named in `view`.
 pub fn diff(
     a: &Snapshot,
     b: &Snapshot,
     devices: (Option<u32>, Option<u32>),
+    view: FrameView,
 ) -> anyhow::Result<DiffReport> {
     let device_a = pick_device(a, devices.0).context("first trace")?;
     let device_b = pick_device(b, devices.1).context("second trace")?;
-    let (peak_a, a_peak, a_end) = peak_and_end(a, device_a)?;
-    let (peak_b, b_peak, b_end) = peak_and_end(b, device_b)?;
+    let (peak_a, a_peak, a_end) = peak_and_end(a, device_a, view)?;
+    let (peak_b, b_peak, b_end) = peak_and_end(b, device_b, view)?;
     let mut sites: BTreeMap<String, SiteDiff> = BTreeMap::new();
     let mut put = |list: Vec<Site>, set: fn(&mut SiteDiff, u64)| {
         for site in list {
-            let entry = sites.entry(site.site.clone()).or_insert_with(|| SiteDiff {
-                site: site.site.clone(),
+            let entry = sites.entry(site.label.clone()).or_insert_with(|| SiteDiff {
+                site: site.label.clone(),
                 ..SiteDiff::default()
             });
             set(entry, site.bytes);

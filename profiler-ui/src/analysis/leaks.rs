@@ -7,7 +7,8 @@
 //! least two steps. Inside a step a site is named without the step's own tag
 //! (`step3/forward/attn` is `forward/attn`), so the same code is one site in every step.
 
-use super::sites::{site_name, site_within_step, sites_named_by, Site};
+use super::frames::FrameView;
+use super::sites::{sites_named_by, Site, SiteName, SiteNames};
 use super::timeline::{steps, walker};
 use blockpool::trace::{Action, BlockState, Snapshot};
 use serde::Serialize;
@@ -35,14 +36,28 @@ pub struct LeakReport {
 pub struct Growth {
     /// The site.
     pub site: String,
+    /// The autograd node the site's allocations ran under, or `null`.
+    pub autograd_node: Option<String>,
+    /// The site with its autograd node beside it, as text prints it.
+    pub label: String,
     /// Its live allocated bytes at the end of each step, in [`LeakReport::steps`] order.
     pub bytes_per_step: Vec<u64>,
     /// Last minus first.
     pub growth_bytes: u64,
 }
 
-/// Finds the leaks of `device`.
+/// Finds the leaks of `device`, sites named by the user's own code.
 pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport> {
+    find_leaks_in(snapshot, device, FrameView::User)
+}
+
+/// Finds the leaks of `device`, sites named in `view`.
+pub fn find_leaks_in(
+    snapshot: &Snapshot,
+    device: u32,
+    view: FrameView,
+) -> anyhow::Result<LeakReport> {
+    let names = SiteNames::new(snapshot, view);
     // Addresses allocated during the trace and not yet freed.
     let mut allocated_here: HashSet<u64> = HashSet::new();
     for event in snapshot.device_events(device) {
@@ -61,7 +76,7 @@ pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport
     let mut per_step = Vec::with_capacity(steps.len());
     for step in &steps {
         walker.seek(step.end)?;
-        per_step.push(sites_named_by(snapshot, &walker.state(), site_within_step));
+        per_step.push(sites_named_by(&names, &walker, true));
     }
     walker.seek(walker.len())?;
     let end = walker.state();
@@ -78,7 +93,7 @@ pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport
             alive_from_before_bytes = alive_from_before_bytes.saturating_add(block.size);
         }
     }
-    let alive_at_end = group(snapshot, &alive);
+    let alive_at_end = group(&names, &alive);
     Ok(LeakReport {
         device,
         alive_at_end,
@@ -89,16 +104,13 @@ pub fn find_leaks(snapshot: &Snapshot, device: u32) -> anyhow::Result<LeakReport
 }
 
 /// Blocks grouped by site, most bytes first.
-fn group(snapshot: &Snapshot, blocks: &[blockpool::trace::snapshot::Block]) -> Vec<Site> {
-    let mut by_site: BTreeMap<String, Site> = BTreeMap::new();
+fn group(names: &SiteNames, blocks: &[blockpool::trace::snapshot::Block]) -> Vec<Site> {
+    let mut by_site: BTreeMap<&SiteName, Site> = BTreeMap::new();
     for block in blocks {
-        let name = site_name(snapshot, block.context);
-        let site = by_site.entry(name.clone()).or_insert(Site {
-            site: name,
-            bytes: 0,
-            requested_bytes: 0,
-            blocks: 0,
-        });
+        let name = names.get(block.context);
+        let site = by_site
+            .entry(name)
+            .or_insert_with(|| Site::new(name.clone()));
         site.bytes = site.bytes.saturating_add(block.size);
         site.requested_bytes = site.requested_bytes.saturating_add(block.requested);
         site.blocks = site.blocks.saturating_add(1);
@@ -113,22 +125,29 @@ fn growing(per_step: &[Vec<Site>]) -> Vec<Growth> {
     if per_step.len() < 2 {
         return Vec::new();
     }
-    let names: BTreeMap<&str, ()> = per_step
+    let names: BTreeMap<&str, &Site> = per_step
         .iter()
         .flatten()
-        .map(|s| (s.site.as_str(), ()))
+        .map(|s| (s.label.as_str(), s))
         .collect();
     let mut growth: Vec<Growth> = names
-        .keys()
-        .filter_map(|&name| {
+        .iter()
+        .filter_map(|(&name, site)| {
             let bytes: Vec<u64> = per_step
                 .iter()
-                .map(|sites| sites.iter().find(|s| s.site == name).map_or(0, |s| s.bytes))
+                .map(|sites| {
+                    sites
+                        .iter()
+                        .find(|s| s.label == name)
+                        .map_or(0, |s| s.bytes)
+                })
                 .collect();
             let never_falls = bytes.windows(2).all(|w| w[1] >= w[0]);
             let (first, last) = (bytes[0], bytes[bytes.len() - 1]);
             (never_falls && last > first).then(|| Growth {
-                site: name.to_string(),
+                site: site.site.clone(),
+                autograd_node: site.autograd_node.clone(),
+                label: name.to_string(),
                 growth_bytes: last - first,
                 bytes_per_step: bytes,
             })
@@ -137,7 +156,7 @@ fn growing(per_step: &[Vec<Site>]) -> Vec<Growth> {
     growth.sort_by(|a, b| {
         b.growth_bytes
             .cmp(&a.growth_bytes)
-            .then_with(|| a.site.cmp(&b.site))
+            .then_with(|| a.label.cmp(&b.label))
     });
     growth
 }

@@ -1,59 +1,258 @@
-//! Allocation sites: where a block was allocated, named by its annotation tags or its call
-//! stack, and the live memory of each site at one point of a trace.
+//! Allocation sites: where a block was allocated, named by its annotation tags or by the
+//! innermost frame of the user's own code in its call stack, with the autograd node it ran
+//! under; and the live memory of each site at one point of a trace.
+//!
+//! A site is, in order: the context's annotation tags joined by `/`; else its innermost
+//! Python frame outside torch, installed packages and the standard library; else its
+//! innermost Python frame; else its innermost native frame outside the allocator, the
+//! dispatcher and library code; else its innermost frame memory_viz shows. Frames memory_viz
+//! hides never name a site. With [`FrameView::All`] library and plumbing frames are not
+//! skipped: the innermost Python frame, else the innermost shown frame. A block with no
+//! recorded stack is [`BEFORE_RECORDING`] when it was alive before the trace's first event and
+//! has no `alloc` event since, else [`NO_STACK`].
 
-use blockpool::trace::{BlockState, ContextId, DeviceState, Snapshot};
+use super::frames::{self, FrameView};
+use blockpool::trace::{Action, BlockState, Context, ContextId, Snapshot, StateWalker};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 
-/// Frames PyTorch records from its own capture machinery, never the site of an allocation.
-const MACHINERY: [&str; 8] = [
-    "unwind::unwind",
-    "CapturedTraceback::gather",
-    "gather_with_cpp",
-    "_start",
-    "__libc_start_main",
-    "PyEval_",
-    "PyObject_",
-    "PyFunction_",
-];
+/// The site of live blocks that have no recorded stack and were allocated before the trace's
+/// first event, as memory_viz explains a block without frames.
+pub const BEFORE_RECORDING: &str = "<allocated before _record_memory_history was enabled>";
 
-/// The site of `context`: its tags joined by `/`; else its innermost Python frame (PyTorch
-/// records C++ frames of its own machinery first), else its innermost frame that is not
-/// capture machinery; else `<unknown>`.
-pub fn site_name(snapshot: &Snapshot, context: ContextId) -> String {
-    let Some(context) = snapshot.contexts.get(context) else {
-        return "<unknown>".into();
-    };
-    if !context.tags.is_empty() {
-        return context.tags.join("/");
+/// The site of blocks allocated during the trace whose `alloc` carries no tags and no stack
+/// (history recorded without stacks, or a thread with no Python frames and no C++ capture).
+pub const NO_STACK: &str = "<no stack recorded>";
+
+/// A site's name: where, and the autograd node when the stack ran under one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SiteName {
+    /// The site (see the module docs).
+    pub site: String,
+    /// The innermost autograd node of the stack (`BmmBackward0`), when it has one.
+    pub autograd_node: Option<String>,
+}
+
+impl SiteName {
+    fn plain(site: &str) -> SiteName {
+        SiteName {
+            site: site.to_string(),
+            autograd_node: None,
+        }
     }
-    let frames = &context.frames;
-    let chosen = frames
+
+    /// The site with its autograd node beside it, as text shows it:
+    /// `model.py:42:forward (BmmBackward0)`; the node is not repeated when the site names it.
+    pub fn label(&self) -> String {
+        match &self.autograd_node {
+            Some(node) if !self.site.contains(node.as_str()) => {
+                format!("{} ({node})", self.site)
+            }
+            _ => self.site.clone(),
+        }
+    }
+}
+
+/// The site of `context` in `view`; [`NO_STACK`] for a missing or empty context.
+pub fn site_of(context: Option<&Context>, view: FrameView) -> SiteName {
+    let Some(context) = context else {
+        return SiteName::plain(NO_STACK);
+    };
+    let autograd_node = context
+        .frames
         .iter()
-        .find(|f| f.filename.ends_with(".py"))
-        .or_else(|| {
-            frames
+        .find_map(frames::autograd_node)
+        .map(str::to_string);
+    let site = if !context.tags.is_empty() {
+        Some(context.tags.join("/"))
+    } else {
+        site_frame(&context.frames, view).map(frames::label)
+    };
+    match site {
+        Some(site) => SiteName {
+            site,
+            autograd_node,
+        },
+        None => SiteName::plain(NO_STACK),
+    }
+}
+
+/// The frame that names a stack (innermost first) in `view`.
+fn site_frame(
+    stack: &[blockpool::trace::Frame],
+    view: FrameView,
+) -> Option<&blockpool::trace::Frame> {
+    let shown = || stack.iter().filter(|f| !frames::is_hidden(f));
+    let python = || shown().filter(|f| frames::is_python(f));
+    let native = || shown().filter(|f| !frames::is_python(f));
+    match view {
+        FrameView::User => python()
+            .find(|f| !frames::is_library(f))
+            .or_else(|| python().next())
+            .or_else(|| native().find(|f| !frames::is_plumbing(f) && !frames::is_library(f)))
+            .or_else(|| native().find(|f| !frames::is_plumbing(f)))
+            .or_else(|| shown().next()),
+        FrameView::All => python().next().or_else(|| shown().next()),
+    }
+    .or(stack.first())
+}
+
+/// The site of `context` as text shows it ([`SiteName::label`]), in the user view.
+pub fn site_name(snapshot: &Snapshot, context: ContextId) -> String {
+    site_of(snapshot.contexts.get(context), FrameView::User).label()
+}
+
+/// Every context's site in one view, named once.
+pub struct SiteNames<'s> {
+    snapshot: &'s Snapshot,
+    view: FrameView,
+    /// Index `n` names `ContextId(n)`; 0 is "no context".
+    names: Vec<SiteName>,
+    /// The addresses allocated during the trace up to the last state named, carried from one
+    /// state to the next so that naming every step of a trace walks its events once.
+    recorded: RefCell<Recorded>,
+}
+
+impl<'s> SiteNames<'s> {
+    /// Names every context of `snapshot` in `view`.
+    pub fn new(snapshot: &'s Snapshot, view: FrameView) -> SiteNames<'s> {
+        let mut names = vec![SiteName::plain(NO_STACK)];
+        names.extend(
+            snapshot
+                .contexts
                 .iter()
-                .find(|f| !MACHINERY.iter().any(|m| f.name.contains(m)))
-        })
-        .or(frames.first());
-    match chosen {
-        Some(frame) => format!("{}:{}:{}", frame.filename, frame.line, frame.name),
-        None => "<unknown>".into(),
+                .map(|(_, c)| site_of(Some(c), view)),
+        );
+        SiteNames {
+            snapshot,
+            view,
+            names,
+            recorded: RefCell::new(Recorded::default()),
+        }
+    }
+
+    /// The snapshot the names are of.
+    pub fn snapshot(&self) -> &'s Snapshot {
+        self.snapshot
+    }
+
+    /// The view the names are in.
+    pub fn view(&self) -> FrameView {
+        self.view
+    }
+
+    /// The site of `context` ([`NO_STACK`] for an unknown id).
+    pub fn get(&self, context: ContextId) -> &SiteName {
+        self.names.get(context.0 as usize).unwrap_or(&self.names[0])
+    }
+
+    /// The site of `context` inside a step: the tags below the outermost one when there are
+    /// several (`step3/forward/attn` is `forward/attn`, so the same code in every step is one
+    /// site), else [`SiteNames::get`].
+    pub fn within_step(&self, context: ContextId) -> SiteName {
+        match self.snapshot.contexts.get(context) {
+            Some(c) if c.tags.len() > 1 => SiteName {
+                site: c.tags[1..].join("/"),
+                autograd_node: self.get(context).autograd_node.clone(),
+            },
+            _ => self.get(context).clone(),
+        }
+    }
+
+    /// Whether `context` records neither tags nor frames.
+    pub fn is_empty(&self, context: ContextId) -> bool {
+        self.snapshot
+            .contexts
+            .get(context)
+            .is_none_or(|c| c.tags.is_empty() && c.frames.is_empty())
+    }
+
+    /// The addresses allocated during the trace before the walker's position (see
+    /// [`Recorded`]), caught up from the last call.
+    pub fn recorded(&self, walker: &StateWalker) -> std::cell::Ref<'_, Recorded> {
+        self.recorded.borrow_mut().catch_up(walker);
+        self.recorded.borrow()
+    }
+
+    /// The site of a live block with `context` at `address`: [`BEFORE_RECORDING`] for a block
+    /// with no recorded stack that no `alloc` event in `recorded` gave out.
+    pub fn of_block(&self, context: ContextId, address: u64, recorded: &Recorded) -> SiteName {
+        if self.is_empty(context) && !recorded.contains(address) {
+            return SiteName::plain(BEFORE_RECORDING);
+        }
+        self.get(context).clone()
+    }
+}
+
+/// The addresses the `alloc` events before the walker's position gave out: a live block at
+/// any other address was allocated before recording began.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    addresses: HashSet<u64>,
+    /// How many events `addresses` covers.
+    applied: usize,
+}
+
+impl Recorded {
+    /// The addresses allocated by the events `walker` has applied.
+    pub fn before(walker: &StateWalker) -> Recorded {
+        let mut recorded = Recorded::default();
+        recorded.catch_up(walker);
+        recorded
+    }
+
+    /// Covers the events `walker` has applied: only the new ones when it moved forward (the
+    /// leak report's steps), all of them when it moved back.
+    pub fn catch_up(&mut self, walker: &StateWalker) {
+        let position = walker.position().min(walker.len());
+        if position < self.applied {
+            *self = Recorded::default();
+        }
+        let new = &walker.events()[self.applied..position];
+        self.addresses.extend(
+            new.iter()
+                .filter(|e| e.action == Action::Alloc)
+                .map(|e| e.addr),
+        );
+        self.applied = position;
+    }
+
+    /// Whether an `alloc` event gave out `address`.
+    pub fn contains(&self, address: u64) -> bool {
+        self.addresses.contains(&address)
     }
 }
 
 /// Live allocated memory of one site.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Site {
-    /// The site (see [`site_name`]).
+    /// The site (see the module docs).
     pub site: String,
-    /// Bytes in allocated blocks.
+    /// The autograd node the allocations ran under (`BmmBackward0`), or `null`.
+    pub autograd_node: Option<String>,
+    /// The site with its autograd node beside it, as text prints it.
+    pub label: String,
+    /// Bytes in allocated blocks (block sizes, rounded up by the allocator).
     pub bytes: u64,
     /// Bytes their callers asked for.
     pub requested_bytes: u64,
     /// Allocated blocks.
     pub blocks: u64,
+}
+
+impl Site {
+    /// An empty site named `name`.
+    pub fn new(name: SiteName) -> Site {
+        Site {
+            label: name.label(),
+            site: name.site,
+            autograd_node: name.autograd_node,
+            bytes: 0,
+            requested_bytes: 0,
+            blocks: 0,
+        }
+    }
 }
 
 /// How to order [`Site`]s.
@@ -67,67 +266,190 @@ pub enum SiteOrder {
     Site,
 }
 
-/// The allocated memory of every site in `state`, most bytes first (ties by name).
-pub fn sites_in(snapshot: &Snapshot, state: &DeviceState) -> Vec<Site> {
-    sites_named_by(snapshot, state, site_name)
+/// The allocated memory of every site at the walker's position, most bytes first (ties by
+/// name), sites named in `view`.
+pub fn sites_at(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> Vec<Site> {
+    sites_named_by(&SiteNames::new(snapshot, view), walker, false)
 }
 
-/// The site of `context` inside a step: the tags below the outermost one when there are
-/// several (`step3/forward/attn` is `forward/attn`, so the same code in every step is one
-/// site), else [`site_name`].
-pub fn site_within_step(snapshot: &Snapshot, context: ContextId) -> String {
-    match snapshot.contexts.get(context) {
-        Some(c) if c.tags.len() > 1 => c.tags[1..].join("/"),
-        _ => site_name(snapshot, context),
-    }
-}
-
-/// As [`sites_in`], with sites named by `name`.
-pub fn sites_named_by(
-    snapshot: &Snapshot,
-    state: &DeviceState,
-    name: fn(&Snapshot, ContextId) -> String,
-) -> Vec<Site> {
-    let mut by_context: HashMap<ContextId, (u64, u64, u64)> = HashMap::new();
+/// As [`sites_at`], with names made once; `within_step` names sites as
+/// [`SiteNames::within_step`] does.
+pub fn sites_named_by(names: &SiteNames, walker: &StateWalker, within_step: bool) -> Vec<Site> {
+    let state = walker.state();
+    let recorded = names.recorded(walker);
+    // Blocks of one context at addresses allocated during the trace share a name; add them up
+    // per context first, then per name.
+    let mut by_context: HashMap<(ContextId, bool), (u64, u64, u64)> = HashMap::new();
     let blocks = state.segments.iter().flat_map(|s| &s.blocks);
     for block in blocks.chain(&state.unsegmented) {
         if block.state == BlockState::ActiveAllocated {
-            let entry = by_context.entry(block.context).or_default();
+            let before = names.is_empty(block.context) && !recorded.contains(block.address);
+            let entry = by_context.entry((block.context, before)).or_default();
             entry.0 = entry.0.saturating_add(block.size);
             entry.1 = entry.1.saturating_add(block.requested);
             entry.2 = entry.2.saturating_add(1);
         }
     }
-    // Contexts naming the same site (same tags, other frames) add up.
-    let mut by_name: HashMap<String, (u64, u64, u64)> = HashMap::new();
-    for (context, (bytes, requested, blocks)) in by_context {
-        let entry = by_name.entry(name(snapshot, context)).or_default();
-        entry.0 = entry.0.saturating_add(bytes);
-        entry.1 = entry.1.saturating_add(requested);
-        entry.2 = entry.2.saturating_add(blocks);
+    let mut by_name: HashMap<SiteName, Site> = HashMap::new();
+    for ((context, before), (bytes, requested, blocks)) in by_context {
+        let name = if before {
+            SiteName::plain(BEFORE_RECORDING)
+        } else if within_step {
+            names.within_step(context)
+        } else {
+            names.get(context).clone()
+        };
+        let site = by_name
+            .entry(name.clone())
+            .or_insert_with(|| Site::new(name));
+        site.bytes = site.bytes.saturating_add(bytes);
+        site.requested_bytes = site.requested_bytes.saturating_add(requested);
+        site.blocks = site.blocks.saturating_add(blocks);
     }
-    let mut sites: Vec<Site> = by_name
-        .into_iter()
-        .map(|(site, (bytes, requested_bytes, blocks))| Site {
-            site,
-            bytes,
-            requested_bytes,
-            blocks,
-        })
-        .collect();
+    let mut sites: Vec<Site> = by_name.into_values().collect();
     sort_sites(&mut sites, SiteOrder::Bytes);
     sites
 }
 
 /// Sorts `sites` by `order`, ties by name.
 pub fn sort_sites(sites: &mut [Site], order: SiteOrder) {
+    let name = |a: &Site, b: &Site| a.label.cmp(&b.label);
     match order {
-        SiteOrder::Bytes => {
-            sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)))
+        SiteOrder::Bytes => sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| name(a, b))),
+        SiteOrder::Blocks => sites.sort_by(|a, b| b.blocks.cmp(&a.blocks).then_with(|| name(a, b))),
+        SiteOrder::Site => sites.sort_by(name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockpool::trace::Frame;
+    use std::sync::Arc;
+
+    fn frame(name: &str, filename: &str, line: u32) -> Frame {
+        Frame {
+            name: name.into(),
+            filename: filename.into(),
+            line,
         }
-        SiteOrder::Blocks => {
-            sites.sort_by(|a, b| b.blocks.cmp(&a.blocks).then_with(|| a.site.cmp(&b.site)))
+    }
+
+    fn stack(frames: Vec<Frame>) -> Context {
+        Context {
+            tags: Vec::new(),
+            frames,
         }
-        SiteOrder::Site => sites.sort_by(|a, b| a.site.cmp(&b.site)),
+    }
+
+    const MALLOC: &str = "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)";
+    const TORCH: &str = "/venv/lib/python3.12/site-packages/torch/functional.py";
+
+    fn name(context: &Context, view: FrameView) -> String {
+        site_of(Some(context), view).label()
+    }
+
+    #[test]
+    fn the_innermost_user_frame_names_the_site_past_torch_wrappers() {
+        let context = stack(vec![
+            frame("torch::unwind::unwind()", "??", 0),
+            frame(MALLOC, "CUDACachingAllocator.cpp", 0),
+            frame("einsum", TORCH, 373),
+            frame("forward", "/home/me/model.py", 42),
+            frame("train", "/home/me/train.py", 7),
+        ]);
+        assert_eq!(
+            name(&context, FrameView::User),
+            "/home/me/model.py:42:forward"
+        );
+        assert_eq!(
+            name(&context, FrameView::All),
+            format!("{TORCH}:373:einsum")
+        );
+    }
+
+    #[test]
+    fn library_only_stacks_fall_back_to_python_then_native_frames() {
+        let python = stack(vec![
+            frame(MALLOC, "CUDACachingAllocator.cpp", 0),
+            frame(
+                "relu",
+                "/venv/lib/python3.12/site-packages/torch/nn/functional.py",
+                9,
+            ),
+            frame("run", "/usr/lib/python3.12/threading.py", 1),
+        ]);
+        assert_eq!(
+            name(&python, FrameView::User),
+            "/venv/lib/python3.12/site-packages/torch/nn/functional.py:9:relu",
+            "no user frame: the innermost Python frame"
+        );
+        let native = stack(vec![
+            frame("torch::unwind::unwind()", "??", 0),
+            frame(MALLOC, "CUDACachingAllocator.cpp", 0),
+            frame(
+                "at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)",
+                "??",
+                0,
+            ),
+            frame("at::cuda::getNewWorkspace()", "", 0),
+            frame("clone", "??", 0),
+        ]);
+        assert_eq!(name(&native, FrameView::User), "at::cuda::getNewWorkspace");
+        assert_eq!(
+            name(&native, FrameView::All),
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+            "every shown frame: the allocator itself"
+        );
+        let plumbing_only = stack(vec![
+            frame("torch::unwind::unwind()", "??", 0),
+            frame(MALLOC, "CUDACachingAllocator.cpp", 0),
+        ]);
+        assert_eq!(
+            name(&plumbing_only, FrameView::User),
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+            "nothing but the allocator: its frame rather than nothing"
+        );
+    }
+
+    #[test]
+    fn the_autograd_node_stays_beside_the_site() {
+        let backward = stack(vec![
+            frame(MALLOC, "CUDACachingAllocator.cpp", 0),
+            frame("at::_ops::bmm::call(at::Tensor const&, at::Tensor const&)", "??", 0),
+            frame(
+                "torch::autograd::generated::BmmBackward0::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+                "??",
+                0,
+            ),
+            frame("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??", 0),
+        ]);
+        let site = site_of(Some(&backward), FrameView::User);
+        assert_eq!(site.site, "torch::autograd::generated::BmmBackward0::apply");
+        assert_eq!(site.autograd_node.as_deref(), Some("BmmBackward0"));
+        assert_eq!(
+            site.label(),
+            "torch::autograd::generated::BmmBackward0::apply"
+        );
+        let mut with_python = backward.clone();
+        with_python.frames.push(frame("forward", "model.py", 42));
+        assert_eq!(
+            name(&with_python, FrameView::User),
+            "model.py:42:forward (BmmBackward0)"
+        );
+    }
+
+    #[test]
+    fn tags_name_the_site_and_empty_contexts_have_no_stack() {
+        let tagged = Context {
+            tags: vec![Arc::from("step1"), Arc::from("attn")],
+            frames: vec![frame("forward", "model.py", 42)],
+        };
+        assert_eq!(name(&tagged, FrameView::User), "step1/attn");
+        assert_eq!(site_of(None, FrameView::User).label(), NO_STACK);
+        assert_eq!(
+            site_of(Some(&Context::default()), FrameView::All).label(),
+            NO_STACK
+        );
     }
 }

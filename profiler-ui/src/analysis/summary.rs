@@ -3,10 +3,11 @@
 //! happened, fragmentation at the allocated peak, the sites holding the most memory there, and
 //! every out-of-memory event with the state it met and why it failed.
 
-use super::sites::{sites_in, Site};
+use super::frames::FrameView;
+use super::sites::{sites_at, Site};
 use super::timeline::walker;
 use crate::format::format_size;
-use blockpool::trace::{Action, BlockState, DeviceState, Snapshot};
+use blockpool::trace::{Action, BlockState, DeviceState, Snapshot, StateWalker};
 use serde::Serialize;
 use std::path::Path;
 
@@ -92,16 +93,26 @@ pub struct OomExplained {
     pub explanation: String,
 }
 
-/// Builds the summary of `snapshot`.
+/// Builds the summary of `snapshot`, sites named by the user's own code.
 pub fn summarize(
     file: &Path,
     format: &'static str,
     snapshot: &Snapshot,
 ) -> anyhow::Result<SummaryReport> {
+    summarize_in(file, format, snapshot, FrameView::User)
+}
+
+/// Builds the summary of `snapshot`, sites named in `view`.
+pub fn summarize_in(
+    file: &Path,
+    format: &'static str,
+    snapshot: &Snapshot,
+    view: FrameView,
+) -> anyhow::Result<SummaryReport> {
     let devices = snapshot
-        .devices()
+        .by_device()
         .into_iter()
-        .map(|device| summarize_device(snapshot, device))
+        .map(|(device, part)| summarize_device(&part, device, view))
         .collect::<anyhow::Result<_>>()?;
     Ok(SummaryReport {
         file: file.display().to_string(),
@@ -110,7 +121,11 @@ pub fn summarize(
     })
 }
 
-fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSummary> {
+fn summarize_device(
+    snapshot: &Snapshot,
+    device: u32,
+    view: FrameView,
+) -> anyhow::Result<DeviceSummary> {
     let mut walker = walker(snapshot, device)?;
     let start = walker.totals();
     let time_of = |index: usize, walker: &blockpool::trace::StateWalker| {
@@ -211,7 +226,7 @@ fn summarize_device(snapshot: &Snapshot, device: u32) -> anyhow::Result<DeviceSu
         },
         largest_free_block,
         free_bytes,
-        top_sites: top_sites(snapshot, &state),
+        top_sites: top_sites(snapshot, &walker, view),
         out_of_memory,
         peak_allocated: allocated,
         peak_reserved: reserved,
@@ -232,8 +247,8 @@ fn free_space(state: &DeviceState) -> (u64, u64) {
 }
 
 /// Allocated bytes by site in `state`, most first, at most [`TOP_SITES`].
-fn top_sites(snapshot: &Snapshot, state: &DeviceState) -> Vec<Site> {
-    let mut sites = sites_in(snapshot, state);
+fn top_sites(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> Vec<Site> {
+    let mut sites = sites_at(snapshot, walker, view);
     sites.truncate(TOP_SITES);
     sites
 }

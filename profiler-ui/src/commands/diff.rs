@@ -1,9 +1,10 @@
-//! `memtrace diff A B [--device N | --device-a N --device-b M] [--json]`: per allocation site,
+//! `memtrace diff A B [--device N | --device-a N --device-b M] [--all-frames] [--json]`: per allocation site,
 //! the live bytes at the allocated peak and at the end of each trace (each on its own device if
 //! asked: one rank against another), and the differences, largest change first. The analysis
 //! is [`crate::analysis::diff`]; this prints it.
 
 use crate::analysis::diff::diff;
+use crate::analysis::frames::FrameView;
 use crate::format::{format_size, signed_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -16,12 +17,13 @@ pub fn run(
     a: &Path,
     b: &Path,
     devices: (Option<u32>, Option<u32>),
+    view: FrameView,
     json: bool,
     out: &mut Output,
 ) -> anyhow::Result<()> {
     let first = load_trace(a).context("cannot read the first trace")?;
     let second = load_trace(b).context("cannot read the second trace")?;
-    let report = diff(&first.snapshot, &second.snapshot, devices)?;
+    let report = diff(&first.snapshot, &second.snapshot, devices, view)?;
     if json {
         return out.json(&report);
     }

@@ -5,7 +5,9 @@
 use super::{
     convert, demo, diff, doctor, info, leaks, replay, segments, serve, summary, timeline, top,
 };
+use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::Point;
+use crate::analysis::tree::TreeLimits;
 use crate::cli::Command;
 use crate::output::Output;
 use crate::serve::Limits;
@@ -14,14 +16,27 @@ use crate::serve::Limits;
 pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
         Command::Info { file, json } => info::run(&file, json, out),
-        Command::Summary { file, json } => summary::run(&file, json, out),
-        Command::Leaks { file, device, json } => leaks::run(&file, device, json, out),
+        Command::Summary {
+            file,
+            all_frames,
+            json,
+        } => summary::run(&file, FrameView::from_flag(all_frames), json, out),
+        Command::Leaks {
+            file,
+            all_frames,
+            device,
+            json,
+        } => leaks::run(&file, device, FrameView::from_flag(all_frames), json, out),
         Command::Top {
             file,
             at,
             device,
             sort,
             limit,
+            all_frames,
+            tree,
+            depth,
+            min_share,
             json,
         } => {
             let options = top::TopOptions {
@@ -29,12 +44,18 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
                 point: Point::from_options(at.at, at.peak),
                 order: sort,
                 limit,
+                view: FrameView::from_flag(all_frames),
+                tree: tree.then_some(TreeLimits {
+                    depth,
+                    min_share: min_share / 100.0,
+                }),
                 json,
             };
             top::run(&file, options, out)
         }
         Command::Segments {
             file,
+            all_frames,
             at,
             device,
             json,
@@ -42,6 +63,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             &file,
             device,
             Point::from_options(at.at, at.peak),
+            FrameView::from_flag(all_frames),
             json,
             out,
         ),
@@ -56,10 +78,11 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             device,
             device_a,
             device_b,
+            all_frames,
             json,
         } => {
             let devices = (device_a.or(device), device_b.or(device));
-            diff::run(&a, &b, devices, json, out)
+            diff::run(&a, &b, devices, FrameView::from_flag(all_frames), json, out)
         }
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
         Command::Demo {

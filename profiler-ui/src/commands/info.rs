@@ -65,10 +65,12 @@ pub struct DeviceInfo {
 /// Builds the report of `trace`, read from `file`.
 pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
     let snapshot = &trace.snapshot;
+    // Split once: a loop over devices filtering every event would take devices times events.
     let devices = snapshot
-        .devices()
+        .by_device()
         .into_iter()
-        .map(|device| {
+        .map(|(device, part)| {
+            let snapshot = &*part;
             let mut info = DeviceInfo {
                 device,
                 events: 0,

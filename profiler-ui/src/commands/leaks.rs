@@ -1,7 +1,8 @@
-//! `memtrace leaks FILE [--device N] [--json]`: allocations made during the trace and alive at
+//! `memtrace leaks FILE [--device N] [--all-frames] [--json]`: allocations made during the trace and alive at
 //! its end, grouped by site, and the sites whose live memory grows across annotated steps.
 
-use crate::analysis::leaks::{find_leaks, LeakReport};
+use crate::analysis::frames::FrameView;
+use crate::analysis::leaks::{find_leaks_in, LeakReport};
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -10,17 +11,29 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// Runs `memtrace leaks`.
-pub fn run(file: &Path, device: Option<u32>, json: bool, out: &mut Output) -> anyhow::Result<()> {
+pub fn run(
+    file: &Path,
+    device: Option<u32>,
+    view: FrameView,
+    json: bool,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
-    let devices = match device {
-        Some(_) => vec![crate::analysis::timeline::pick_device(snapshot, device)?],
-        None => snapshot.devices(),
+    let reports: Vec<anyhow::Result<_>> = match device {
+        Some(_) => vec![find_leaks_in(
+            snapshot,
+            crate::analysis::timeline::pick_device(snapshot, device)?,
+            view,
+        )],
+        // Split once, so each device's pass reads its own events.
+        None => snapshot
+            .by_device()
+            .into_iter()
+            .map(|(d, part)| find_leaks_in(&part, d, view))
+            .collect(),
     };
-    let reports = devices
-        .into_iter()
-        .map(|d| find_leaks(snapshot, d))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let reports = reports.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
     if json {
         return out.json(&reports);
     }
@@ -53,7 +66,7 @@ fn render(report: &LeakReport, text: &mut String) {
             "    {:>10}  {:>6} blocks  {}",
             format_size(site.bytes),
             count(site.blocks),
-            site.site
+            site.label
         );
     }
     let _ = writeln!(
@@ -93,7 +106,7 @@ fn render(report: &LeakReport, text: &mut String) {
             text,
             "    +{:>10}  {}  ({})",
             format_size(growth.growth_bytes),
-            growth.site,
+            growth.label,
             per_step.join(" -> ")
         );
     }

@@ -1,15 +1,16 @@
-//! `memtrace segments FILE [--at EVENT | --peak] [--device N] [--json]`: a text map of the
+//! `memtrace segments FILE [--at EVENT | --peak] [--device N] [--all-frames] [--json]`: a text map of the
 //! segments and their blocks at one point (the end by default): what is allocated, pending
 //! free, free, and lost to rounding (allocated but not asked for).
 
-use crate::analysis::sites::site_name;
+use crate::analysis::frames::FrameView;
+use crate::analysis::sites::{Recorded, SiteNames};
 use crate::analysis::timeline::{pick_device, walker, Point};
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
 use blockpool::trace::snapshot::{pool_name, Segment};
-use blockpool::trace::{BlockState, Snapshot};
+use blockpool::trace::BlockState;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -64,6 +65,7 @@ pub fn run(
     file: &Path,
     device: Option<u32>,
     point: Point,
+    view: FrameView,
     json: bool,
     out: &mut Output,
 ) -> anyhow::Result<()> {
@@ -74,7 +76,13 @@ pub fn run(
     let mut walker = walker(snapshot, device)?;
     walker.seek(index)?;
     let state = walker.state();
-    let maps: Vec<SegmentMap> = state.segments.iter().map(|s| map(snapshot, s)).collect();
+    let names = SiteNames::new(snapshot, view);
+    let recorded = Recorded::before(&walker);
+    let maps: Vec<SegmentMap> = state
+        .segments
+        .iter()
+        .map(|s| map(&names, &recorded, s))
+        .collect();
     if json {
         return out.json(&maps);
     }
@@ -138,8 +146,9 @@ impl Fill {
     }
 }
 
-/// The map of one segment.
-pub fn map(snapshot: &Snapshot, segment: &Segment) -> SegmentMap {
+/// The map of one segment, its active blocks' sites named by `names` (`recorded`: the
+/// addresses the trace's `alloc` events gave out so far).
+pub fn map(names: &SiteNames, recorded: &Recorded, segment: &Segment) -> SegmentMap {
     let mut ranges: Vec<(u64, u64, Fill)> = Vec::new();
     let (mut requested, mut rounding, mut pending, mut free) = (0u64, 0u64, 0u64, 0u64);
     let mut blocks = Vec::with_capacity(segment.blocks.len());
@@ -167,10 +176,11 @@ pub fn map(snapshot: &Snapshot, segment: &Segment) -> SegmentMap {
             size: block.size,
             requested: block.requested,
             state: block.state.as_str(),
-            site: block
-                .state
-                .is_active()
-                .then(|| site_name(snapshot, block.context)),
+            site: block.state.is_active().then(|| {
+                names
+                    .of_block(block.context, block.address, recorded)
+                    .label()
+            }),
         });
     }
     SegmentMap {

@@ -1,8 +1,9 @@
-//! `memtrace summary FILE [--json]`: the summary of a trace ([`summarize`]: per device, the
+//! `memtrace summary FILE [--all-frames] [--json]`: the summary of a trace ([`summarize_in`]: per device, the
 //! peaks, fragmentation at the allocated peak, the top sites there and every out-of-memory event
 //! explained), as text or as JSON.
 
-use crate::analysis::summary::{summarize, SummaryReport};
+use crate::analysis::frames::FrameView;
+use crate::analysis::summary::{summarize_in, SummaryReport};
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -70,7 +71,7 @@ pub fn render(report: &SummaryReport) -> String {
                     "    {:>10}  {:>6} blocks  {}",
                     format_size(site.bytes),
                     count(site.blocks),
-                    site.site
+                    site.label
                 );
             }
         }
@@ -91,9 +92,9 @@ pub fn render(report: &SummaryReport) -> String {
 }
 
 /// Runs `memtrace summary`.
-pub fn run(file: &Path, json: bool, out: &mut Output) -> anyhow::Result<()> {
+pub fn run(file: &Path, view: FrameView, json: bool, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
-    let report = summarize(file, trace.format.as_str(), &trace.snapshot)?;
+    let report = summarize_in(file, trace.format.as_str(), &trace.snapshot, view)?;
     if json {
         out.json(&report)
     } else {

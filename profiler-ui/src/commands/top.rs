@@ -1,8 +1,11 @@
-//! `memtrace top FILE [--at EVENT | --peak] [--sort bytes|blocks|site] [--limit N]`: live
-//! allocated memory by site at one point of the trace (the end by default).
+//! `memtrace top FILE [--at EVENT | --peak] [--sort bytes|blocks|site] [--limit N]
+//! [--all-frames] [--tree [--depth N] [--min-share PERCENT]]`: live allocated memory by site at
+//! one point of the trace (the end by default), or as the stack tree of that memory.
 
-use crate::analysis::sites::{sites_in, sort_sites, Site, SiteOrder};
+use crate::analysis::frames::FrameView;
+use crate::analysis::sites::{sites_named_by, sort_sites, Site, SiteNames, SiteOrder};
 use crate::analysis::timeline::{pick_device, walker, Point};
+use crate::analysis::tree::{stack_tree, walk, TreeLimits, TreeNode};
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -34,6 +37,10 @@ pub struct TopOptions {
     pub order: SiteOrder,
     /// `--limit`.
     pub limit: usize,
+    /// `--all-frames`: which frames name sites.
+    pub view: FrameView,
+    /// `--tree` with its `--depth` and `--min-share`.
+    pub tree: Option<TreeLimits>,
     /// `--json`.
     pub json: bool,
 }
@@ -46,8 +53,27 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
     let index = options.point.resolve(snapshot, device)?;
     let mut walker = walker(snapshot, device)?;
     walker.seek(index)?;
-    let state = walker.state();
-    let mut sites = sites_in(snapshot, &state);
+    let names = SiteNames::new(snapshot, options.view);
+    if let Some(limits) = options.tree {
+        let tree = stack_tree(&names, &walker, limits);
+        let report = TreeReport {
+            device,
+            index,
+            allocated_bytes: tree.bytes,
+            blocks: tree.blocks,
+            all_frames: options.view == FrameView::All,
+            depth: limits.depth,
+            min_share: limits.min_share,
+            tree,
+        };
+        if options.json {
+            return out.json(&report);
+        }
+        out.write(&render_tree(&report))?;
+        out.flush()?;
+        return Ok(());
+    }
+    let mut sites = sites_named_by(&names, &walker, false);
     let allocated_bytes = sites.iter().map(|s| s.bytes).sum();
     sort_sites(&mut sites, options.order);
     sites.truncate(options.limit);
@@ -80,10 +106,77 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
             format_size(site.bytes),
             format_size(site.requested_bytes),
             count(site.blocks),
-            site.site
+            site.label
         );
     }
     out.write(&text)?;
     out.flush()?;
     Ok(())
+}
+
+/// What `top --tree` prints.
+#[derive(Debug, Serialize)]
+pub struct TreeReport {
+    /// Device index.
+    pub device: u32,
+    /// The state index shown (after this many of the device's events).
+    pub index: usize,
+    /// Bytes in allocated blocks (block sizes, not requested sizes): the root's bytes.
+    pub allocated_bytes: u64,
+    /// Allocated blocks.
+    pub blocks: u64,
+    /// Whether every frame memory_viz shows is in the paths (`--all-frames`), or only the
+    /// user's own.
+    pub all_frames: bool,
+    /// Levels below the root kept (`--depth`).
+    pub depth: usize,
+    /// Smallest share of `allocated_bytes`, from 0 to 1, a node keeps its own row with
+    /// (`--min-share` / 100); smaller siblings are one `<N smaller>` node.
+    pub min_share: f64,
+    /// The root, `all allocated blocks`; each node's bytes are the sum of its children's.
+    pub tree: TreeNode,
+}
+
+/// The tree as indented text, one node a line.
+fn render_tree(report: &TreeReport) -> String {
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "device {} after event {}: {} allocated in {} blocks, by call stack, outermost frame \
+         first ({}; block sizes, not requested sizes; nodes under {:.1} % of it folded, {} \
+         levels at most)",
+        report.device,
+        count(report.index as u64),
+        format_size(report.allocated_bytes),
+        count(report.blocks),
+        if report.all_frames {
+            "every frame memory_viz shows"
+        } else {
+            "the user's own frames"
+        },
+        report.min_share * 100.0,
+        report.depth
+    );
+    let _ = writeln!(
+        text,
+        "{:>12}  {:>7}  {:>7}  stack",
+        "bytes", "share", "blocks"
+    );
+    for (depth, node) in walk(&report.tree) {
+        let share = if report.allocated_bytes == 0 {
+            0.0
+        } else {
+            node.bytes as f64 * 100.0 / report.allocated_bytes as f64
+        };
+        let _ = writeln!(
+            text,
+            "{:>12}  {:>6.1}%  {:>7}  {}{}",
+            format_size(node.bytes),
+            share,
+            count(node.blocks),
+            "  ".repeat(depth),
+            node.name
+        );
+    }
+    text
 }

@@ -30,6 +30,10 @@ pub fn asset(path: &str) -> Option<Asset> {
             content_type: "text/javascript; charset=utf-8",
             body: include_bytes!("../../assets/app.js"),
         }),
+        "/tree.js" => Some(Asset {
+            content_type: "text/javascript; charset=utf-8",
+            body: include_bytes!("../../assets/tree.js"),
+        }),
         "/style.css" => Some(Asset {
             content_type: "text/css; charset=utf-8",
             body: include_bytes!("../../assets/style.css"),

@@ -13,6 +13,7 @@ use super::files::FileEntry;
 use super::lod::Axis;
 use super::model::TraceModel;
 use crate::analysis::diff::{diff, SiteDiff};
+use crate::analysis::frames::FrameView;
 use crate::analysis::sites::Site;
 use crate::analysis::summary::{DeviceSummary, Peak};
 use crate::analysis::timeline::pick_device;
@@ -327,7 +328,12 @@ fn sites_compared(
     b: &TraceModel,
     devices: (u32, u32),
 ) -> Result<SitesCompared, ServeError> {
-    let report = diff(&a.snapshot, &b.snapshot, (Some(devices.0), Some(devices.1)))?;
+    let report = diff(
+        &a.snapshot,
+        &b.snapshot,
+        (Some(devices.0), Some(devices.1)),
+        FrameView::User,
+    )?;
     let total = report.sites.len();
     let mut changed: Vec<SiteDiff> = report
         .sites

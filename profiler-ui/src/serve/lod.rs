@@ -6,19 +6,24 @@
 //! plotted memory is highest, so peaks survive any zoom. Bands: the `limit` largest
 //! allocations in the window are stacked individually (oldest at the bottom, as PyTorch's
 //! viewer stacks them), each drawn as runs of columns at a constant height; every other
-//! allocation the filter keeps is summed into one band on top. The work per request is one
-//! pass over the window's states and the allocations plus columns × shown bands.
+//! allocation the filter keeps is summed into one band on top ([`summarized`] says what one
+//! column of it holds). The same stacking draws the reserved segments ([`segment_timeline`]).
+//! The work per request is one pass over the window's states and the allocations, plus the
+//! columns each shown band is alive in.
 
 use super::filter::Filter;
-use super::model::{DeviceModel, TraceModel};
+use super::model::{Allocation, DeviceModel, TraceModel};
 use serde::Serialize;
 
 /// Most columns a request may ask for.
 pub const MAX_WIDTH: u64 = 4000;
+/// Allocations drawn on their own when a request does not say (PyTorch's memory_viz draws
+/// 15,000 by default too).
+pub const DEFAULT_BANDS: u64 = 15_000;
 /// Most allocations a request may ask to see individually.
-pub const MAX_BANDS: u64 = 2000;
+pub const MAX_BANDS: u64 = 100_000;
 /// Most runs one timeline response carries; past it fewer bands are shown individually.
-pub const MAX_RUNS: usize = 20_000;
+pub const MAX_RUNS: usize = 100_000;
 
 /// What the x axis counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -130,6 +135,9 @@ pub struct Timeline {
     pub bands: Vec<Band>,
     /// Allocations alive somewhere in the window that the filter keeps.
     pub matched: usize,
+    /// The most bands this answer could draw on their own: the limit asked for, or fewer when
+    /// that many would have made more than [`MAX_RUNS`] runs.
+    pub limit: usize,
 }
 
 /// The timeline of `device` in `window`, with at most `limit` bands drawn on their own.
@@ -140,69 +148,209 @@ pub fn timeline(
     filter: &Filter,
     limit: usize,
 ) -> Timeline {
-    let cols = columns(device, &window);
-    let (first, last) = match (cols.first(), cols.last()) {
-        (Some(f), Some(l)) => (f.0, l.1),
-        _ => (0, 1),
-    };
     let mask = filter.context_mask(model);
-    let candidates: Vec<usize> = device
-        .allocations
-        .iter()
-        .enumerate()
-        .filter(|(_, a)| a.start < last && a.end > first && filter.keeps(a, mask.as_deref()))
-        .map(|(id, _)| id)
-        .collect();
-    // Bytes alive at each state of the window, by a difference array (wrapping: a hostile
-    // trace's sizes may overflow, and then the sum is wrong but nothing panics).
-    let span = last - first;
-    let mut delta = vec![0u64; span + 1];
-    for &id in &candidates {
-        let a = &device.allocations[id];
-        let lo = a.start.max(first) - first;
-        let hi = a.end.min(last) - first;
-        delta[lo] = delta[lo].wrapping_add(a.size);
-        delta[hi] = delta[hi].wrapping_sub(a.size);
-    }
-    let mut alive = Vec::with_capacity(span);
-    let mut running = 0u64;
-    for d in &delta[..span] {
-        running = running.wrapping_add(*d);
-        alive.push(running);
-    }
-    let states: Vec<usize> = cols
-        .iter()
-        .map(|&(lo, hi)| first + peak_in(&alive, lo - first, hi - first))
-        .collect();
-    let total: Vec<u64> = states
-        .iter()
-        .map(|&s| alive.get(s - first).copied().unwrap_or(0))
-        .collect();
+    let layout = Layout::new(device, &device.allocations, window, |a| {
+        filter.keeps(a, mask.as_deref())
+    });
+    layout.timeline(model, &device.allocations, limit).0
+}
 
-    let mut shown_limit = limit.min(candidates.len());
-    loop {
-        let (bands, runs) = stack(model, device, &candidates, &states, shown_limit);
-        if runs <= MAX_RUNS || shown_limit == 0 {
-            let mut other = total.clone();
-            for band in &bands {
-                for run in &band.runs {
-                    for c in run[0]..run[1] {
-                        if let Some(o) = other.get_mut(c as usize) {
-                            *o = o.saturating_sub(band.size);
+/// The active cached segment timeline of `device` in `window`: every reserved range (see
+/// [`segment_spans`](super::model::segment_spans)) as a band, oldest at the bottom, at most
+/// `limit` of them on their own; `total` is the reserved bytes of each column's state.
+pub fn segment_timeline(
+    model: &TraceModel,
+    device: &DeviceModel,
+    window: Window,
+    limit: usize,
+) -> Timeline {
+    let layout = Layout::new(device, &device.segments, window, |_| true);
+    layout.timeline(model, &device.segments, limit).0
+}
+
+/// What the summarized band of one column holds: the allocations the filter keeps that are
+/// alive in the column's state but not drawn on their own, by site.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Summarized {
+    /// The column asked about.
+    pub column: usize,
+    /// The state the column shows.
+    pub state: usize,
+    /// Allocations in the summarized band there.
+    pub allocations: usize,
+    /// Their bytes (block sizes), the band's height.
+    pub bytes: u64,
+    /// The sites with the most of those bytes, most first, at most [`SUMMARIZED_SITES`].
+    pub sites: Vec<SummarizedSite>,
+    /// Sites left out of `sites`.
+    pub more_sites: usize,
+}
+
+/// One site's share of a summarized band.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SummarizedSite {
+    /// The site.
+    pub site: String,
+    /// Its bytes in the band.
+    pub bytes: u64,
+    /// Its allocations in the band.
+    pub allocations: usize,
+}
+
+/// Most sites a [`Summarized`] lists.
+pub const SUMMARIZED_SITES: usize = 8;
+
+/// What column `column` of the timeline that [`timeline`] draws for the same arguments sums
+/// into its summarized band; `None` for a column past the window's width.
+pub fn summarized(
+    model: &TraceModel,
+    device: &DeviceModel,
+    window: Window,
+    filter: &Filter,
+    limit: usize,
+    column: usize,
+) -> Option<Summarized> {
+    let mask = filter.context_mask(model);
+    let layout = Layout::new(device, &device.allocations, window, |a| {
+        filter.keeps(a, mask.as_deref())
+    });
+    let state = *layout.states.get(column)?;
+    let (_, shown) = layout.timeline(model, &device.allocations, limit);
+    let mut by_site: std::collections::HashMap<&str, (u64, usize)> = Default::default();
+    let (mut allocations, mut bytes) = (0, 0u64);
+    for &id in &layout.candidates {
+        let a = &device.allocations[id];
+        if a.start <= state && state < a.end && shown.binary_search(&id).is_err() {
+            allocations += 1;
+            bytes = bytes.wrapping_add(a.size);
+            let entry = by_site.entry(model.allocation_site(a)).or_default();
+            entry.0 = entry.0.wrapping_add(a.size);
+            entry.1 += 1;
+        }
+    }
+    let mut sites: Vec<SummarizedSite> = by_site
+        .into_iter()
+        .map(|(site, (bytes, allocations))| SummarizedSite {
+            site: site.to_owned(),
+            bytes,
+            allocations,
+        })
+        .collect();
+    sites.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    let more_sites = sites.len().saturating_sub(SUMMARIZED_SITES);
+    sites.truncate(SUMMARIZED_SITES);
+    Some(Summarized {
+        column,
+        state,
+        allocations,
+        bytes,
+        sites,
+        more_sites,
+    })
+}
+
+/// A window's columns, the lifetimes alive in it that are kept, and the state and kept bytes
+/// each column shows.
+struct Layout {
+    window: Window,
+    first: usize,
+    last: usize,
+    /// Ids of the kept lifetimes alive somewhere in the window, ascending.
+    candidates: Vec<usize>,
+    states: Vec<usize>,
+    total: Vec<u64>,
+}
+
+impl Layout {
+    fn new(
+        device: &DeviceModel,
+        spans: &[Allocation],
+        window: Window,
+        keeps: impl Fn(&Allocation) -> bool,
+    ) -> Layout {
+        let cols = columns(device, &window);
+        let (first, last) = match (cols.first(), cols.last()) {
+            (Some(f), Some(l)) => (f.0, l.1),
+            _ => (0, 1),
+        };
+        let candidates: Vec<usize> = spans
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.start < last && a.end > first && keeps(a))
+            .map(|(id, _)| id)
+            .collect();
+        // Bytes alive at each state of the window, by a difference array (wrapping: a hostile
+        // trace's sizes may overflow, and then the sum is wrong but nothing panics).
+        let span = last - first;
+        let mut delta = vec![0u64; span + 1];
+        for &id in &candidates {
+            let a = &spans[id];
+            let lo = a.start.max(first) - first;
+            let hi = a.end.min(last) - first;
+            delta[lo] = delta[lo].wrapping_add(a.size);
+            delta[hi] = delta[hi].wrapping_sub(a.size);
+        }
+        let mut alive = Vec::with_capacity(span);
+        let mut running = 0u64;
+        for d in &delta[..span] {
+            running = running.wrapping_add(*d);
+            alive.push(running);
+        }
+        let states: Vec<usize> = cols
+            .iter()
+            .map(|&(lo, hi)| first + peak_in(&alive, lo - first, hi - first))
+            .collect();
+        let total: Vec<u64> = states
+            .iter()
+            .map(|&s| alive.get(s - first).copied().unwrap_or(0))
+            .collect();
+        Layout {
+            window,
+            first,
+            last,
+            candidates,
+            states,
+            total,
+        }
+    }
+
+    /// The timeline with at most `limit` bands on their own (fewer when they would make more
+    /// than [`MAX_RUNS`] runs), and the ids of those shown, ascending.
+    fn timeline(
+        &self,
+        model: &TraceModel,
+        spans: &[Allocation],
+        limit: usize,
+    ) -> (Timeline, Vec<usize>) {
+        let mut cap = limit;
+        loop {
+            let shown_limit = cap.min(self.candidates.len());
+            let (bands, shown, runs) =
+                stack(model, spans, &self.candidates, &self.states, shown_limit);
+            if runs <= MAX_RUNS || shown_limit == 0 {
+                let mut other = self.total.clone();
+                for band in &bands {
+                    for run in &band.runs {
+                        for c in run[0]..run[1] {
+                            if let Some(o) = other.get_mut(c as usize) {
+                                *o = o.saturating_sub(band.size);
+                            }
                         }
                     }
                 }
+                let timeline = Timeline {
+                    window: clamped(self.window, self.first, self.last),
+                    states: self.states.clone(),
+                    total: self.total.clone(),
+                    other,
+                    bands,
+                    matched: self.candidates.len(),
+                    limit: cap,
+                };
+                return (timeline, shown);
             }
-            return Timeline {
-                window: clamped(window, first, last),
-                states,
-                total,
-                other,
-                bands,
-                matched: candidates.len(),
-            };
+            cap = shown_limit * MAX_RUNS / runs;
         }
-        shown_limit = shown_limit * MAX_RUNS / runs;
     }
 }
 
@@ -224,63 +372,61 @@ fn clamped(window: Window, first: usize, last: usize) -> Window {
     }
 }
 
-/// The `limit` largest of `candidates` stacked over the columns showing `states`, and the
-/// number of runs they make.
+/// The `limit` largest of `candidates` stacked over the columns showing `states` (which never
+/// decrease from column to column), their ids ascending, and the number of runs they make.
+/// Each band visits only the columns it is alive in: the work is the columns the shown bands
+/// cover, not columns times bands.
 fn stack(
     model: &TraceModel,
-    device: &DeviceModel,
+    spans: &[Allocation],
     candidates: &[usize],
     states: &[usize],
     limit: usize,
-) -> (Vec<Band>, usize) {
-    let allocations = &device.allocations;
+) -> (Vec<Band>, Vec<usize>, usize) {
     let mut shown = candidates.to_vec();
     if limit < shown.len() {
-        let by_size_desc = |a: &usize, b: &usize| {
-            allocations[*b]
-                .size
-                .cmp(&allocations[*a].size)
-                .then(a.cmp(b))
-        };
+        let by_size_desc =
+            |a: &usize, b: &usize| spans[*b].size.cmp(&spans[*a].size).then(a.cmp(b));
         shown.select_nth_unstable_by(limit, by_size_desc);
         shown.truncate(limit);
     }
     // Ids are in order of becoming alive: oldest at the bottom.
     shown.sort_unstable();
-    let mut runs: Vec<Vec<[u64; 3]>> = vec![Vec::new(); shown.len()];
-    for (c, &state) in states.iter().enumerate() {
-        let c = c as u64;
-        let mut below = 0u64;
-        for (i, &id) in shown.iter().enumerate() {
-            let a = &allocations[id];
-            if a.start <= state && state < a.end {
-                match runs[i].last_mut() {
-                    Some(run) if run[1] == c && run[2] == below => run[1] = c + 1,
-                    _ => runs[i].push([c, c + 1, below]),
-                }
-                below = below.wrapping_add(a.size);
+    debug_assert!(
+        states.windows(2).all(|w| w[0] <= w[1]),
+        "column states never decrease"
+    );
+    let mut below = vec![0u64; states.len()];
+    let mut count = 0;
+    let mut bands = Vec::with_capacity(shown.len());
+    for &id in &shown {
+        let a = &spans[id];
+        let c0 = states.partition_point(|&s| s < a.start);
+        let c1 = states.partition_point(|&s| s < a.end);
+        let mut runs: Vec<[u64; 3]> = Vec::new();
+        for (c, under) in below.iter_mut().enumerate().take(c1).skip(c0) {
+            let c = c as u64;
+            match runs.last_mut() {
+                Some(run) if run[1] == c && run[2] == *under => run[1] = c + 1,
+                _ => runs.push([c, c + 1, *under]),
             }
+            *under = under.wrapping_add(a.size);
         }
+        if runs.is_empty() {
+            continue;
+        }
+        count += runs.len();
+        bands.push(Band {
+            id,
+            size: a.size,
+            stream: a.stream,
+            site: model.allocation_site(a).to_string(),
+            start: a.start,
+            end: a.end,
+            runs,
+        });
     }
-    let count = runs.iter().map(Vec::len).sum();
-    let bands = shown
-        .into_iter()
-        .zip(runs)
-        .filter(|(_, runs)| !runs.is_empty())
-        .map(|(id, runs)| {
-            let a = &allocations[id];
-            Band {
-                id,
-                size: a.size,
-                stream: a.stream,
-                site: model.context_text(a.context).site.clone(),
-                start: a.start,
-                end: a.end,
-                runs,
-            }
-        })
-        .collect();
-    (bands, count)
+    (bands, shown, count)
 }
 
 /// Allocated, reserved, requested and active memory of a window: the highest value of each
@@ -511,6 +657,61 @@ mod tests {
         let t = timeline(&model, device, window(Axis::Event, 0, 8, 8), &attn, 10);
         assert_eq!(runs(&t), [(0, vec![[1, 4, 0]])]);
         assert_eq!(t.matched, 1);
+    }
+
+    #[test]
+    fn the_summarized_band_of_a_column_lists_what_is_not_drawn_by_site() {
+        let model = model();
+        let device = &model.devices[0];
+        let w = window(Axis::Event, 0, 8, 8);
+        let s = summarized(&model, device, w, &Filter::default(), 1, 2).expect("column 2 exists");
+        assert_eq!(
+            s,
+            Summarized {
+                column: 2,
+                state: 2,
+                allocations: 1,
+                bytes: 100,
+                sites: vec![SummarizedSite {
+                    site: "step0/attn".into(),
+                    bytes: 100,
+                    allocations: 1,
+                }],
+                more_sites: 0,
+            },
+            "B is drawn; A is the grey band at state 2"
+        );
+        let t = timeline(&model, device, w, &Filter::default(), 1);
+        assert_eq!(t.other[2], s.bytes, "the band's height is what it holds");
+        assert_eq!(
+            summarized(&model, device, w, &Filter::default(), 1, 8),
+            None
+        );
+    }
+
+    #[test]
+    fn a_band_is_stacked_only_over_the_columns_it_is_alive_in() {
+        // Two columns of four states each: A (100) is alive in the first column's peak state
+        // only; B and C keep their heights over A's gap.
+        let model = model();
+        let device = &model.devices[0];
+        let t = timeline(
+            &model,
+            device,
+            window(Axis::Event, 0, 8, 4),
+            &Filter::default(),
+            10,
+        );
+        assert_eq!(t.states, [1, 2, 5, 6]);
+        assert_eq!(
+            runs(&t),
+            [
+                (0, vec![[0, 2, 0]]),
+                (1, vec![[1, 2, 100], [2, 4, 0]]),
+                (2, vec![[2, 4, 200]]),
+            ]
+        );
+        assert_eq!(t.limit, 10);
     }
 
     #[test]

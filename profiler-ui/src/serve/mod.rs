@@ -2,7 +2,8 @@
 //! that answers a fixed set of routes ([`routes`]) from traces loaded once ([`model`]; several
 //! files side by side: [`files`], [`set`], [`compare`]), with the
 //! level of detail of every curve and band computed here ([`lod`]) so the page draws a few
-//! thousand shapes whatever the trace's size. The page itself (`profiler-ui/assets/`) is
+//! thousand shapes whatever the trace's size; the event list and out-of-memory markers come
+//! from [`history`]. The page itself (`profiler-ui/assets/`) is
 //! embedded in the binary ([`assets`]); nothing is read from disk after the trace.
 
 pub mod assets;
@@ -10,6 +11,7 @@ pub mod compare;
 pub mod error;
 pub mod files;
 pub mod filter;
+pub mod history;
 pub mod http;
 pub mod lod;
 pub mod model;
@@ -18,6 +20,7 @@ pub mod routes;
 pub mod server;
 pub mod set;
 pub mod tables;
+pub mod tree;
 
 pub use model::TraceModel;
 pub use server::{bind, serve_forever, Limits};

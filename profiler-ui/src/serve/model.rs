@@ -6,15 +6,16 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
+use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks, LeakReport};
-use crate::analysis::sites::site_name;
+use crate::analysis::sites::{site_name, BEFORE_RECORDING};
 use crate::analysis::summary::{summarize, SummaryReport};
 use crate::analysis::timeline::{allocated_peak, memory_series};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
-use blockpool::trace::{Action, ContextId, Snapshot, StateWalker};
-use std::collections::HashMap;
+use blockpool::trace::{Action, ContextId, DeviceState, Snapshot, StateWalker, TraceEvent};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// One allocation: a block from its `alloc` event (or from before the trace) to its
 /// `free_completed` event (or past the end).
@@ -68,10 +69,20 @@ pub struct DeviceModel {
     pub peak_index: usize,
     /// Annotation intervals, ordered by start.
     pub annotations: Vec<AnnotationInterval>,
-    /// Leaks: allocations alive at the end, and sites growing across steps.
+    /// Leaks: allocations alive at the end, and sites growing across steps (sites named by the
+    /// user's own code).
     pub leaks: LeakReport,
+    /// The same with sites named by every frame, made when first asked for.
+    pub leaks_all_frames: OnceLock<LeakReport>,
     /// Streams that allocations were made on, ascending.
     pub streams: Vec<u64>,
+    /// Reserved memory as lifetimes, one per segment (or mapped range of an expandable
+    /// segment) from the event that reserved it to the one that released it, in the order
+    /// they became reserved; `requested` is 0. See [`segment_spans`].
+    pub segments: Vec<Allocation>,
+    /// Whether the events carry times (the last state's time is after the first's); without
+    /// them only the event axis means anything.
+    pub has_times: bool,
     /// Moves to any state for the segment view; one request at a time uses it.
     pub walker: Mutex<StateWalker>,
 }
@@ -112,8 +123,8 @@ impl TraceModel {
         snapshot: Snapshot,
     ) -> Result<TraceModel, ServeError> {
         let mut devices = Vec::new();
-        for device in snapshot.devices() {
-            devices.push(build_device(&snapshot, device)?);
+        for (device, part) in snapshot.by_device() {
+            devices.push(build_device(&part, device)?);
         }
         let contexts = context_texts(&snapshot);
         let summary = summarize(file, format, &snapshot)?;
@@ -133,6 +144,36 @@ impl TraceModel {
             None => self.devices.first(),
             Some(d) => self.devices.iter().find(|m| m.device == d),
         }
+    }
+
+    /// The site of `allocation` as the page names it: its context's, or
+    /// [`BEFORE_RECORDING`] for a block alive before the first event with no recorded stack.
+    pub fn allocation_site(&self, allocation: &Allocation) -> &str {
+        let recorded = self
+            .snapshot
+            .contexts
+            .get(allocation.context)
+            .is_some_and(|c| !c.tags.is_empty() || !c.frames.is_empty());
+        if allocation.start == 0 && !recorded {
+            return BEFORE_RECORDING;
+        }
+        &self.context_text(allocation.context).site
+    }
+
+    /// The leak report of `device` with sites named in `view`.
+    pub fn leaks<'d>(
+        &self,
+        device: &'d DeviceModel,
+        view: FrameView,
+    ) -> anyhow::Result<&'d LeakReport> {
+        if view == FrameView::User {
+            return Ok(&device.leaks);
+        }
+        if let Some(report) = device.leaks_all_frames.get() {
+            return Ok(report);
+        }
+        let report = crate::analysis::leaks::find_leaks_in(&self.snapshot, device.device, view)?;
+        Ok(device.leaks_all_frames.get_or_init(|| report))
     }
 
     /// The texts of `context` (empty ones for an unknown id).
@@ -248,11 +289,13 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         active: series.iter().map(|s| s.active).collect(),
     };
     let peak_index = allocated_peak(&series).index;
+    let segments = segment_spans(&initial, walker.events());
     drop(series);
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();
     let leaks = find_leaks(snapshot, device)?;
+    let has_times = state_time_us.last() > state_time_us.first();
     // Leave the walker at the peak, where the page first asks for the segments.
     walker.seek(peak_index).map_err(failed)?;
     Ok(DeviceModel {
@@ -264,7 +307,155 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         peak_index,
         annotations: annotation_intervals(snapshot, device),
         leaks,
+        leaks_all_frames: OnceLock::new(),
         streams,
+        segments,
+        has_times,
         walker: Mutex::new(walker),
     })
+}
+
+/// The reserved address ranges of a device over time: the segments of `initial` from state 0,
+/// then each `segment_alloc` or `segment_map` opens a range at its event's state and each
+/// `segment_free` or `segment_unmap` closes the range holding its address. Releasing part of a
+/// range (an unmap of some pages of a mapped run) closes it and opens what is left as new
+/// ranges, so at every state the open ranges tile exactly the reserved bytes the events say.
+/// A release of an address no range holds (a truncated trace) is skipped.
+pub fn segment_spans(initial: &DeviceState, events: &[TraceEvent]) -> Vec<Allocation> {
+    let mut spans = Vec::new();
+    let alive_at_end = events.len().saturating_add(1);
+    // Open ranges by start address: span index.
+    let mut open: BTreeMap<u64, usize> = BTreeMap::new();
+    let span = |addr, size, stream, context, start| Allocation {
+        addr,
+        size,
+        requested: 0,
+        stream,
+        context,
+        start,
+        end: alive_at_end,
+    };
+    for segment in &initial.segments {
+        open.insert(segment.address, spans.len());
+        spans.push(span(
+            segment.address,
+            segment.size,
+            segment.stream.0,
+            segment.context,
+            0,
+        ));
+    }
+    for (index, event) in events.iter().enumerate() {
+        let state = index + 1;
+        match event.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if let Some(previous) = open.insert(event.addr, spans.len()) {
+                    // A second reservation at an open address: the release was lost.
+                    spans[previous].end = state;
+                }
+                spans.push(span(
+                    event.addr,
+                    event.size,
+                    event.stream.0,
+                    event.context,
+                    state,
+                ));
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                let holder = open
+                    .range(..=event.addr)
+                    .next_back()
+                    .map(|(&start, &id)| (start, id))
+                    .filter(|&(start, id)| event.addr - start < spans[id].size);
+                let Some((start, id)) = holder else { continue };
+                open.remove(&start);
+                spans[id].end = state;
+                let range_end = start.saturating_add(spans[id].size);
+                let released_end = event.addr.saturating_add(event.size.max(1)).min(range_end);
+                let (stream, context) = (spans[id].stream, spans[id].context);
+                if event.addr > start {
+                    open.insert(start, spans.len());
+                    spans.push(span(start, event.addr - start, stream, context, state));
+                }
+                if released_end < range_end && event.action == Action::SegmentUnmap {
+                    open.insert(released_end, spans.len());
+                    spans.push(span(
+                        released_end,
+                        range_end - released_end,
+                        stream,
+                        context,
+                        state,
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blockpool::StreamId;
+
+    fn event(action: Action, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent {
+            action,
+            device: 0,
+            stream: StreamId::DEFAULT,
+            addr,
+            size,
+            requested: 0,
+            time_us: 0,
+            context: ContextId::NONE,
+        }
+    }
+
+    fn spans(events: &[TraceEvent]) -> Vec<(u64, u64, usize, usize)> {
+        let initial = DeviceState {
+            device: 0,
+            segments: Vec::new(),
+            unsegmented: Vec::new(),
+        };
+        segment_spans(&initial, events)
+            .iter()
+            .map(|s| (s.addr, s.size, s.start, s.end))
+            .collect()
+    }
+
+    #[test]
+    fn unmapping_part_of_a_mapped_range_leaves_the_rest_reserved() {
+        let events = [
+            event(Action::SegmentMap, 0x0, 0x6000),
+            event(Action::SegmentUnmap, 0x2000, 0x2000),
+            event(Action::SegmentUnmap, 0x0, 0x2000),
+            event(Action::SegmentUnmap, 0x4000, 0x2000),
+        ];
+        assert_eq!(
+            spans(&events),
+            [
+                (0x0, 0x6000, 1, 2),
+                (0x0, 0x2000, 2, 3),
+                (0x4000, 0x2000, 2, 4),
+            ],
+            "the middle page goes at 2, leaving both ends; each end goes on its own"
+        );
+    }
+
+    #[test]
+    fn segments_live_from_their_alloc_to_their_free_and_unknown_frees_are_skipped() {
+        let events = [
+            event(Action::SegmentAlloc, 0x1000, 0x1000),
+            event(Action::Alloc, 0x1000, 0x100),
+            event(Action::SegmentFree, 0x9000, 0x1000),
+            event(Action::SegmentAlloc, 0x4000, 0x2000),
+            event(Action::SegmentFree, 0x1000, 0x1000),
+        ];
+        assert_eq!(
+            spans(&events),
+            [(0x1000, 0x1000, 1, 5), (0x4000, 0x2000, 4, 6)],
+            "0x9000 is no segment's; 0x4000 is reserved at the end (events + 1)"
+        );
+    }
 }

@@ -3,17 +3,24 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `/`, `/index.html`, `/app.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
+//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
 //! | `/compare.html`, `/compare.js`, `/compare.css` | the page of several files side by side |
 //! | `/api/compare` | [`Comparison`](super::compare::Comparison): each file's peaks and sites, the imbalance, the sites of two files |
 //! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
-//! | `/api/timeline?device&axis&from&to&width&limit` + filter | [`Timeline`](super::lod::Timeline) |
+//! | `/api/timeline?device&axis&from&to&width&limit` + filter | [`Timeline`](super::lod::Timeline) (limit: 15,000 by default) |
+//! | `/api/summarized?device&axis&from&to&width&limit&column` + filter | [`Summarized`](super::lod::Summarized): the grey band of one column of that timeline |
+//! | `/api/segments?device&axis&from&to&width&limit` | [`Timeline`](super::lod::Timeline) of reserved segments |
+//! | `/api/events?device&offset&limit&action&q` | [`EventPage`](super::history::EventPage): the state history |
+//! | `/api/ooms?device` | [`OomMarker`](super::history::OomMarker)s, in trace order |
 //! | `/api/curves?device&axis&from&to&width` | [`CurvesWindow`](super::lod::CurvesWindow) |
 //! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
 //! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
-//! | `/api/leaks?device` | the leak report |
-//! | `/api/breakdown?device&index&limit` | [`Breakdown`](super::tables::Breakdown) |
+//! | `/api/leaks?device&all_frames` | the leak report |
+//! | `/api/breakdown?device&index&limit&all_frames` | [`Breakdown`](super::tables::Breakdown) |
+//! | `/api/tree?device&index&all_frames&depth&min_share` | [`TreeView`](super::tree::TreeView) |
+//!
+//! `all_frames=1` names sites by every frame memory_viz shows instead of the user's own code.
 //!
 //! Filter parameters: `q`, `tag`, `stack`, `stream`, `min_size`, `max_size` ([`Filter`]). Every
 //! route but `/api/compare` also takes `file`, the index of a file when several are served (0
@@ -22,11 +29,13 @@
 use super::assets;
 use super::error::RequestError;
 use super::filter::Filter;
-use super::lod::{self, Axis, Window, MAX_BANDS, MAX_WIDTH};
+use super::history::{self, EventFilter};
+use super::lod::{self, Axis, Window, DEFAULT_BANDS, MAX_BANDS, MAX_WIDTH};
 use super::model::{DeviceModel, TraceModel};
 use super::query::Target;
 use super::set::TraceSet;
 use super::tables;
+use super::tree;
 use blockpool::trace::ContextId;
 use serde::Serialize;
 
@@ -178,6 +187,8 @@ struct DeviceMeta<'m> {
     peak_index: usize,
     peak_allocated: u64,
     allocations: usize,
+    /// Whether the events carry times; without them the page offers only the event axis.
+    has_times: bool,
     streams: &'m [u64],
     annotations: Vec<AnnotationView<'m>>,
 }
@@ -208,6 +219,7 @@ fn meta(model: &TraceModel) -> Reply {
                 peak_index: d.peak_index,
                 peak_allocated: d.curves.allocated.get(d.peak_index).copied().unwrap_or(0),
                 allocations: d.allocations.len(),
+                has_times: d.has_times,
                 streams: &d.streams,
                 annotations: d
                     .annotations
@@ -241,9 +253,41 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
             let device = device(model, target)?;
             let window = window(device, target)?;
             let filter = Filter::from_target(target)?;
-            let limit = target.clamped("limit", 500, 0, MAX_BANDS)? as usize;
+            let limit = target.clamped("limit", DEFAULT_BANDS, 0, MAX_BANDS)? as usize;
             Reply::json(&lod::timeline(model, device, window, &filter, limit))
         }
+        "/api/summarized" => {
+            let device = device(model, target)?;
+            let window = window(device, target)?;
+            let filter = Filter::from_target(target)?;
+            let limit = target.clamped("limit", DEFAULT_BANDS, 0, MAX_BANDS)? as usize;
+            let column = target.number("column")?.ok_or(RequestError::BadParameter {
+                name: "column",
+                reason: "missing".into(),
+            })?;
+            let column = usize::try_from(column).unwrap_or(usize::MAX);
+            let summarized = lod::summarized(model, device, window, &filter, limit, column)
+                .ok_or_else(|| RequestError::BadParameter {
+                    name: "column",
+                    reason: format!("{column} is past the window's {} columns", window.width),
+                })?;
+            Reply::json(&summarized)
+        }
+        "/api/segments" => {
+            let device = device(model, target)?;
+            let window = window(device, target)?;
+            let limit = target.clamped("limit", DEFAULT_BANDS, 0, MAX_BANDS)? as usize;
+            Reply::json(&lod::segment_timeline(model, device, window, limit))
+        }
+        "/api/events" => {
+            let device = device(model, target)?;
+            let filter = EventFilter::from_target(target)?;
+            let offset =
+                usize::try_from(target.number("offset")?.unwrap_or(0)).unwrap_or(usize::MAX);
+            let limit = target.clamped("limit", 200, 1, history::MAX_PAGE as u64)? as usize;
+            Reply::json(&history::event_page(model, device, &filter, offset, limit))
+        }
+        "/api/ooms" => Reply::json(&history::ooms(model, device(model, target)?)),
         "/api/curves" => {
             let device = device(model, target)?;
             Reply::json(&lod::curves(device, window(device, target)?))
@@ -266,11 +310,35 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
             let id = u32::try_from(id).unwrap_or(u32::MAX);
             Reply::json(&tables::context_view(model, ContextId(id)))
         }
-        "/api/leaks" => Reply::json(&device(model, target)?.leaks),
+        "/api/leaks" => {
+            let device = device(model, target)?;
+            match model.leaks(device, tree::view(target)?) {
+                Ok(report) => Reply::json(report),
+                Err(e) => Reply::error(500, &format!("{e:#}")),
+            }
+        }
         "/api/breakdown" => {
             let device = device(model, target)?;
             let limit = target.clamped("limit", 100, 1, 10_000)? as usize;
-            Reply::json(&tables::breakdown(model, device, index(target)?, limit)?)
+            let view = tree::view(target)?;
+            Reply::json(&tables::breakdown(
+                model,
+                device,
+                index(target)?,
+                limit,
+                view,
+            )?)
+        }
+        "/api/tree" => {
+            let device = device(model, target)?;
+            let (view, limits) = (tree::view(target)?, tree::limits(target)?);
+            Reply::json(&tree::tree_view(
+                model,
+                device,
+                index(target)?,
+                view,
+                limits,
+            )?)
         }
         _ => return Ok(None),
     };

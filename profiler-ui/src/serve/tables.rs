@@ -3,7 +3,8 @@
 
 use super::error::RequestError;
 use super::model::{DeviceModel, TraceModel};
-use crate::analysis::sites::{sites_in, Site};
+use crate::analysis::frames::FrameView;
+use crate::analysis::sites::{sites_named_by, Site, SiteNames};
 use blockpool::trace::snapshot::pool_name;
 use blockpool::trace::{ContextId, DeviceState, MemoryTotals};
 use serde::Serialize;
@@ -52,6 +53,8 @@ pub struct StateView {
     pub unsegmented: Vec<[u64; 5]>,
     /// Whether segments were left out past [`MAX_BLOCKS`] blocks.
     pub truncated: bool,
+    /// Segments in the state, those left out included (`segments` holds the first ones).
+    pub segments_total: usize,
 }
 
 /// One event, as the page names it.
@@ -69,7 +72,8 @@ pub struct EventView {
     pub site: String,
 }
 
-fn lock(device: &DeviceModel) -> MutexGuard<'_, blockpool::trace::StateWalker> {
+/// The walker of `device`, locked.
+pub fn lock(device: &DeviceModel) -> MutexGuard<'_, blockpool::trace::StateWalker> {
     // A panic while holding the walker cannot leave it half-moved (`seek` moves step by
     // step, each complete), so a poisoned lock is still usable.
     device
@@ -155,6 +159,7 @@ pub fn state_view(
         segments,
         unsegmented,
         truncated,
+        segments_total: state.segments.len(),
     })
 }
 
@@ -181,7 +186,7 @@ pub fn context_view(model: &TraceModel, id: ContextId) -> ContextView {
         frames: context.map_or_else(Vec::new, |c| {
             c.frames
                 .iter()
-                .map(|f| (f.name.clone(), f.filename.clone(), f.line))
+                .map(|f| (f.name.to_string(), f.filename.to_string(), f.line))
                 .collect()
         }),
     }
@@ -234,7 +239,10 @@ pub fn allocation_view(
         end,
         start_us: time(a.start),
         end_us: end.map(time),
-        context: context_view(model, a.context),
+        context: ContextView {
+            site: model.allocation_site(a).to_string(),
+            ..context_view(model, a.context)
+        },
     })
 }
 
@@ -251,20 +259,22 @@ pub struct Breakdown {
     pub sites: Vec<Site>,
 }
 
-/// The breakdown by site at `index` (the peak when `None`), at most `limit` sites.
+/// The breakdown by site at `index` (the peak when `None`), at most `limit` sites, named in
+/// `view`.
 pub fn breakdown(
     model: &TraceModel,
     device: &DeviceModel,
     index: Option<usize>,
     limit: usize,
+    view: FrameView,
 ) -> Result<Breakdown, RequestError> {
     let index = index.unwrap_or(device.peak_index);
-    let state = {
+    let names = SiteNames::new(&model.snapshot, view);
+    let mut sites = {
         let mut walker = lock(device);
         walker.seek(index)?;
-        walker.state()
+        sites_named_by(&names, &walker, false)
     };
-    let mut sites = sites_in(&model.snapshot, &state);
     sites.truncate(limit);
     Ok(Breakdown {
         index,

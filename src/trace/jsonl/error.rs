@@ -154,6 +154,16 @@ pub enum JsonlError {
         #[source]
         source: SnapshotInvalid,
     },
+    /// A context line would take the trace past a limit of
+    /// [`ImportLimits`](crate::trace::ImportLimits).
+    #[error("line {line}: {source}")]
+    Limit {
+        /// The context line at fault.
+        line: u64,
+        /// The limit, and how to raise it.
+        #[source]
+        source: crate::trace::ImportLimitExceeded,
+    },
     /// [`stream_history_to`](crate::CachingAllocator::stream_history_to) was called while
     /// recording is off: there would be nothing to stream.
     #[error(
@@ -181,7 +191,8 @@ impl JsonlError {
             | JsonlError::Redefined { line, .. }
             | JsonlError::AfterEnd { line, .. }
             | JsonlError::CountMismatch { line, .. }
-            | JsonlError::Invalid { line, .. } => Some(*line),
+            | JsonlError::Invalid { line, .. }
+            | JsonlError::Limit { line, .. } => Some(*line),
             JsonlError::NotATrace | JsonlError::UnsupportedVersion { .. } => Some(1),
             JsonlError::Open { .. }
             | JsonlError::Write(_)

@@ -72,7 +72,7 @@ mod tests;
 
 pub use error::JsonlError;
 pub use format::{Header, ReadReport, FORMAT_VERSION, MAX_LINE_BYTES};
-pub use reader::{load, read_snapshot, JsonlReader, Record};
+pub use reader::{load, read_snapshot, read_snapshot_with, JsonlReader, Record};
 pub(crate) use sink::{spawn_stream, StreamSource, StreamState};
 pub use sink::{HistoryStream, StreamSummary, FLUSH_INTERVAL};
 pub(crate) use writer::create_file;

@@ -6,6 +6,7 @@ use super::error::JsonlError;
 use super::format::{Header, ReadReport, FORMAT_VERSION, MAX_LINE_BYTES};
 use super::line::{self, RawLine};
 use crate::backend::StreamId;
+use crate::trace::limits::{ContextBudget, ImportLimits};
 use crate::trace::lines::{impl_record_iterator, LineError};
 use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use crate::trace::{Context, ContextId, Frame, SnapshotInvalid, TraceEvent};
@@ -93,6 +94,8 @@ pub struct JsonlReader<R: BufRead> {
     /// Context ids of the file, mapped to ids of `contexts`, with their defining lines.
     context_ids: HashMap<u64, (ContextId, u64)>,
     contexts: Contexts,
+    /// What the contexts built so far spell out, against [`ImportLimits::max_context_bytes`].
+    budget: ContextBudget,
     report: ReadReport,
     /// The end line's number and counts once read.
     end: Option<(u64, Option<u64>, Option<u64>)>,
@@ -103,8 +106,15 @@ impl<R: BufRead> JsonlReader<R> {
     /// Reads and checks the header (line 1); the rest is read as the iterator advances.
     ///
     /// Fails on empty input, a first line that is not a header, or a version other than
-    /// [`FORMAT_VERSION`].
-    pub fn new(mut input: R) -> Result<Self, JsonlError> {
+    /// [`FORMAT_VERSION`]. The contexts are bounded by [`ImportLimits::from_env`].
+    pub fn new(input: R) -> Result<Self, JsonlError> {
+        JsonlReader::with_limits(input, &ImportLimits::from_env())
+    }
+
+    /// As [`new`](JsonlReader::new), with the contexts bounded by `limits`: a context line
+    /// that would take the contexts past [`ImportLimits::max_context_bytes`] is refused with
+    /// [`JsonlError::Limit`].
+    pub fn with_limits(mut input: R, limits: &ImportLimits) -> Result<Self, JsonlError> {
         let magic = loop {
             match input.fill_buf() {
                 Ok(bytes) => break bytes.starts_with(&GZIP_MAGIC),
@@ -133,6 +143,7 @@ impl<R: BufRead> JsonlReader<R> {
             frames: HashMap::new(),
             context_ids: HashMap::new(),
             contexts: Contexts::new(),
+            budget: ContextBudget::new(limits),
             report: ReadReport::default(),
             end: None,
             finished: false,
@@ -282,12 +293,15 @@ impl<R: BufRead> JsonlReader<R> {
         }
         if let Some(id) = raw.frame {
             let frame = Frame {
-                name: raw.name.ok_or(JsonlError::MissingField {
-                    line,
-                    kind: "frame",
-                    field: "name",
-                })?,
-                filename: raw.file.unwrap_or_default(),
+                name: raw
+                    .name
+                    .ok_or(JsonlError::MissingField {
+                        line,
+                        kind: "frame",
+                        field: "name",
+                    })?
+                    .into(),
+                filename: raw.file.unwrap_or_default().into(),
                 line: raw.line.unwrap_or(0),
             };
             nonzero(id, line, "frame")?;
@@ -335,10 +349,21 @@ impl<R: BufRead> JsonlReader<R> {
             if let Some(&(_, first)) = self.context_ids.get(&id) {
                 return Err(redefined(line, "context", id, first));
             }
+            let tags = raw.tags.unwrap_or_default();
+            let text: usize = tags.iter().map(String::len).sum();
+            let limit = |source| JsonlError::Limit { line, source };
+            self.budget.tags(tags.len(), text).map_err(limit)?;
+            // Each frame is charged before it is added: a line that lists one frame millions
+            // of times stops at the limit, not after building the list.
             let mut frames = Vec::new();
             for frame in raw.frames.unwrap_or_default() {
                 match self.frames.get(&frame) {
-                    Some((frame, _)) => frames.push(frame.clone()),
+                    Some((frame, _)) => {
+                        self.budget
+                            .frame(&frame.name, &frame.filename)
+                            .map_err(limit)?;
+                        frames.push(frame.clone());
+                    }
                     None => {
                         return Err(JsonlError::Undefined {
                             line,
@@ -348,7 +373,6 @@ impl<R: BufRead> JsonlReader<R> {
                     }
                 }
             }
-            let tags = raw.tags.unwrap_or_default();
             let context = Context {
                 tags: tags.into_iter().map(Arc::from).collect(),
                 frames,
@@ -457,7 +481,16 @@ impl_record_iterator!(JsonlReader, Record, JsonlError);
 /// assert_eq!(err.to_string(), "line 2: context 9 is not defined by an earlier line");
 /// ```
 pub fn read_snapshot<R: BufRead>(input: R) -> Result<(Snapshot, ReadReport), JsonlError> {
-    let mut reader = JsonlReader::new(input)?;
+    read_snapshot_with(input, &ImportLimits::from_env())
+}
+
+/// As [`read_snapshot`], with the contexts bounded by `limits` instead of
+/// [`ImportLimits::from_env`].
+pub fn read_snapshot_with<R: BufRead>(
+    input: R,
+    limits: &ImportLimits,
+) -> Result<(Snapshot, ReadReport), JsonlError> {
+    let mut reader = JsonlReader::with_limits(input, limits)?;
     let mut events = Vec::new();
     // Each segment with its line, to name the line of an overlap.
     let mut segments: Vec<(Segment, u64)> = Vec::new();

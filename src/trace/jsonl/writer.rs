@@ -93,9 +93,9 @@ impl<W: Write> TraceWriter<W> {
             let frame_id = *self.frames.entry(frame.clone()).or_insert(next);
             if frame_id == next {
                 write!(self.out, "{{\"frame\":{frame_id},\"name\":")?;
-                serde_json::to_writer(&mut self.out, &frame.name)?;
+                serde_json::to_writer(&mut self.out, &*frame.name)?;
                 self.out.write_all(b",\"file\":")?;
-                serde_json::to_writer(&mut self.out, &frame.filename)?;
+                serde_json::to_writer(&mut self.out, &*frame.filename)?;
                 writeln!(self.out, ",\"line\":{}}}", frame.line)?;
             }
             frame_ids.push(frame_id);

@@ -95,8 +95,9 @@ pub fn write_perfetto<W: Write>(snapshot: &Snapshot, w: W) -> io::Result<()> {
         first: true,
     };
     out.out.write_all(b"{\"traceEvents\":[")?;
-    for device in snapshot.devices() {
-        write_device(&mut out, snapshot, device)?;
+    // Split once: each device's tracks filter its own events, not the whole trace's.
+    for (device, part) in snapshot.by_device() {
+        write_device(&mut out, &part, device)?;
     }
     out.out
         .write_all(b"\n],\"displayTimeUnit\":\"ms\",\"otherData\":")?;

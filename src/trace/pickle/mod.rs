@@ -11,6 +11,6 @@ mod reader;
 mod value;
 mod writer;
 
-pub use reader::{read, PickleError, ReadLimits};
+pub use reader::{read, read_from, PickleError, ReadLimits};
 pub use value::Value;
 pub use writer::{write, write_to, WriteOptions};

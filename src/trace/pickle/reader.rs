@@ -126,3 +126,29 @@ impl Default for ReadLimits {
 pub fn read(bytes: &[u8], limits: &ReadLimits) -> Result<Value, PickleError> {
     machine::run(bytes, limits)
 }
+
+/// Reads the pickle at the start of `source` into a [`Value`], as [`read`] does, pulling bytes
+/// only as the opcodes need them: a compressed file is parsed while it inflates, so an input
+/// that goes wrong early is refused after reading that far. Bytes after `STOP` are not read.
+///
+/// # Errors
+///
+/// As [`read`], and [`PickleError::Read`] when `source` fails. A declared length is not
+/// checked against the input's end up front (a stream's end is unknown); it is read a chunk
+/// at a time and refused where the input runs out.
+///
+/// ```
+/// use blockpool::trace::pickle::{read_from, PickleError, ReadLimits};
+/// use std::io::Read;
+///
+/// // PROTO 4, then zeros forever: refused at byte 2 after one chunk.
+/// let mut zeros = b"\x80\x04".chain(std::io::repeat(0));
+/// let error = read_from(&mut zeros, &ReadLimits::default()).unwrap_err();
+/// assert!(matches!(error, PickleError::UnknownOpcode { byte: 0, offset: 2 }));
+/// ```
+pub fn read_from(
+    source: &mut dyn std::io::Read,
+    limits: &ReadLimits,
+) -> Result<Value, PickleError> {
+    machine::run_from(source, limits)
+}

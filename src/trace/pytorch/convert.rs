@@ -1,7 +1,7 @@
 //! From the plain-data tree to [`PytorchSnapshot`]: which form the file has, the segments and
 //! blocks, the trace entries, and frame lists converted once per shared list.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
@@ -90,6 +90,39 @@ pub fn snapshot_from_value(value: &Value) -> Result<PytorchSnapshot, SnapshotErr
     }
 }
 
+/// The dicts of segments, blocks, trace entries and annotations seen so far that are held in
+/// more than one place, by address: a dict the file pushed again from the memo is the same
+/// `Arc` at each reference. PyTorch writes each of these dicts once (only frames, frame lists
+/// and strings are shared in real files), so a dict met twice is refused: expanding the copies
+/// would let a few kilobytes ask for gigabytes. A dict whose `Arc` is held once cannot be met
+/// twice and is not recorded, so a real file leaves this empty.
+#[derive(Default)]
+pub(super) struct SeenShared(HashSet<usize, BuildHasherDefault<AddressHasher>>);
+
+impl SeenShared {
+    /// Refuses `value` at `path` when it is a shared dict already met.
+    pub(super) fn check(
+        &mut self,
+        value: &Value,
+        path: &Path<'_>,
+        what: &'static str,
+    ) -> Result<(), SnapshotError> {
+        match value {
+            Value::Dict(pairs) if Arc::strong_count(pairs) > 1 => {
+                if self.0.insert(Arc::as_ptr(pairs) as usize) {
+                    Ok(())
+                } else {
+                    Err(SnapshotError::Shared {
+                        path: path.to_string(),
+                        what,
+                    })
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Conversion state: the frame lists already converted, and what the file has shown of its
 /// form so far.
 #[derive(Default)]
@@ -97,6 +130,8 @@ struct Converter {
     /// Converted frame lists by the address of the source list, which the borrowed source
     /// keeps alive and unique for the whole conversion.
     frames: HashMap<usize, Arc<[Frame]>, BuildHasherDefault<AddressHasher>>,
+    /// Shared dicts met so far, to refuse one met twice.
+    seen: SeenShared,
     /// Shared by every block, segment and entry without frames.
     no_frames: Arc<[Frame]>,
     /// A block without `address` was seen.
@@ -158,6 +193,7 @@ impl Converter {
     }
 
     fn segment(&mut self, value: &Value, path: &Path<'_>) -> Result<Segment, SnapshotError> {
+        self.seen.check(value, path, "segment")?;
         let fields = Fields::new(value, path)?;
         let address = fields.u64("address")?;
         let segment_type = match &**fields.str("segment_type")? {
@@ -205,6 +241,7 @@ impl Converter {
         path: &Path<'_>,
         computed_address: Option<u64>,
     ) -> Result<Block, SnapshotError> {
+        self.seen.check(value, path, "block")?;
         let fields = Fields::new(value, path)?;
         let size = fields.u64("size")?;
         let address = match fields.opt_u64("address")? {
@@ -276,6 +313,7 @@ impl Converter {
             "compile_context",
             "user_metadata",
         ];
+        self.seen.check(value, path, "trace entry")?;
         let fields = Fields::new(value, path)?;
         let [action, addr, device_free, size, stream, time_us, frames, compile_context, user_metadata] =
             fields.lookup(&KEYS, &mut self.entry_keys);

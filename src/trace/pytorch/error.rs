@@ -2,6 +2,7 @@
 //! file (`segments[3].blocks[7].size`) and what was expected there.
 
 use crate::trace::pickle::PickleError;
+use crate::trace::ImportLimitExceeded;
 
 /// Why a snapshot could not be imported. Paths are written as Python would index the value:
 /// `segments[3].blocks[7].size` is `snapshot["segments"][3]["blocks"][7]["size"]`; paths in the
@@ -59,6 +60,28 @@ pub enum SnapshotError {
         path: String,
         /// The state's name.
         name: String,
+    },
+    /// A segment, block, trace entry or external annotation that is one object referenced
+    /// from several places (the file pushed one memoized dict again). PyTorch writes each of
+    /// them once; expanding the copies would let a few kilobytes ask for gigabytes.
+    #[error(
+        "{path}: this {what} is one object the file references more than once; a PyTorch \
+         snapshot writes each {what} once, so the file is not one PyTorch wrote"
+    )]
+    Shared {
+        /// Where the first reference is.
+        path: String,
+        /// `segment`, `block`, `trace entry` or `external annotation`.
+        what: &'static str,
+    },
+    /// The snapshot would expand past a limit of [`ImportLimits`](crate::trace::ImportLimits).
+    #[error("{path}: {source}")]
+    Limit {
+        /// Where the value that went past the limit is.
+        path: String,
+        /// The limit, and how to raise it.
+        #[source]
+        source: ImportLimitExceeded,
     },
     /// A segment's `segment_type` is neither `small` nor `large`.
     #[error("{path}: unknown segment type {name:?} (expected small or large)")]

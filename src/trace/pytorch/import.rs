@@ -27,13 +27,14 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-use super::convert::snapshot_from_value;
+use super::convert::{snapshot_from_value, SeenShared};
 use super::error::SnapshotError;
 use super::extras::{self, is_block_event, TAG_FILENAME};
 use super::fields::{list, str_at, u64_at, Fields, Path};
 use super::model::{self, Frame as PtFrame, PytorchSnapshot, PytorchTraceEntry, SegmentType};
 use crate::backend::StreamId;
 use crate::pool::PoolKind;
+use crate::trace::limits::{ContextBudget, ImportLimits};
 use crate::trace::pickle::{read, ReadLimits, Value};
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{Action, BlockState, Context, ContextId, Contexts, Frame, Snapshot, TraceEvent};
@@ -67,6 +68,20 @@ pub fn load_pytorch_snapshot_as_snapshot(bytes: &[u8]) -> Result<Snapshot, Snaps
     snapshot_from_pytorch_value(&value)
 }
 
+/// As [`snapshot_from_pytorch_value`], with the contexts bounded by `limits` instead of
+/// [`ImportLimits::from_env`].
+///
+/// # Errors
+///
+/// As [`snapshot_from_pytorch_value`].
+pub fn snapshot_from_pytorch_value_with(
+    value: &Value,
+    limits: &ImportLimits,
+) -> Result<Snapshot, SnapshotError> {
+    let source = snapshot_from_value(value)?;
+    Importer::new(&source, Some(value), limits)?.run()
+}
+
 /// Converts a PyTorch snapshot's plain-data tree into a [`Snapshot`], as described in this
 /// module: [`snapshot_from_value`] for PyTorch's keys, plus each trace entry's
 /// `user_metadata` and blockpool's own keys, so that a file [`snapshot_to_pytorch_value`]
@@ -78,10 +93,11 @@ pub fn load_pytorch_snapshot_as_snapshot(bytes: &[u8]) -> Result<Snapshot, Snaps
 ///
 /// The errors of [`snapshot_from_value`]; a [`SnapshotError`] naming the path of a
 /// `user_metadata` that is not a str, or of a blockpool key of the wrong type, or a context id
-/// past blockpool's table.
+/// past blockpool's table; [`SnapshotError::Limit`] when the contexts would spell out more
+/// than [`ImportLimits::from_env`] allows (frame lists and strings the file shares are
+/// converted once and stay shared).
 pub fn snapshot_from_pytorch_value(value: &Value) -> Result<Snapshot, SnapshotError> {
-    let source = snapshot_from_value(value)?;
-    Importer::new(&source, Some(value))?.run()
+    snapshot_from_pytorch_value_with(value, &ImportLimits::from_env())
 }
 
 impl From<&PytorchSnapshot> for Snapshot {
@@ -89,8 +105,13 @@ impl From<&PytorchSnapshot> for Snapshot {
     /// `user_metadata` and blockpool's own keys are not seen; use
     /// [`snapshot_from_pytorch_value`] for files we exported.
     fn from(source: &PytorchSnapshot) -> Snapshot {
-        let snapshot = Importer::new(source, None).and_then(Importer::run);
-        // Without plain data nothing is read that could fail: no table, no extra keys.
+        // The model is already in memory, expanded as it is: no limit to guard.
+        let unlimited = ImportLimits {
+            max_context_bytes: u64::MAX,
+        };
+        let snapshot = Importer::new(source, None, &unlimited).and_then(Importer::run);
+        // Without plain data nothing is read that could fail: no table, no extra keys, no
+        // limit.
         debug_assert!(snapshot.is_ok(), "typed import failed: {snapshot:?}");
         snapshot.unwrap_or_default()
     }
@@ -163,16 +184,23 @@ struct Importer<'a> {
     /// Context ids by (frame list, user_metadata) pointers, so each shared list is converted
     /// once however often it is referenced.
     by_pointer: HashMap<(usize, usize), ContextId>,
+    /// What the contexts built so far spell out.
+    budget: ContextBudget,
 }
 
 impl<'a> Importer<'a> {
-    fn new(source: &'a PytorchSnapshot, raw: Option<&'a Value>) -> Result<Self, SnapshotError> {
+    fn new(
+        source: &'a PytorchSnapshot,
+        raw: Option<&'a Value>,
+        limits: &ImportLimits,
+    ) -> Result<Self, SnapshotError> {
         let mut importer = Importer {
             source,
             raw,
             contexts: Contexts::new(),
             table: None,
             by_pointer: HashMap::new(),
+            budget: ContextBudget::new(limits),
         };
         importer.read_table()?;
         Ok(importer)
@@ -215,6 +243,13 @@ impl<'a> Importer<'a> {
                 .enumerate()
                 .map(|(t, tag)| str_at(tag, &tags_path.index(t)).cloned())
                 .collect::<Result<Vec<Arc<str>>, _>>()?;
+            let text = tags.iter().map(|t| t.len()).sum();
+            self.budget
+                .tags(tags.len(), text)
+                .map_err(|source| SnapshotError::Limit {
+                    path: tags_path.to_string(),
+                    source,
+                })?;
             let frames_path = entry_path.key("frames");
             let listed = entry.list("frames")?;
             // The list ends with one frame per tag, for PyTorch's viewer.
@@ -233,11 +268,18 @@ impl<'a> Importer<'a> {
                 .map(|(f, frame)| {
                     let frame_path = frames_path.index(f);
                     let frame = Fields::new(frame, &frame_path)?;
-                    Ok(Frame {
-                        name: frame.str("name")?.to_string(),
-                        filename: frame.str("filename")?.to_string(),
+                    let frame = Frame {
+                        name: Arc::clone(frame.str("name")?),
+                        filename: Arc::clone(frame.str("filename")?),
                         line: frame.u32("line")?,
-                    })
+                    };
+                    self.budget
+                        .frame(&frame.name, &frame.filename)
+                        .map_err(|source| SnapshotError::Limit {
+                            path: frame_path.to_string(),
+                            source,
+                        })?;
+                    Ok(frame)
                 })
                 .collect::<Result<Vec<Frame>, SnapshotError>>()?;
             ids.push(self.contexts.intern(Context { tags, frames }));
@@ -290,22 +332,35 @@ impl<'a> Importer<'a> {
         }
     }
 
-    /// The context of a PyTorch frame list with an optional `user_metadata`.
+    /// The context of a PyTorch frame list with an optional `user_metadata`, at `path`; each
+    /// shared list is converted (and charged to the budget) once.
     fn frames_context(
         &mut self,
         frames: &Arc<[PtFrame]>,
         metadata: Option<&Arc<str>>,
-    ) -> ContextId {
+        path: &Path<'_>,
+    ) -> Result<ContextId, SnapshotError> {
         if frames.is_empty() && metadata.is_none() {
-            return ContextId::NONE;
+            return Ok(ContextId::NONE);
         }
         let key = (
             frames.as_ptr() as usize,
             metadata.map_or(0, |m| m.as_ptr() as usize),
         );
         if let Some(&id) = self.by_pointer.get(&key) {
-            return id;
+            return Ok(id);
         }
+        // Charged before anything is built: a list naming one frame of long strings a
+        // hundred thousand times stops here, not after hashing every copy.
+        let limit = |source| SnapshotError::Limit {
+            path: path.key("frames").to_string(),
+            source,
+        };
+        for f in frames.iter() {
+            self.budget.frame(&f.name, &f.filename).map_err(limit)?;
+        }
+        let text = metadata.map_or(0, |m| m.len());
+        self.budget.tags(1, text).map_err(limit)?;
         let tagged = frames
             .iter()
             .rev()
@@ -325,15 +380,15 @@ impl<'a> Importer<'a> {
             frames: frames[..real]
                 .iter()
                 .map(|f| Frame {
-                    name: f.name.to_string(),
-                    filename: f.filename.to_string(),
+                    name: Arc::clone(&f.name),
+                    filename: Arc::clone(&f.filename),
                     line: f.line,
                 })
                 .collect(),
         };
         let id = self.contexts.intern(context);
         self.by_pointer.insert(key, id);
-        id
+        Ok(id)
     }
 
     fn segments(&mut self) -> Result<Vec<Segment>, SnapshotError> {
@@ -346,7 +401,7 @@ impl<'a> Importer<'a> {
             let raw = self.table.as_ref().and(item(self.raw, "segments", s));
             let context = match raw {
                 Some(_) => self.table_context(extras_of(raw, &path)?.context, &path)?,
-                None => self.frames_context(&segment.frames, None),
+                None => self.frames_context(&segment.frames, None, &path)?,
             };
             let blocks_path = path.key("blocks");
             let mut blocks = Vec::with_capacity(segment.blocks.len());
@@ -391,7 +446,7 @@ impl<'a> Importer<'a> {
         } else if state.is_active() {
             (
                 block.requested_size,
-                self.frames_context(&block.frames, None),
+                self.frames_context(&block.frames, None, path)?,
             )
         } else {
             (0, ContextId::NONE)
@@ -408,7 +463,7 @@ impl<'a> Importer<'a> {
     /// Every device's events and the external annotations, merged by time, with the origin.
     fn events(&mut self) -> Result<(Vec<TraceEvent>, Option<u64>), SnapshotError> {
         let source = self.source;
-        let annotations = self.external_annotations();
+        let annotations = self.external_annotations()?;
         let origin = match &self.table {
             Some(table) => table.time_origin_unix_us,
             None => source
@@ -480,7 +535,7 @@ impl<'a> Importer<'a> {
         let context = if self.table.is_some() {
             self.table_context(extras.context, path)?
         } else {
-            self.frames_context(&entry.frames, extras.user_metadata.as_ref())
+            self.frames_context(&entry.frames, extras.user_metadata.as_ref(), path)?
         };
         Ok(TraceEvent {
             action: entry.action,
@@ -500,15 +555,23 @@ impl<'a> Importer<'a> {
     /// change: `START` pushes the name, `END` removes its innermost occurrence (an `END`
     /// without its `START`, from a range begun before recording, changes nothing but is kept).
     /// An entry of another stage gets the stack with `[name, stage]` on top. Entries without a
-    /// device or time are skipped, as PyTorch's viewer cannot place them either.
-    fn external_annotations(&self) -> Vec<(u32, u64, Vec<Arc<str>>)> {
+    /// device or time are skipped, as PyTorch's viewer cannot place them either. An entry the
+    /// file references twice is refused, and every stack is charged to the budget before it
+    /// is copied: each event holds its whole stack, so the work grows as entries times depth.
+    #[allow(clippy::type_complexity)]
+    fn external_annotations(&mut self) -> Result<Vec<(u32, u64, Vec<Arc<str>>)>, SnapshotError> {
         let Some(annotations) = &self.source.external_annotations else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
         let root = Path::ROOT;
         let Ok(items) = list(annotations, &root) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
+        let annotations_path = root.key("external_annotations");
+        let mut seen = SeenShared::default();
+        for (i, item) in items.iter().enumerate() {
+            seen.check(item, &annotations_path.index(i), "external annotation")?;
+        }
         let text = |fields: &Fields<'_, '_>, key: &str| match fields.get(key) {
             Some(Value::Str(s)) => Some(Arc::clone(s)),
             _ => None,
@@ -531,10 +594,19 @@ impl<'a> Importer<'a> {
             .collect();
         entries.sort_by_key(|e| e.1);
         let mut stacks: HashMap<u32, Vec<Arc<str>>> = HashMap::new();
+        let budget = &mut self.budget;
         entries
             .into_iter()
             .map(|(device, time_us, name, stage)| {
                 let stack = stacks.entry(device).or_default();
+                let text = stack.iter().map(|t| t.len()).sum::<usize>()
+                    + name.as_ref().map_or(0, |n| n.len());
+                budget
+                    .tags(stack.len() + 2, text)
+                    .map_err(|source| SnapshotError::Limit {
+                        path: annotations_path.to_string(),
+                        source,
+                    })?;
                 let tags = match (name, stage.as_deref()) {
                     (Some(name), Some("START")) => {
                         stack.push(name);
@@ -553,7 +625,7 @@ impl<'a> Importer<'a> {
                         tags
                     }
                 };
-                (device, time_us, tags)
+                Ok((device, time_us, tags))
             })
             .collect()
     }

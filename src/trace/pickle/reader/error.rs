@@ -22,6 +22,15 @@ pub enum PickleError {
         /// Why it is refused, in words.
         reason: &'static str,
     },
+    /// The input could not be read (a corrupt gzip stream, an I/O error, a stream longer than
+    /// its reader allows).
+    #[error("could not read the input at byte {offset}: {message}")]
+    Read {
+        /// How many bytes had been read.
+        offset: usize,
+        /// What the reader said.
+        message: String,
+    },
     /// A byte that is no opcode of protocols 0 to 5.
     #[error(
         "unknown opcode {byte:#04x} at byte {offset}: the input is not a pickle, is corrupt, \
@@ -238,7 +247,8 @@ impl PickleError {
             | PickleError::TooManyItems { offset, .. }
             | PickleError::TooManyMemoEntries { offset, .. }
             | PickleError::InvalidString { offset, .. }
-            | PickleError::BadArgument { offset, .. } => offset,
+            | PickleError::BadArgument { offset, .. }
+            | PickleError::Read { offset, .. } => offset,
         }
     }
 }

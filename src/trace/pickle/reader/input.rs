@@ -1,5 +1,13 @@
 //! The input cursor: opcode bytes, fixed-size arguments, declared lengths and text lines, each
 //! read with bounds checked before anything is allocated.
+//!
+//! The input is pulled from a reader as the machine asks for it, so a gzip-compressed file is
+//! parsed while it is inflated: a file that goes wrong at byte 2 is refused after reading a few
+//! kilobytes, however much it would inflate to. Bytes already consumed are dropped from the
+//! buffer (every argument is copied into its value before the next read), so the buffer holds
+//! about one chunk, or the largest single argument.
+
+use std::io::{self, Read};
 
 use super::error::PickleError;
 use super::opcodes;
@@ -54,42 +62,102 @@ impl At {
     }
 }
 
-/// The bytes of a pickle and the position of the next unread byte.
-pub(super) struct Input<'a> {
-    bytes: &'a [u8],
+/// How many bytes are asked of the reader at a time.
+const CHUNK: usize = 1 << 16;
+
+/// The bytes of a pickle read so far, and the position of the next unread byte.
+pub(super) struct Input<'r> {
+    source: &'r mut dyn Read,
+    /// The total length when the whole input is known up front (a byte slice), so that a
+    /// declared length past the end is refused before anything is read.
+    known_len: Option<usize>,
+    /// Bytes read and not yet dropped; `buf[0]` is byte `start` of the input.
+    buf: Vec<u8>,
+    start: usize,
+    /// Index in `buf` of the next unread byte.
     pos: usize,
+    /// The reader has no more bytes.
+    eof: bool,
 }
 
-impl<'a> Input<'a> {
-    /// A cursor at the start of `bytes`.
-    pub(super) fn new(bytes: &'a [u8]) -> Self {
-        Input { bytes, pos: 0 }
+impl<'r> Input<'r> {
+    /// A cursor at the start of what `source` yields; `known_len` is its length when known.
+    pub(super) fn new(source: &'r mut dyn Read, known_len: Option<usize>) -> Self {
+        Input {
+            source,
+            known_len,
+            buf: Vec::new(),
+            start: 0,
+            pos: 0,
+            eof: false,
+        }
     }
 
     /// The offset of the next unread byte.
     pub(super) fn pos(&self) -> usize {
-        self.pos
+        self.start + self.pos
     }
 
-    /// Bytes not yet read.
+    /// Bytes not yet read: known up front for a slice, else those buffered (all that is left
+    /// once a read has hit the end, which is when errors ask).
     pub(super) fn remaining(&self) -> usize {
-        self.bytes.len().saturating_sub(self.pos)
+        match self.known_len {
+            Some(len) => len.saturating_sub(self.pos()),
+            None => self.buf.len() - self.pos,
+        }
+    }
+
+    /// Reads until `buf` holds at least `want` unread bytes or the reader ends; whether it
+    /// holds them. Consumed bytes are dropped first.
+    fn fill(&mut self, want: usize) -> Result<bool, PickleError> {
+        if self.buf.len() - self.pos >= want {
+            return Ok(true);
+        }
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.start += self.pos;
+            self.pos = 0;
+        }
+        while self.buf.len() < want && !self.eof {
+            let have = self.buf.len();
+            let chunk = CHUNK.max(want - have).min(CHUNK * 16);
+            self.buf.resize(have + chunk, 0);
+            let read = loop {
+                match self.source.read(&mut self.buf[have..]) {
+                    Ok(read) => break read,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        self.buf.truncate(have);
+                        return Err(PickleError::Read {
+                            offset: self.start + have,
+                            message: e.to_string(),
+                        });
+                    }
+                }
+            };
+            self.buf.truncate(have + read);
+            self.eof = read == 0;
+        }
+        Ok(self.buf.len() >= want)
     }
 
     /// The next byte, or `None` at the end of the input.
-    pub(super) fn next_byte(&mut self) -> Option<u8> {
-        let byte = *self.bytes.get(self.pos)?;
+    pub(super) fn next_byte(&mut self) -> Result<Option<u8>, PickleError> {
+        if !self.fill(1)? {
+            return Ok(None);
+        }
+        let byte = self.buf[self.pos];
         self.pos += 1;
-        Some(byte)
+        Ok(Some(byte))
     }
 
     /// The next `N` bytes: a fixed-size argument of the opcode `at`.
     pub(super) fn array<const N: usize>(&mut self, at: At) -> Result<[u8; N], PickleError> {
-        let array = self
-            .pos
-            .checked_add(N)
-            .and_then(|end| self.bytes.get(self.pos..end))
-            .and_then(|bytes| <[u8; N]>::try_from(bytes).ok());
+        let array = if self.fill(N)? {
+            <[u8; N]>::try_from(&self.buf[self.pos..self.pos + N]).ok()
+        } else {
+            None
+        };
         match array {
             Some(array) => {
                 self.pos += N;
@@ -105,29 +173,36 @@ impl<'a> Input<'a> {
     }
 
     /// The next `declared` bytes, a length the opcode `at` read from the input; refused
-    /// before anything is allocated when the input is shorter.
-    pub(super) fn declared(&mut self, declared: u64, at: At) -> Result<&'a [u8], PickleError> {
-        let slice = usize::try_from(declared)
-            .ok()
-            .and_then(|len| self.pos.checked_add(len))
-            .and_then(|end| self.bytes.get(self.pos..end).map(|slice| (end, slice)));
-        match slice {
-            Some((end, slice)) => {
-                self.pos = end;
-                Ok(slice)
-            }
-            None => Err(PickleError::LengthBeyondInput {
-                opcode: at.opcode(),
-                offset: at.offset,
-                declared,
-                remaining: self.remaining(),
-            }),
+    /// before anything is allocated when the input is known to be shorter, and otherwise
+    /// read a chunk at a time, so a length the input does not back costs only the input.
+    pub(super) fn declared(&mut self, declared: u64, at: At) -> Result<&[u8], PickleError> {
+        let beyond = |input: &Self| PickleError::LengthBeyondInput {
+            opcode: at.opcode(),
+            offset: at.offset,
+            declared,
+            remaining: input.remaining(),
+        };
+        let Ok(len) = usize::try_from(declared) else {
+            return Err(beyond(self));
+        };
+        if self.known_len.is_some() && declared > self.remaining() as u64 {
+            return Err(beyond(self));
         }
+        if !self.fill(len)? {
+            return Err(beyond(self));
+        }
+        let slice = &self.buf[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(slice)
     }
 
-    /// Checks that `declared` more bytes exist without reading them (`FRAME`).
+    /// Checks that `declared` more bytes exist without reading them (`FRAME`). Only a slice's
+    /// length is known up front; a stream is not read ahead (a frame only groups the opcodes
+    /// in it, and one cut short is found at the opcode that runs past the end).
     pub(super) fn check_declared(&self, declared: u64, at: At) -> Result<(), PickleError> {
-        if u64::try_from(self.remaining()).is_ok_and(|remaining| declared <= remaining) {
+        if self.known_len.is_none()
+            || u64::try_from(self.remaining()).is_ok_and(|remaining| declared <= remaining)
+        {
             Ok(())
         } else {
             Err(PickleError::LengthBeyondInput {
@@ -141,17 +216,25 @@ impl<'a> Input<'a> {
 
     /// The text argument of the opcode `at`: the bytes up to the next `\n`, which is consumed
     /// but not returned.
-    pub(super) fn line(&mut self, at: At) -> Result<&'a [u8], PickleError> {
-        let rest = self.bytes.get(self.pos..).unwrap_or_default();
-        let Some(len) = rest.iter().position(|&b| b == b'\n') else {
-            return Err(PickleError::Truncated {
-                opcode: at.opcode(),
-                offset: at.offset,
-                needed: rest.len() + 1,
-                remaining: rest.len(),
-            });
+    pub(super) fn line(&mut self, at: At) -> Result<&[u8], PickleError> {
+        let mut scanned = 0;
+        let len = loop {
+            let rest = &self.buf[self.pos..];
+            if let Some(len) = rest[scanned..].iter().position(|&b| b == b'\n') {
+                break scanned + len;
+            }
+            scanned = rest.len();
+            if !self.fill(scanned + 1)? {
+                return Err(PickleError::Truncated {
+                    opcode: at.opcode(),
+                    offset: at.offset,
+                    needed: scanned + 1,
+                    remaining: scanned,
+                });
+            }
         };
+        let line = &self.buf[self.pos..self.pos + len];
         self.pos += len + 1;
-        Ok(&rest[..len])
+        Ok(line)
     }
 }

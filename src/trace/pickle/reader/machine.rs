@@ -20,8 +20,21 @@ const HIGHEST_PROTOCOL: u8 = 5;
 
 /// Reads one pickle from `bytes`.
 pub(super) fn run(bytes: &[u8], limits: &ReadLimits) -> Result<Value, PickleError> {
+    let mut source = bytes;
+    run_input(Input::new(&mut source, Some(bytes.len())), limits)
+}
+
+/// Reads one pickle from `source`, pulling bytes as the machine needs them.
+pub(super) fn run_from(
+    source: &mut dyn std::io::Read,
+    limits: &ReadLimits,
+) -> Result<Value, PickleError> {
+    run_input(Input::new(source, None), limits)
+}
+
+fn run_input(input: Input<'_>, limits: &ReadLimits) -> Result<Value, PickleError> {
     let mut machine = Machine {
-        input: Input::new(bytes),
+        input,
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),
@@ -51,7 +64,7 @@ impl Machine<'_, '_> {
     fn run(&mut self) -> Result<Slot, PickleError> {
         loop {
             let offset = self.input.pos();
-            let Some(byte) = self.input.next_byte() else {
+            let Some(byte) = self.input.next_byte()? else {
                 return Err(PickleError::MissingStop { offset });
             };
             let at = At { byte, offset };
@@ -137,13 +150,13 @@ impl Machine<'_, '_> {
             }
             LONG1 => {
                 let [length] = self.input.array(at)?;
-                let bytes = self.input.declared(length.into(), at)?;
-                self.push_value(scalars::int_from_le(bytes), at)?;
+                let value = scalars::int_from_le(self.input.declared(length.into(), at)?);
+                self.push_value(value, at)?;
             }
             LONG4 => {
                 let length = self.signed_length(at)?;
-                let bytes = self.input.declared(length, at)?;
-                self.push_value(scalars::int_from_le(bytes), at)?;
+                let value = scalars::int_from_le(self.input.declared(length, at)?);
+                self.push_value(value, at)?;
             }
             FLOAT => {
                 let text = self.input.line(at)?;
@@ -158,17 +171,18 @@ impl Machine<'_, '_> {
             STRING => {
                 let line = self.input.line(at)?;
                 let bytes = scalars::python2_string(line).map_err(|p| at.bad(p))?;
-                self.push_python2_string(&bytes, at)?;
+                let value = python2_string(&bytes, at)?;
+                self.push_value(value, at)?;
             }
             BINSTRING => {
                 let length = self.signed_length(at)?;
-                let bytes = self.input.declared(length, at)?;
-                self.push_python2_string(bytes, at)?;
+                let value = python2_string(self.input.declared(length, at)?, at)?;
+                self.push_value(value, at)?;
             }
             SHORT_BINSTRING => {
                 let [length] = self.input.array(at)?;
-                let bytes = self.input.declared(length.into(), at)?;
-                self.push_python2_string(bytes, at)?;
+                let value = python2_string(self.input.declared(length.into(), at)?, at)?;
+                self.push_value(value, at)?;
             }
             UNICODE => {
                 let line = self.input.line(at)?;
@@ -382,27 +396,14 @@ impl Machine<'_, '_> {
                  'surrogatepass', cannot be held by a Rust string either)",
             )
         })?;
-        self.push_value(Value::Str(text.into()), at)
+        let value = Value::Str(text.into());
+        self.push_value(value, at)
     }
 
     /// `bytes` of `length` bytes from the input.
     fn push_bytes(&mut self, length: u64, at: At) -> Result<(), PickleError> {
-        let bytes = self.input.declared(length, at)?;
-        self.push_value(Value::Bytes(bytes.into()), at)
-    }
-
-    /// A Python 2 `str`, decoded as Python 3's default `encoding='ASCII'` does.
-    fn push_python2_string(&mut self, bytes: &[u8], at: At) -> Result<(), PickleError> {
-        let text = std::str::from_utf8(bytes)
-            .ok()
-            .filter(|text| text.is_ascii())
-            .ok_or_else(|| {
-                at.bad_string(
-                    "a Python 2 str holds non-ASCII bytes, whose encoding the file does not \
-                     say (Python 3 too refuses them unless told an encoding)",
-                )
-            })?;
-        self.push_value(Value::Str(text.into()), at)
+        let value = Value::Bytes(self.input.declared(length, at)?.into());
+        self.push_value(value, at)
     }
 
     /// A length field of 4 signed bytes (`BINSTRING`, `LONG4`).
@@ -574,4 +575,18 @@ fn add_items(
         arena.insert(set, item, None);
     }
     Ok(())
+}
+
+/// A Python 2 `str`, decoded as Python 3's default `encoding='ASCII'` does.
+fn python2_string(bytes: &[u8], at: At) -> Result<Value, PickleError> {
+    let text = std::str::from_utf8(bytes)
+        .ok()
+        .filter(|text| text.is_ascii())
+        .ok_or_else(|| {
+            at.bad_string(
+                "a Python 2 str holds non-ASCII bytes, whose encoding the file does not \
+                 say (Python 3 too refuses them unless told an encoding)",
+            )
+        })?;
+    Ok(Value::Str(text.into()))
 }
