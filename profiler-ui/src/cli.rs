@@ -290,18 +290,21 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "STR", value_parser = parse_config)]
     pub config: Option<AllocatorConfig>,
     /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix, decimals allowed
-    /// (`78.5G`; default 1T).
+    /// (`78.5G`). Default: the recorded device's memory when the trace ran out of memory
+    /// (`device_free` plus the bytes reserved then), else 1T; the report says which.
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     pub capacity: Option<u64>,
     /// Start from the live blocks alone, allocated first in address order, instead of the
     /// trace's segments.
     #[arg(long)]
     pub fresh: bool,
-    /// Also search the smallest capacity (on 2 MiB steps) that replays without out-of-memory.
+    /// Also search the smallest capacity (on 2 MiB steps) that replays without out-of-memory,
+    /// the requests the recording failed (its `oom` events) included.
     #[arg(long)]
     pub find_capacity: bool,
     /// Put each segment where the trace had it and report how many allocations got the very
-    /// address the trace shows.
+    /// address the trace shows (not possible in mapped ranges of expandable segments; the
+    /// report says so).
     #[arg(long)]
     pub exact: bool,
     /// The device of the trace to replay (default: the busiest, with the most events).

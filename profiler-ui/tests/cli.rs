@@ -135,7 +135,7 @@ fn info_on_a_made_segment_list_reports_its_device() {
 #[test]
 fn every_project_fixture_converts_through_every_format_and_reads_back() {
     let names = project_snapshot_names();
-    assert_eq!(names.len(), 7, "fixtures: {names:?}");
+    assert_eq!(names.len(), 8, "fixtures: {names:?}");
     check_conversions(&names);
 }
 
@@ -341,7 +341,8 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
     assert_eq!(device["peak_allocated"]["time_us"], 4);
     assert_eq!(device["peak_reserved"]["bytes"], 20_971_520);
     assert_eq!(device["peak_reserved"]["index"], 1);
-    assert_eq!(device["fragmentation_reserved"], 0.0);
+    // At the reserved peak (the segment, taken with the 8 MiB block it was made for).
+    assert_eq!(device["fragmentation_at_reserved_peak"], 0.6);
     assert_eq!(device["free_bytes"], 0);
     assert_eq!(device["top_sites"][0]["site"], "weights");
     assert_eq!(device["top_sites"][0]["bytes"], 16_777_216);
@@ -363,7 +364,7 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
 
     let text = stdout(&memtrace(&["summary", path.to_str().unwrap()]));
     assert!(
-        text.contains("  peak allocated  20.00 MiB at event 4 (0.000004 s)\n"),
+        text.contains("  peak allocated  20.00 MiB at event 4 (0.000004 s) (block sizes)\n"),
         "{text}"
     );
     assert!(
@@ -469,7 +470,7 @@ fn external_summary_of_a_file_without_times_says_so_once() {
         "{text}"
     );
     assert!(
-        text.contains("  peak allocated   2.24 GiB at event 4,488\n"),
+        text.contains("  peak allocated   2.24 GiB at event 4,488 (block sizes)\n"),
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
@@ -489,7 +490,7 @@ fn summary_of_a_made_file_without_times_says_so_once() {
     );
     // 8 MiB + 5,120 bytes live after the tenth event (make.py's trace).
     assert!(
-        text.contains("  peak allocated   8.00 MiB at event 10\n"),
+        text.contains("  peak allocated   8.00 MiB at event 10 (block sizes)\n"),
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");

@@ -295,7 +295,7 @@ fn bcrafton_nothanmin_and_a_made_trace_reproduce_every_address() {
 #[test]
 fn every_project_fixture_replays_in_every_mode() {
     let names = project_snapshot_names();
-    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names.len(), 8, "{names:?}");
     check_replays(&names);
 }
 

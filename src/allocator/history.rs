@@ -186,6 +186,7 @@ impl<B: Backend> CachingAllocator<B> {
             contexts,
             allocator_config: Some(shared.config.to_string()),
             time_origin_unix_us: (recording && origin != 0).then_some(origin),
+            pytorch: Default::default(),
         }
     }
 

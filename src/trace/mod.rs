@@ -42,5 +42,7 @@ pub use crate::event::{
 };
 #[cfg(feature = "trace-files")]
 pub use limits::{ImportLimitExceeded, ImportLimits};
-pub use snapshot::{BlockState, Contexts, Snapshot, SnapshotInvalid};
+pub use snapshot::{
+    BlockState, Contexts, PytorchDetails, SegmentPool, SettingValue, Snapshot, SnapshotInvalid,
+};
 pub use state::{Conflict, DeviceState, MemoryTotals, StateError, StateWalker};

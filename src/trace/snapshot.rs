@@ -31,6 +31,101 @@ pub struct Snapshot {
     pub allocator_config: Option<String>,
     /// When event time 0 was, in microseconds since the Unix epoch, when known.
     pub time_origin_unix_us: Option<u64>,
+    /// What only PyTorch's snapshot files record (private pools, the allocator's settings
+    /// whole, `compile_context`), kept so that a conversion back to PyTorch's format gives it
+    /// back; empty for other sources.
+    pub pytorch: PytorchDetails,
+}
+
+/// What PyTorch's snapshot files record beside segments, events and contexts, which the rest
+/// of a [`Snapshot`] has no place for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PytorchDetails {
+    /// `allocator_settings` whole, every key in the file's order (`PYTORCH_CUDA_ALLOC_CONF`,
+    /// `max_split_size`, `garbage_collection_threshold`, `roundup_power2_divisions`,
+    /// `expandable_segments`, ...); empty when the file has none.
+    pub allocator_settings: Vec<(String, SettingValue)>,
+    /// The segments of private memory pools (`segment_pool_id` other than `(0, 0)`: a CUDA
+    /// graph's pool, or one made with `torch.cuda.MemPool`), lowest device and address first.
+    pub segment_pools: Vec<SegmentPool>,
+    /// `compile_context` of the events that recorded one (torch.compile's frame and graph of
+    /// the allocation, `"N/A"` outside compiled code): index into [`Snapshot::events`], text.
+    pub compile_contexts: Vec<(usize, Arc<str>)>,
+}
+
+impl PytorchDetails {
+    /// The private pool of the segment at `address` on `device`; `(0, 0)`, the default pool,
+    /// when it is in none.
+    pub fn pool_of(&self, device: u32, address: u64) -> (u64, u64) {
+        self.segment_pools
+            .binary_search_by_key(&(device, address), |p| (p.device, p.address))
+            .map_or((0, 0), |i| self.segment_pools[i].pool_id)
+    }
+}
+
+/// A segment of a private memory pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentPool {
+    /// Device of the segment.
+    pub device: u32,
+    /// Address of the segment.
+    pub address: u64,
+    /// PyTorch's `segment_pool_id`: the pool's id, a pair of integers.
+    pub pool_id: (u64, u64),
+}
+
+/// One value of the allocator's settings as a trace file recorded it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SettingValue {
+    /// Python's `None`.
+    None,
+    /// `True` / `False`.
+    Bool(bool),
+    /// An integer (`max_split_size` is -1 when unlimited).
+    Int(i64),
+    /// A float (`garbage_collection_threshold`).
+    Float(f64),
+    /// A string.
+    Text(String),
+    /// A list.
+    List(Vec<SettingValue>),
+    /// A dict with string keys, in order (`roundup_power2_divisions`: size class in MiB ->
+    /// divisions).
+    Map(Vec<(String, SettingValue)>),
+}
+
+impl fmt::Display for SettingValue {
+    /// As Python prints it: `True`, `-1`, `0.8`, `'text'`, `[...]`, `{'1': 0, ...}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingValue::None => f.write_str("None"),
+            SettingValue::Bool(true) => f.write_str("True"),
+            SettingValue::Bool(false) => f.write_str("False"),
+            SettingValue::Int(n) => write!(f, "{n}"),
+            SettingValue::Float(x) => write!(f, "{x:?}"),
+            SettingValue::Text(text) => write!(f, "'{text}'"),
+            SettingValue::List(items) => {
+                f.write_str("[")?;
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{item}")?;
+                }
+                f.write_str("]")
+            }
+            SettingValue::Map(pairs) => {
+                f.write_str("{")?;
+                for (i, (key, value)) in pairs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "'{key}': {value}")?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
 }
 
 /// A segment: one device allocation, tiled by its blocks.
@@ -325,6 +420,14 @@ impl Snapshot {
                     contexts: self.contexts.clone(),
                     allocator_config: self.allocator_config.clone(),
                     time_origin_unix_us: self.time_origin_unix_us,
+                    pytorch: PytorchDetails {
+                        allocator_settings: self.pytorch.allocator_settings.clone(),
+                        segment_pools: (self.pytorch.segment_pools.iter())
+                            .filter(|p| p.device == device)
+                            .copied()
+                            .collect(),
+                        compile_contexts: Vec::new(),
+                    },
                 };
                 (device, part)
             })
@@ -334,9 +437,20 @@ impl Snapshot {
                 part.segments.push(segment.clone());
             }
         }
-        for event in &self.events {
+        // Compile contexts name events by index: each follows its event to the index it has
+        // in its device's part.
+        let mut compile = self.pytorch.compile_contexts.iter().peekable();
+        for (index, event) in self.events.iter().enumerate() {
             if let Some(part) = split.get_mut(&event.device) {
                 part.events.push(*event);
+                while let Some((at, text)) = compile.next_if(|(at, _)| *at <= index) {
+                    if *at == index {
+                        let moved = part.events.len() - 1;
+                        part.pytorch
+                            .compile_contexts
+                            .push((moved, Arc::clone(text)));
+                    }
+                }
             }
         }
         split

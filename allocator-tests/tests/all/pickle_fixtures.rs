@@ -198,13 +198,14 @@ fn expanded_frames(value: &Value, memo: &mut HashMap<usize, u64>) -> u64 {
 
 /// The PyTorch snapshots in the project: third-party files whose license allows it, then the
 /// ones the project makes itself (`fixtures/made/make.py`).
-const PROJECT_FIXTURES: [&str; 7] = [
+const PROJECT_FIXTURES: [&str; 8] = [
     "Yiyi_LLM-inference_oom_snapshot.pickle",
     "bcrafton_assignment2-systems_memory_snapshot.pickle",
     "notHanmin_assignment2-systems_memory_snapshot.pickle",
     "made_empty_snapshot.pickle",
     "made_expandable_two_devices.pickle",
     "made_four_device_traces_without_times.pickle",
+    "made_oom_private_pool.pickle",
     "made_segment_list.pickle",
 ];
 
@@ -228,7 +229,7 @@ const NEW_SCHEMA_KEYS: [&str; 4] = [
 ];
 
 #[test]
-fn the_project_holds_the_seven_snapshots() {
+fn the_project_holds_the_eight_snapshots() {
     assert_eq!(project_snapshot_names(), PROJECT_FIXTURES);
 }
 

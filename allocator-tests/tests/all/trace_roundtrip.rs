@@ -24,7 +24,7 @@ fn through_pickle(snapshot: &Snapshot) -> Snapshot {
 #[test]
 fn every_project_fixture_survives_jsonl_then_pickle_exactly() {
     let names = project_snapshot_names();
-    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names.len(), 8, "{names:?}");
     check_round_trips(&names);
 }
 

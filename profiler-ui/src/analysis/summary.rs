@@ -1,13 +1,20 @@
 //! The summary of a trace, as `memtrace summary` prints it and the viewer's `/api/meta` carries
 //! it: per device, the peaks of allocated, reserved and requested memory and when they
-//! happened, fragmentation at the allocated peak, the sites holding the most memory there, and
-//! every out-of-memory event with the state it met and why it failed.
+//! happened, fragmentation (as [`super::fragmentation`] defines it, at the reserved peak), the
+//! free memory and the sites holding the most memory at the allocated peak, and every
+//! out-of-memory event with the state it met and why it failed.
+//!
+//! Sizes: allocated and reserved bytes add up block and segment sizes; PyTorch's trace
+//! records what callers requested, not block sizes, so a block the trace alone shows counts at
+//! its request rounded as the allocator rounds it (the import does this), the least it took.
+//! Requested bytes add up requests.
 
+use super::fragmentation::ReservedPeak;
 use super::frames::FrameView;
-use super::sites::{sites_at, Site};
+use super::sites::{site_of, sites_at, Site};
 use super::timeline::walker;
 use crate::format::format_size;
-use blockpool::trace::{Action, BlockState, DeviceState, Snapshot, StateWalker};
+use blockpool::trace::{Action, BlockState, ContextId, DeviceState, Snapshot, StateWalker};
 use serde::Serialize;
 use std::path::Path;
 
@@ -34,21 +41,24 @@ pub struct DeviceSummary {
     pub events: usize,
     /// Time from the first to the last event, in microseconds.
     pub span_us: u64,
-    /// Highest bytes in allocated blocks.
+    /// Highest bytes in allocated blocks, by block size (see the module docs for blocks the
+    /// trace knows only by request).
     pub peak_allocated: Peak,
     /// Highest bytes in segments.
     pub peak_reserved: Peak,
-    /// Highest bytes the callers of active blocks asked for.
+    /// Highest bytes the callers of active blocks asked for, by request size.
     pub peak_requested: Peak,
     /// Segments at the allocated peak.
     pub segments_at_peak: u64,
     /// Segments at the end of the trace.
     pub segments_at_end: u64,
-    /// (reserved - allocated) / reserved at the allocated peak; 0 with nothing reserved.
-    pub fragmentation_reserved: f64,
-    /// 1 - largest free block / all free bytes at the allocated peak: 0 when the free memory
-    /// is one block, near 1 when it is scattered; 0 with nothing free.
-    pub fragmentation_free: f64,
+    /// Fragmentation, one definition for every command ([`super::fragmentation`]):
+    /// (reserved - allocated) / reserved at the reserved peak; 0 with nothing reserved.
+    pub fragmentation_at_reserved_peak: f64,
+    /// How scattered the free memory is at the allocated peak: 1 - largest free block / all
+    /// free bytes, 0 when the free memory is one block, near 1 when it is many small ones (a
+    /// large request finds no room although much is free); 0 with nothing free.
+    pub free_scattered: f64,
     /// Largest inactive block at the allocated peak, in bytes.
     pub largest_free_block: u64,
     /// Inactive bytes at the allocated peak.
@@ -73,14 +83,26 @@ pub struct Peak {
 /// An out-of-memory event and the state it met.
 #[derive(Debug, Serialize)]
 pub struct OomExplained {
-    /// The event's index among the device's events.
+    /// The event's index among the device's events; the state it met is the one after this
+    /// many events (`--at INDEX`).
     pub index: usize,
     /// Time, in microseconds since the origin.
     pub time_us: u64,
-    /// Bytes the failing request asked for.
+    /// Bytes the failing request asked for (PyTorch records the size it tried to allocate).
     pub requested_bytes: u64,
+    /// The stream the request was made on (PyTorch writes the `cudaStream_t` value).
+    pub stream: u64,
+    /// The site of the failing request (the same naming as the top sites), `<unknown>` when
+    /// the trace recorded no stack for it.
+    pub site: String,
+    /// The failing request's call stack, innermost first, one `file:line:function` per frame,
+    /// as recorded (empty when not recorded).
+    pub stack: Vec<String>,
     /// Bytes the device said were free (as the trace records it).
     pub device_free_bytes: u64,
+    /// `device_free_bytes + reserved_bytes`: the memory this allocator could have had then.
+    /// Memory other processes held is in neither, so the device itself may be larger.
+    pub device_memory_bytes: u64,
     /// Bytes in segments at that moment.
     pub reserved_bytes: u64,
     /// Bytes in allocated blocks.
@@ -146,11 +168,14 @@ fn summarize_device(
         bytes: start.requested_bytes,
         ..Peak::default()
     };
+    let mut fragmentation = ReservedPeak::start(start.reserved_bytes, start.allocated_bytes);
     let mut ooms = Vec::new();
     while let Some(event) = walker.step() {
         let (action, size, free) = (event.action, event.size, event.addr);
+        let (stream, context) = (event.stream.0, event.context);
         let index = walker.position();
         let totals = walker.totals();
+        fragmentation.note(index, action, totals.reserved_bytes, totals.allocated_bytes);
         for (peak, value) in [
             (&mut allocated, totals.allocated_bytes),
             (&mut reserved, totals.reserved_bytes),
@@ -165,7 +190,7 @@ fn summarize_device(
             }
         }
         if action == Action::Oom {
-            ooms.push((index - 1, size, free));
+            ooms.push((index - 1, size, free, stream, context));
         }
     }
     let segments_at_end = walker.totals().segments;
@@ -174,24 +199,35 @@ fn summarize_device(
     }
     let out_of_memory = ooms
         .into_iter()
-        .map(|(index, requested_bytes, device_free_bytes)| {
-            walker.seek(index)?;
-            let state = walker.state();
-            let totals = walker.totals();
-            let (free_bytes, largest) = free_space(&state);
-            let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
-            Ok(OomExplained {
-                index,
-                time_us,
-                requested_bytes,
-                device_free_bytes,
-                reserved_bytes: totals.reserved_bytes,
-                allocated_bytes: totals.allocated_bytes,
-                cached_free_bytes: free_bytes,
-                largest_free_block: largest,
-                explanation: explain_oom(requested_bytes, device_free_bytes, free_bytes, largest),
-            })
-        })
+        .map(
+            |(index, requested_bytes, device_free_bytes, stream, context)| {
+                walker.seek(index)?;
+                let state = walker.state();
+                let totals = walker.totals();
+                let (free_bytes, largest) = free_space(&state);
+                let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
+                Ok(OomExplained {
+                    index,
+                    time_us,
+                    requested_bytes,
+                    stream,
+                    site: site_of(snapshot.contexts.get(context), view).label(),
+                    stack: stack_of(snapshot, context),
+                    device_free_bytes,
+                    device_memory_bytes: device_free_bytes.saturating_add(totals.reserved_bytes),
+                    reserved_bytes: totals.reserved_bytes,
+                    allocated_bytes: totals.allocated_bytes,
+                    cached_free_bytes: free_bytes,
+                    largest_free_block: largest,
+                    explanation: explain_oom(
+                        requested_bytes,
+                        device_free_bytes,
+                        free_bytes,
+                        largest,
+                    ),
+                })
+            },
+        )
         .collect::<Result<Vec<_>, blockpool::trace::StateError>>()?;
     walker.seek(allocated.index)?;
     let state = walker.state();
@@ -215,11 +251,8 @@ fn summarize_device(
         span_us,
         segments_at_peak: totals.segments,
         segments_at_end,
-        fragmentation_reserved: ratio(
-            totals.reserved_bytes.saturating_sub(totals.allocated_bytes),
-            totals.reserved_bytes,
-        ),
-        fragmentation_free: if free_bytes == 0 {
+        fragmentation_at_reserved_peak: fragmentation.fragmentation,
+        free_scattered: if free_bytes == 0 {
             0.0
         } else {
             1.0 - ratio(largest_free_block, free_bytes)
@@ -231,6 +264,16 @@ fn summarize_device(
         peak_allocated: allocated,
         peak_reserved: reserved,
         peak_requested: requested,
+    })
+}
+
+/// The frames of `context`, innermost first, as `file:line:function`.
+fn stack_of(snapshot: &Snapshot, context: ContextId) -> Vec<String> {
+    snapshot.contexts.get(context).map_or_else(Vec::new, |c| {
+        c.frames
+            .iter()
+            .map(|f| format!("{}:{}:{}", f.filename, f.line, f.name))
+            .collect()
     })
 }
 

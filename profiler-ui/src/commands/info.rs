@@ -25,6 +25,9 @@ pub struct InfoReport {
     pub gzip: bool,
     /// The allocator configuration the trace records, if any.
     pub allocator_config: Option<String>,
+    /// The allocator's settings whole, as a PyTorch file records them (`allocator_settings`:
+    /// every key in the file's order, each value as Python prints it); empty for other files.
+    pub allocator_settings: Vec<(String, String)>,
     /// When event time 0 was, in microseconds since the Unix epoch, if known.
     pub time_origin_unix_us: Option<u64>,
     /// Distinct contexts (tag stacks, call stacks) the trace refers to.
@@ -60,6 +63,20 @@ pub struct DeviceInfo {
     pub pending_free_bytes: u64,
     /// Bytes the callers of active blocks asked for.
     pub requested_bytes: u64,
+    /// The private memory pools among the segments (PyTorch's `segment_pool_id` other than
+    /// `(0, 0)`: CUDA graphs' pools, `torch.cuda.MemPool`s), lowest id first.
+    pub private_pools: Vec<PrivatePool>,
+}
+
+/// The segments of one private memory pool on a device.
+#[derive(Debug, Serialize)]
+pub struct PrivatePool {
+    /// The pool's id, as `segment_pool_id`.
+    pub pool_id: (u64, u64),
+    /// Its segments.
+    pub segments: u64,
+    /// Bytes in them.
+    pub reserved_bytes: u64,
 }
 
 /// Builds the report of `trace`, read from `file`.
@@ -84,6 +101,7 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 allocated_bytes: 0,
                 pending_free_bytes: 0,
                 requested_bytes: 0,
+                private_pools: Vec::new(),
             };
             for event in snapshot.device_events(device) {
                 info.events = info.events.saturating_add(1);
@@ -116,7 +134,22 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 info.requested_bytes = info
                     .requested_bytes
                     .saturating_add(segment.requested_bytes());
+                let id = snapshot.pytorch.pool_of(device, segment.address);
+                if id != (0, 0) {
+                    match info.private_pools.iter_mut().find(|p| p.pool_id == id) {
+                        Some(pool) => {
+                            pool.segments += 1;
+                            pool.reserved_bytes = pool.reserved_bytes.saturating_add(segment.size);
+                        }
+                        None => info.private_pools.push(PrivatePool {
+                            pool_id: id,
+                            segments: 1,
+                            reserved_bytes: segment.size,
+                        }),
+                    }
+                }
             }
+            info.private_pools.sort_by_key(|p| p.pool_id);
             info
         })
         .collect();
@@ -126,6 +159,12 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
         format_name: trace.format.to_string(),
         gzip: trace.gzip,
         allocator_config: snapshot.allocator_config.clone(),
+        allocator_settings: snapshot
+            .pytorch
+            .allocator_settings
+            .iter()
+            .map(|(key, value)| (key.clone(), value.to_string()))
+            .collect(),
         time_origin_unix_us: snapshot.time_origin_unix_us,
         contexts: snapshot.contexts.len(),
         devices,
@@ -140,6 +179,21 @@ pub fn render(report: &InfoReport) -> String {
     let _ = writeln!(text, "format:    {}{gz}", report.format_name);
     if let Some(config) = report.allocator_config.as_deref().filter(|c| !c.is_empty()) {
         let _ = writeln!(text, "config:    {config}");
+    }
+    if !report.allocator_settings.is_empty() {
+        let _ = writeln!(
+            text,
+            "settings:  (allocator_settings, as the file records them)"
+        );
+        let width = report
+            .allocator_settings
+            .iter()
+            .map(|(key, _)| key.len())
+            .max()
+            .unwrap_or(0);
+        for (key, value) in &report.allocator_settings {
+            let _ = writeln!(text, "  {key:<width$}  {value}");
+        }
     }
     let _ = writeln!(text, "contexts:  {}", count(report.contexts as u64));
     if report.devices.is_empty() {
@@ -181,6 +235,16 @@ pub fn render(report: &InfoReport) -> String {
             format_size(device.pending_free_bytes),
             format_size(device.requested_bytes),
         );
+        for pool in &device.private_pools {
+            let _ = writeln!(
+                text,
+                "  private pool ({}, {}): {} segments, {} reserved",
+                pool.pool_id.0,
+                pool.pool_id.1,
+                count(pool.segments),
+                format_size(pool.reserved_bytes)
+            );
+        }
     }
     text
 }

@@ -14,6 +14,7 @@ mod engine;
 mod recorded;
 mod start;
 
+use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::cli::ReplayArgs;
 use crate::format::{count, device_list, format_size};
 use crate::load::load_trace;
@@ -52,6 +53,12 @@ pub struct ReplayReport {
     pub config_note: Option<String>,
     /// The simulated device's capacity, in bytes.
     pub capacity_bytes: u64,
+    /// Where it came from: `--capacity`, `trace` (the recording's out-of-memory events:
+    /// `device_free` plus the bytes reserved then) or `default` (1 TiB: the trace does not tell
+    /// the device's memory, so nothing runs out of it).
+    pub capacity_source: &'static str,
+    /// What the settings could not do in this replay, and what to try instead, in words.
+    pub notes: Vec<String>,
     /// `start` (the trace's first state) or `fresh` (its live blocks alone).
     pub mode: &'static str,
     /// What blockpool did.
@@ -116,9 +123,15 @@ pub fn replay(
         free_on,
         trace_span,
     };
+    let recorded_memory = recorded.as_ref().and_then(|r| r.device_memory_bytes);
+    let (capacity_bytes, capacity_source) = match (args.capacity, recorded_memory) {
+        (Some(bytes), _) => (bytes, "--capacity"),
+        (None, Some(bytes)) => (bytes, "trace"),
+        (None, None) => (DEFAULT_CAPACITY, "default"),
+    };
     let settings = Settings {
         config: config.clone(),
-        capacity_bytes: args.capacity.unwrap_or(DEFAULT_CAPACITY),
+        capacity_bytes,
         exact: args.exact,
     };
     let event_count = workload.events.len() as u64;
@@ -150,6 +163,7 @@ pub fn replay(
         None
     };
     progress.finish_and_clear();
+    let notes = notes(args, &config, &start_state, events, &outcome);
     let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
     Ok(ReplayReport {
         file: args.file.display().to_string(),
@@ -160,6 +174,8 @@ pub fn replay(
         config_source,
         config_note,
         capacity_bytes: settings.capacity_bytes,
+        capacity_source,
+        notes,
         mode: if args.fresh { "fresh" } else { "start" },
         peak_reserved_ratio: recorded
             .as_ref()
@@ -171,6 +187,73 @@ pub fn replay(
         recorded,
         capacity_search,
     })
+}
+
+/// What the replay's settings could not act on: expandable segments on a start state of
+/// adopted fixed-size segments, and `--exact` on mapped ranges of expandable segments.
+fn notes(
+    args: &ReplayArgs,
+    config: &AllocatorConfig,
+    start_state: &blockpool::trace::DeviceState,
+    events: &[blockpool::trace::TraceEvent],
+    outcome: &Outcome,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let start = &outcome.start;
+    if config.expandable_segments() && start.adopted_segments > 0 {
+        let adopted = format!(
+            "expandable_segments: the {} segments adopted from the start state ({}) keep their \
+             recorded sizes",
+            count(start.adopted_segments),
+            format_size(start.adopted_bytes)
+        );
+        let what = if outcome.device_allocs == 0 {
+            "and the replay created no segment of its own, so the setting had nothing to \
+             change"
+                .to_string()
+        } else {
+            format!(
+                "and it acts only on the {} segments the replay created",
+                count(outcome.device_allocs)
+            )
+        };
+        notes.push(format!(
+            "{adopted}, {what}; rerun with --fresh to start from the live blocks alone, where \
+             it shapes every segment"
+        ));
+    }
+    let maps = events
+        .iter()
+        .filter(|e| e.action == Action::SegmentMap)
+        .count();
+    let expandable_start = start_state.segments.iter().any(|s| s.expandable);
+    if args.exact && (maps > 0 || expandable_start) {
+        notes.push(format!(
+            "--exact: the trace was recorded with expandable segments ({} segment_map events{}): \
+             PyTorch maps pages into one reserved address range per stream and pool, which the \
+             simulated device does not reproduce, so allocations there cannot get their recorded \
+             addresses; only segments of segment_alloc events are placed as recorded",
+            count(maps as u64),
+            if expandable_start {
+                ", expandable segments at the start"
+            } else {
+                ""
+            }
+        ));
+    }
+    if outcome.recorded_oom_requests > 0 {
+        let times = match outcome.recorded_oom_requests {
+            1 => "once".to_string(),
+            n => format!("{} times", count(n)),
+        };
+        notes.push(format!(
+            "the recording ran out of memory {times}; each failed request is replayed as an \
+             allocation freed at once (what the program did next is not in the trace), and {} \
+             of them failed here too",
+            count(outcome.recorded_oom_failed)
+        ));
+    }
+    notes
 }
 
 /// The busiest device (as every command picks it: the most events, then the most reserved
@@ -262,7 +345,16 @@ pub fn render(report: &ReplayReport) -> String {
     if let Some(note) = &report.config_note {
         let _ = writeln!(text, "           {note}");
     }
-    let _ = writeln!(text, "capacity:  {}", format_size(report.capacity_bytes));
+    let source = match report.capacity_source {
+        "trace" => "the recorded device: device_free + reserved at its out-of-memory event",
+        "default" => "default: the trace does not tell the device's memory",
+        other => other,
+    };
+    let _ = writeln!(
+        text,
+        "capacity:  {} ({source})",
+        format_size(report.capacity_bytes)
+    );
     let start = &outcome.start;
     let _ = write!(
         text,
@@ -282,6 +374,9 @@ pub fn render(report: &ReplayReport) -> String {
             "           {} segments could not be adopted (layout off blockpool's 512-byte grid)",
             count(start.not_adoptable_segments)
         );
+    }
+    for note in &report.notes {
+        let _ = writeln!(text, "note:      {note}");
     }
     text.push('\n');
     render_table(&mut text, report);
@@ -361,6 +456,17 @@ fn render_table(text: &mut String, report: &ReplayReport) {
         let row = format!("{name:<22}{ours:>14}{theirs:>14}{ratio:>9}");
         let _ = writeln!(text, "{}", row.trim_end());
     }
+    let _ = writeln!(
+        text,
+        "{:<22}{} (as summary reports it)",
+        "  fragmentation:", FRAGMENTATION
+    );
+    let _ = writeln!(
+        text,
+        "{:<22}block sizes; the recording's blocks known only by request at the request \
+         rounded, the least they took",
+        "  peak allocated:"
+    );
     let _ = writeln!(text, "{:<22}{:>14}", "retries", count(ours.retries));
     if ours.empty_cache_calls > 0 {
         let _ = writeln!(

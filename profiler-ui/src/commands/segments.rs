@@ -31,6 +31,10 @@ pub struct SegmentMap {
     pub pool: &'static str,
     /// Whether this is mapped memory of an expandable segment.
     pub expandable: bool,
+    /// The private memory pool the segment belongs to (PyTorch's `segment_pool_id`: a CUDA
+    /// graph's pool or a `torch.cuda.MemPool`), as the file records it for its end-state
+    /// segments; absent for the default pool.
+    pub private_pool: Option<(u64, u64)>,
     /// Bytes in allocated blocks the callers asked for.
     pub requested_bytes: u64,
     /// Bytes in allocated blocks beyond what was asked for (rounding, unsplit remainders).
@@ -98,7 +102,7 @@ pub fn run(
     for m in &maps {
         let _ = writeln!(
             text,
-            "{:#014x} {:>10} {:<5} stream {:<3} [{}] requested {}, rounding {}, pending {}, free {}{}",
+            "{:#014x} {:>10} {:<5} stream {:<3} [{}] requested {}, rounding {}, pending {}, free {}{}{}",
             m.address,
             format_size(m.size),
             m.pool,
@@ -109,6 +113,8 @@ pub fn run(
             format_size(m.pending_free_bytes),
             format_size(m.free_bytes),
             if m.expandable { " (expandable)" } else { "" },
+            m.private_pool
+                .map_or_else(String::new, |(a, b)| format!(" (private pool ({a}, {b}))")),
         );
     }
     if !state.unsegmented.is_empty() {
@@ -189,6 +195,13 @@ pub fn map(names: &SiteNames, recorded: &Recorded, segment: &Segment) -> Segment
         stream: segment.stream.0,
         pool: pool_name(segment.pool),
         expandable: segment.expandable,
+        private_pool: Some(
+            names
+                .snapshot()
+                .pytorch
+                .pool_of(segment.device, segment.address),
+        )
+        .filter(|&id| id != (0, 0)),
         requested_bytes: requested,
         rounding_bytes: rounding,
         pending_free_bytes: pending,

@@ -1,9 +1,11 @@
-//! `memtrace summary FILE [--all-frames] [--json]`: the summary of a trace ([`summarize_in`]: per device, the
-//! peaks, fragmentation at the allocated peak, the top sites there and every out-of-memory event
-//! explained), as text or as JSON.
+//! `memtrace summary FILE [--all-frames] [--json]`: the summary of a trace ([`summarize_in`]:
+//! per device, the peaks and what sizes they add up, fragmentation at the reserved peak, the
+//! free memory and top sites at the allocated peak and every out-of-memory event explained), as
+//! text or as JSON.
 
+use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
-use crate::analysis::summary::{summarize_in, SummaryReport};
+use crate::analysis::summary::{summarize_in, OomExplained, SummaryReport};
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -35,17 +37,25 @@ pub fn render(report: &SummaryReport) -> String {
             "(no times recorded)".to_string()
         };
         let _ = writeln!(text, "  events:    {} {span}", count(d.events as u64));
-        for (name, peak) in [
-            ("allocated", &d.peak_allocated),
-            ("reserved", &d.peak_reserved),
-            ("requested", &d.peak_requested),
+        for (name, peak, kind) in [
+            ("allocated", &d.peak_allocated, "block sizes"),
+            ("reserved", &d.peak_reserved, "segment sizes"),
+            ("requested", &d.peak_requested, "request sizes"),
         ] {
             let _ = writeln!(
                 text,
-                "  peak {name:<9} {:>10} at event {}{}",
+                "  peak {name:<9} {:>10} at event {}{} ({kind})",
                 format_size(peak.bytes),
                 count(peak.index as u64),
                 at(peak.time_us)
+            );
+        }
+        if report.format == "pytorch" {
+            let _ = writeln!(
+                text,
+                "             (PyTorch's trace records requests, not block sizes: a block it \
+                 alone shows counts at its request rounded as the allocator rounds it, the \
+                 least it took)"
             );
         }
         let _ = writeln!(
@@ -56,12 +66,16 @@ pub fn render(report: &SummaryReport) -> String {
         );
         let _ = writeln!(
             text,
-            "  fragmentation at the allocated peak: {:.1}% of reserved is not allocated; free \
-             memory {} in blocks, largest {} ({:.1}% scattered)",
-            100.0 * d.fragmentation_reserved,
+            "  fragmentation: {:.2} % ({FRAGMENTATION}, as replay reports it)",
+            100.0 * d.fragmentation_at_reserved_peak
+        );
+        let _ = writeln!(
+            text,
+            "  free memory at the allocated peak: {} in blocks, largest {}; {:.1} % scattered \
+             (1 - largest free block / free bytes: 0 % when it is one block)",
             format_size(d.free_bytes),
             format_size(d.largest_free_block),
-            100.0 * d.fragmentation_free
+            100.0 * d.free_scattered
         );
         if !d.top_sites.is_empty() {
             let _ = writeln!(text, "  top sites at the allocated peak:");
@@ -79,16 +93,51 @@ pub fn render(report: &SummaryReport) -> String {
             let _ = writeln!(text, "  out of memory: no out-of-memory event was recorded");
         }
         for oom in &d.out_of_memory {
-            let _ = writeln!(
-                text,
-                "  out of memory at event {}{}: {}",
-                count(oom.index as u64),
-                at(oom.time_us),
-                oom.explanation
-            );
+            render_oom(&mut text, oom, &at(oom.time_us));
         }
     }
     text
+}
+
+/// Frames of a failing request's stack printed before the rest is counted.
+const OOM_STACK_FRAMES: usize = 12;
+
+/// One out-of-memory event: the failing request (size, stream, site), why it failed, what the
+/// device had, and the request's stack.
+fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
+    let _ = writeln!(
+        text,
+        "  out of memory at event {}{}: {} requested on stream {} at {}",
+        count(oom.index as u64),
+        at,
+        format_size(oom.requested_bytes),
+        oom.stream,
+        oom.site
+    );
+    let _ = writeln!(text, "    {}", oom.explanation);
+    let _ = writeln!(
+        text,
+        "    device: {} free + {} reserved by this allocator = {} (other processes' memory is \
+         in neither)",
+        format_size(oom.device_free_bytes),
+        format_size(oom.reserved_bytes),
+        format_size(oom.device_memory_bytes)
+    );
+    if oom.stack.is_empty() {
+        let _ = writeln!(text, "    stack: not recorded");
+        return;
+    }
+    let _ = writeln!(text, "    stack of the request (innermost first):");
+    for frame in oom.stack.iter().take(OOM_STACK_FRAMES) {
+        let _ = writeln!(text, "      {frame}");
+    }
+    if oom.stack.len() > OOM_STACK_FRAMES {
+        let _ = writeln!(
+            text,
+            "      ... {} more frames (--json has them all)",
+            count((oom.stack.len() - OOM_STACK_FRAMES) as u64)
+        );
+    }
 }
 
 /// Runs `memtrace summary`.

@@ -50,6 +50,8 @@ pub(super) struct RawLine {
     pub blocks: Option<Vec<RawBlock>>,
     // End.
     pub end: Option<RawEnd>,
+    // What only PyTorch's files record (see `details.rs`).
+    pub pytorch: Option<serde_json::Value>,
 }
 
 /// `[address, size, requested, state, context]`.

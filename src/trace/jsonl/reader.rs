@@ -2,6 +2,7 @@
 //! time, holding one line (at most [`MAX_LINE_BYTES`]) and the frames and contexts defined so
 //! far; [`read_snapshot`] and [`load`] collect them into a [`Snapshot`].
 
+use super::details;
 use super::error::JsonlError;
 use super::format::{Header, ReadReport, FORMAT_VERSION, MAX_LINE_BYTES};
 use super::line::{self, RawLine};
@@ -9,7 +10,7 @@ use crate::backend::StreamId;
 use crate::trace::limits::{ContextBudget, ImportLimits};
 use crate::trace::lines::{impl_record_iterator, LineError};
 use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
-use crate::trace::{Context, ContextId, Frame, SnapshotInvalid, TraceEvent};
+use crate::trace::{Context, ContextId, Frame, PytorchDetails, SnapshotInvalid, TraceEvent};
 use flate2::bufread::MultiGzDecoder;
 use std::collections::HashMap;
 use std::fs::File;
@@ -99,6 +100,8 @@ pub struct JsonlReader<R: BufRead> {
     report: ReadReport,
     /// The end line's number and counts once read.
     end: Option<(u64, Option<u64>, Option<u64>)>,
+    /// What the `pytorch` line holds, once read.
+    pytorch: Option<PytorchDetails>,
     finished: bool,
 }
 
@@ -146,6 +149,7 @@ impl<R: BufRead> JsonlReader<R> {
             budget: ContextBudget::new(limits),
             report: ReadReport::default(),
             end: None,
+            pytorch: None,
             finished: false,
         };
         let Some(complete) = reader.read_line()? else {
@@ -339,6 +343,10 @@ impl<R: BufRead> JsonlReader<R> {
         if let Some(address) = raw.segment {
             return self.segment(address, raw).map(Some);
         }
+        if let Some(details) = &raw.pytorch {
+            self.pytorch = Some(details::from_json(details, line)?);
+            return Ok(None);
+        }
         if let Some(end) = raw.end {
             self.report.dropped_events = end.dropped_events.unwrap_or(0);
             self.end = Some((line, end.events, end.segments));
@@ -518,6 +526,7 @@ pub fn read_snapshot_with<R: BufRead>(
         header,
         contexts,
         report,
+        pytorch,
         ..
     } = reader;
     let snapshot = Snapshot {
@@ -526,6 +535,7 @@ pub fn read_snapshot_with<R: BufRead>(
         contexts,
         allocator_config: header.allocator_config,
         time_origin_unix_us: header.time_origin_unix_us,
+        pytorch: pytorch.unwrap_or_default(),
     };
     Ok((snapshot, report))
 }

@@ -111,6 +111,7 @@ fn sample() -> Snapshot {
         contexts,
         allocator_config: Some("max_split_size_mb:512".into()),
         time_origin_unix_us: Some(1_700_000_000_000_000),
+        pytorch: Default::default(),
     }
 }
 

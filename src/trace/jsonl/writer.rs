@@ -2,11 +2,12 @@
 //! time they are used, events and segments, and the end line; [`write_snapshot`] and [`save`]
 //! write a whole [`Snapshot`] with it.
 
+use super::details;
 use super::error::JsonlError;
 use super::format::Header;
 use crate::trace::file::FileOut;
 use crate::trace::snapshot::{pool_name, Segment, Snapshot};
-use crate::trace::{Context, ContextId, Frame, TraceEvent};
+use crate::trace::{Context, ContextId, Frame, PytorchDetails, TraceEvent};
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
@@ -194,6 +195,14 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Writes the `pytorch` line: what only PyTorch's snapshot files record (private pools,
+    /// the allocator's settings whole, `compile_context`).
+    pub fn pytorch_details(&mut self, details: &PytorchDetails) -> io::Result<()> {
+        let line = serde_json::json!({ "pytorch": details::to_json(details) });
+        serde_json::to_writer(&mut self.out, &line)?;
+        self.out.write_all(b"\n")
+    }
+
     /// Counts `count` events that were recorded but never reached the writer; the end line
     /// says how many.
     pub fn note_dropped_events(&mut self, count: u64) {
@@ -252,6 +261,9 @@ pub fn write_snapshot<W: Write>(snapshot: &Snapshot, out: W) -> io::Result<()> {
             block.context = id(block.context);
         }
         writer.segment(&segment)?;
+    }
+    if snapshot.pytorch != PytorchDetails::default() {
+        writer.pytorch_details(&snapshot.pytorch)?;
     }
     writer.finish()?.into_inner().map_err(|e| e.into_error())?;
     Ok(())

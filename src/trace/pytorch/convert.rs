@@ -123,6 +123,21 @@ impl SeenShared {
     }
 }
 
+/// A `segment_pool_id`: a tuple (or list) of two ints.
+fn pool_id(value: &Value, path: &Path<'_>) -> Result<(u64, u64), SnapshotError> {
+    match list(value, path)? {
+        [first, second] => Ok((
+            u64_at(first, &path.index(0))?,
+            u64_at(second, &path.index(1))?,
+        )),
+        other => Err(SnapshotError::OutOfRange {
+            path: path.to_string(),
+            expected: "a pair of ints (the pool's id)",
+            found: format!("{} items", other.len()),
+        }),
+    }
+}
+
 /// Conversion state: the frame lists already converted, and what the file has shown of its
 /// form so far.
 #[derive(Default)]
@@ -210,6 +225,10 @@ impl Converter {
             Some(flag) => bool_at(flag, &path.key("is_expandable"))?,
             None => false,
         };
+        let segment_pool_id = match fields.get("segment_pool_id") {
+            Some(id) => pool_id(id, &path.key("segment_pool_id"))?,
+            None => (0, 0),
+        };
         let blocks_path = path.key("blocks");
         let mut blocks = Vec::new();
         let mut next_address = Some(address);
@@ -228,6 +247,7 @@ impl Converter {
             active_size: fields.u64("active_size")?,
             requested_size: fields.u64("requested_size")?,
             is_expandable,
+            segment_pool_id,
             frames: self.optional_frames(fields.get("frames"), &path.key("frames"))?,
             blocks,
         })
@@ -342,6 +362,9 @@ impl Converter {
                 .map(|value| u64_at(value, &path.key("time_us")))
                 .transpose()?,
             frames: self.optional_frames(frames, &path.key("frames"))?,
+            compile_context: compile_context
+                .map(|text| str_at(text, &path.key("compile_context")).map(Arc::clone))
+                .transpose()?,
         })
     }
 

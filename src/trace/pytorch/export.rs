@@ -17,7 +17,7 @@ use super::extras::{self, is_block_event, TAG_FILENAME};
 use crate::event::{Context, Frame};
 use crate::trace::pickle::{write_to, Value};
 use crate::trace::snapshot::{pool_name, Block, Segment};
-use crate::trace::{Action, BlockState, ContextId, Snapshot, TraceEvent};
+use crate::trace::{Action, BlockState, ContextId, SettingValue, Snapshot, TraceEvent};
 
 /// The highest device index an export accepts: PyTorch's `device_traces` has one list per index
 /// below it, so a stray huge index would otherwise cost a list per index.
@@ -79,9 +79,12 @@ pub fn write_pytorch_snapshot<W: Write>(snapshot: &Snapshot, out: W) -> io::Resu
 /// [`pickle::write`](crate::trace::pickle::write).
 ///
 /// The root holds `segments`, `device_traces` (one list per device index, from 0 to the
-/// highest device present), `allocator_settings` (when the configuration is known:
+/// highest device present), `allocator_settings` (the recorded ones whole, from
+/// [`PytorchDetails`](crate::trace::PytorchDetails), with `PYTORCH_CUDA_ALLOC_CONF` the
+/// snapshot's configuration; else when the configuration is known,
 /// `PYTORCH_CUDA_ALLOC_CONF` and `expandable_segments`), an empty `external_annotations`, and
-/// blockpool's table. A segment is written as PyTorch writes one (`device, address, total_size,
+/// blockpool's table. `segment_pool_id` is the segment's recorded private pool, else `(0, 0)`;
+/// an entry's `compile_context` is written where one was recorded. A segment is written as PyTorch writes one (`device, address, total_size,
 /// allocated_size, active_size, requested_size, stream, segment_type, segment_pool_id,
 /// is_expandable, frames, blocks`), `is_expandable` from [`Segment::expandable`]; a block as
 /// `address, size, requested_size, state, frames`. A
@@ -102,8 +105,14 @@ pub fn snapshot_to_pytorch_value(snapshot: &Snapshot) -> Result<Value, ExportErr
         .map(|segment| exporter.segment(segment))
         .collect();
     let mut traces: Vec<Vec<Value>> = vec![Vec::new(); devices];
-    for event in &snapshot.events {
-        let entry = exporter.entry(event);
+    let compile_contexts: HashMap<usize, &Arc<str>> = snapshot
+        .pytorch
+        .compile_contexts
+        .iter()
+        .map(|(index, text)| (*index, text))
+        .collect();
+    for (index, event) in snapshot.events.iter().enumerate() {
+        let entry = exporter.entry(event, compile_contexts.get(&index).copied());
         // device_count saw every device, so the index is in range.
         if let Some(trace) = traces.get_mut(event.device as usize) {
             trace.push(entry);
@@ -117,7 +126,9 @@ pub fn snapshot_to_pytorch_value(snapshot: &Snapshot) -> Result<Value, ExportErr
             list(traces.into_iter().map(list).collect()),
         ),
     ];
-    if let Some(config) = &snapshot.allocator_config {
+    if !snapshot.pytorch.allocator_settings.is_empty() {
+        root.push((k.allocator_settings.clone(), recorded_settings(snapshot)));
+    } else if let Some(config) = &snapshot.allocator_config {
         let settings = vec![
             (k.alloc_conf.clone(), text(config)),
             (
@@ -130,6 +141,50 @@ pub fn snapshot_to_pytorch_value(snapshot: &Snapshot) -> Result<Value, ExportErr
     root.push((k.external_annotations.clone(), list(Vec::new())));
     root.push((text(extras::ROOT), exporter.table()));
     Ok(dict(root))
+}
+
+/// The recorded `allocator_settings`, whole and in order; `PYTORCH_CUDA_ALLOC_CONF` is the
+/// snapshot's configuration where it has one.
+fn recorded_settings(snapshot: &Snapshot) -> Value {
+    const CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
+    let mut pairs: Vec<(Value, Value)> = snapshot
+        .pytorch
+        .allocator_settings
+        .iter()
+        .map(
+            |(key, value)| match (key.as_str(), &snapshot.allocator_config) {
+                (CONF, Some(config)) => (text(key), text(config)),
+                _ => (text(key), setting(value)),
+            },
+        )
+        .collect();
+    let has_conf = snapshot
+        .pytorch
+        .allocator_settings
+        .iter()
+        .any(|(k, _)| k == CONF);
+    if let (false, Some(config)) = (has_conf, &snapshot.allocator_config) {
+        pairs.insert(0, (text(CONF), text(config)));
+    }
+    dict(pairs)
+}
+
+/// A settings value as the plain data PyTorch wrote.
+fn setting(value: &SettingValue) -> Value {
+    match value {
+        SettingValue::None => Value::None,
+        SettingValue::Bool(flag) => Value::Bool(*flag),
+        SettingValue::Int(n) => Value::Int(*n),
+        SettingValue::Float(x) => Value::Float(*x),
+        SettingValue::Text(s) => text(s),
+        SettingValue::List(items) => list(items.iter().map(setting).collect()),
+        SettingValue::Map(pairs) => dict(
+            pairs
+                .iter()
+                .map(|(key, value)| (text(key), setting(value)))
+                .collect(),
+        ),
+    }
 }
 
 /// One trace list per device index up to the highest present.
@@ -201,6 +256,7 @@ struct Keys {
     addr: Value,
     device_free: Value,
     time_us: Value,
+    compile_context: Value,
     user_metadata: Value,
     name: Value,
     filename: Value,
@@ -237,6 +293,7 @@ impl Keys {
             addr: text("addr"),
             device_free: text("device_free"),
             time_us: text("time_us"),
+            compile_context: text("compile_context"),
             user_metadata: text("user_metadata"),
             name: text("name"),
             filename: text("filename"),
@@ -358,13 +415,25 @@ impl<'s> Exporter<'s> {
             (k.requested_size.clone(), int(segment.requested_bytes())),
             (k.stream.clone(), int(segment.stream.0)),
             (k.segment_type.clone(), pool),
-            (k.segment_pool_id.clone(), self.pool_id.clone()),
+            (k.segment_pool_id.clone(), self.pool_id(segment)),
             (k.is_expandable.clone(), Value::Bool(segment.expandable)),
             (k.frames.clone(), self.frames(segment.context)),
             (k.blocks.clone(), list(blocks)),
         ];
         self.push_context(&mut pairs, segment.context);
         dict(pairs)
+    }
+
+    /// `segment_pool_id`: the recorded private pool, else the default pool's `(0, 0)`.
+    fn pool_id(&self, segment: &Segment) -> Value {
+        match self
+            .snapshot
+            .pytorch
+            .pool_of(segment.device, segment.address)
+        {
+            (0, 0) => self.pool_id.clone(),
+            (a, b) => Value::Tuple(Arc::new(vec![int(a), int(b)])),
+        }
     }
 
     fn block(&self, block: &Block) -> Value {
@@ -385,7 +454,7 @@ impl<'s> Exporter<'s> {
         dict(pairs)
     }
 
-    fn entry(&self, event: &TraceEvent) -> Value {
+    fn entry(&self, event: &TraceEvent, compile_context: Option<&Arc<str>>) -> Value {
         let k = &self.keys;
         let action_index = Action::ALL
             .iter()
@@ -411,6 +480,14 @@ impl<'s> Exporter<'s> {
             (k.size.clone(), int(size)),
             (k.stream.clone(), int(event.stream.0)),
             (k.time_us.clone(), int(time_us)),
+        ]);
+        if let Some(compile_context) = compile_context {
+            pairs.push((
+                k.compile_context.clone(),
+                Value::Str(Arc::clone(compile_context)),
+            ));
+        }
+        pairs.extend([
             (k.frames.clone(), self.frames(event.context)),
             (
                 k.user_metadata.clone(),
@@ -451,10 +528,14 @@ impl<'s> Exporter<'s> {
             })
             .collect();
         let origin = self.snapshot.time_origin_unix_us.map_or(Value::None, int);
-        dict(vec![
+        let mut table = vec![
             (text("version"), int(extras::VERSION)),
             (text("time_origin_unix_us"), origin),
             (text("contexts"), list(contexts)),
-        ])
+        ];
+        if !self.snapshot.pytorch.allocator_settings.is_empty() {
+            table.push((text(extras::SETTINGS_RECORDED), Value::Bool(true)));
+        }
+        dict(table)
     }
 }

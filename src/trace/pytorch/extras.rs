@@ -8,7 +8,7 @@
 //!
 //! | where | key | what |
 //! |---|---|---|
-//! | the root | `blockpool` | `{"version": 1, "time_origin_unix_us": int or None, "contexts": [{"tags": [str], "frames": [frame]}]}` |
+//! | the root | `blockpool` | `{"version": 1, "time_origin_unix_us": int or None, "contexts": [{"tags": [str], "frames": [frame]}], "allocator_settings_recorded": True}` (the last key only when `allocator_settings` holds the settings a file recorded, not the two made from the configuration) |
 //! | segment, block, trace entry | `blockpool_context` | the context id (1-based index into `contexts`), absent for none |
 //! | `alloc`, `free_requested`, `free_completed` entry | `blockpool_block_size` | the block's size, when it differs from `size` (the request) |
 //! | any other entry | `blockpool_requested` | `TraceEvent::requested`, when it is not 0 |
@@ -23,6 +23,8 @@
 pub(super) const ROOT: &str = "blockpool";
 /// The version of the table's layout.
 pub(super) const VERSION: u64 = 1;
+/// Key of the table saying `allocator_settings` are a file's own, kept whole.
+pub(super) const SETTINGS_RECORDED: &str = "allocator_settings_recorded";
 /// Key of a context id on a segment, block or trace entry.
 pub(super) const CONTEXT: &str = "blockpool_context";
 /// Key of the block size on a block event whose size differs from its request.

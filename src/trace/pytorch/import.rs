@@ -5,9 +5,13 @@
 //! What the fields become:
 //!
 //! - `TraceEvent::size` and `requested`: PyTorch's `size` of `alloc`, `free_requested` and
-//!   `free_completed` is what the caller asked for (`orig_size`), so both are that size (the
-//!   block size is not in PyTorch's files); for other actions `size` is PyTorch's and
-//!   `requested` 0. Files we exported carry the block size and give it back exactly.
+//!   `free_completed` is what the caller asked for (`orig_size`), which becomes `requested`;
+//!   the block size is not in PyTorch's files, so `size` is that request rounded as the file's
+//!   allocator rounds it (`allocator_settings`' `PYTORCH_CUDA_ALLOC_CONF`: 512 bytes, or a
+//!   `roundup_power2_divisions` step), the smallest block the request can have had. Block
+//!   sums over a walk of the trace are then block sizes throughout, as the end state's are. For
+//!   other actions `size` is PyTorch's and `requested` 0. Files we exported carry the block
+//!   size and give it back exactly.
 //! - `time_us`: microseconds since the earliest `time_us` in the file (trace entries and
 //!   external annotations), which becomes `time_origin_unix_us`; without `time_us` (files
 //!   before late 2023) every event is at 0 and the origin unknown.
@@ -19,9 +23,12 @@
 //!   [`Action::Annotate`] events whose tags are the device's range stack after each `START` or
 //!   `END`, as blockpool's own annotations record it; `user_defined` entries become
 //!   `Annotate` events with their frames.
-//! - `allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]` becomes `allocator_config`; streams are
-//!   PyTorch's `cudaStream_t` values; `segment_type` is the pool. Segments are ordered by
-//!   device then address.
+//! - `allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]` becomes `allocator_config`, and the whole
+//!   `allocator_settings` dict (max_split_size, garbage_collection_threshold,
+//!   roundup_power2_divisions, ...) is kept in [`PytorchDetails`] with each segment's private
+//!   pool (`segment_pool_id` other than `(0, 0)`) and each entry's `compile_context`, so an
+//!   export writes them back; streams are PyTorch's `cudaStream_t` values; `segment_type` is
+//!   the pool. Segments are ordered by device then address.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -30,14 +37,19 @@ use std::sync::Arc;
 use super::convert::{snapshot_from_value, SeenShared};
 use super::error::SnapshotError;
 use super::extras::{self, is_block_event, TAG_FILENAME};
-use super::fields::{list, str_at, u64_at, Fields, Path};
+use super::fields::{bool_at, list, str_at, u64_at, Fields, Path};
 use super::model::{self, Frame as PtFrame, PytorchSnapshot, PytorchTraceEntry, SegmentType};
 use crate::backend::StreamId;
+use crate::pool::sizing::round_size;
 use crate::pool::PoolKind;
 use crate::trace::limits::{ContextBudget, ImportLimits};
 use crate::trace::pickle::{read, ReadLimits, Value};
 use crate::trace::snapshot::{Block, Segment};
-use crate::trace::{Action, BlockState, Context, ContextId, Contexts, Frame, Snapshot, TraceEvent};
+use crate::trace::{
+    Action, BlockState, Context, ContextId, Contexts, Frame, PytorchDetails, SegmentPool,
+    SettingValue, Snapshot, TraceEvent,
+};
+use crate::AllocatorConfig;
 
 /// Reads a PyTorch memory snapshot file (or one [`write_pytorch_snapshot`] wrote) straight
 /// into a [`Snapshot`]: [`pickle::read`](crate::trace::pickle::read) with default limits, then
@@ -173,6 +185,9 @@ struct Table {
     time_origin_unix_us: Option<u64>,
     /// Our id of the table's context `n` at index `n - 1`.
     ids: Vec<ContextId>,
+    /// Whether `allocator_settings` are a file's own (else the exporter made them from the
+    /// configuration, which `allocator_config` already holds).
+    settings_recorded: bool,
 }
 
 /// Conversion state.
@@ -186,6 +201,8 @@ struct Importer<'a> {
     by_pointer: HashMap<(usize, usize), ContextId>,
     /// What the contexts built so far spell out.
     budget: ContextBudget,
+    /// The settings that round a request to its block size (the file's, else the defaults).
+    rounding: AllocatorConfig,
 }
 
 impl<'a> Importer<'a> {
@@ -201,6 +218,7 @@ impl<'a> Importer<'a> {
             table: None,
             by_pointer: HashMap::new(),
             budget: ContextBudget::new(limits),
+            rounding: AllocatorConfig::default(),
         };
         importer.read_table()?;
         Ok(importer)
@@ -284,24 +302,75 @@ impl<'a> Importer<'a> {
                 .collect::<Result<Vec<Frame>, SnapshotError>>()?;
             ids.push(self.contexts.intern(Context { tags, frames }));
         }
+        let settings_recorded = match fields.get(extras::SETTINGS_RECORDED) {
+            Some(flag) => bool_at(flag, &path.key(extras::SETTINGS_RECORDED))?,
+            None => false,
+        };
         self.table = Some(Table {
             time_origin_unix_us,
             ids,
+            settings_recorded,
         });
         Ok(())
     }
 
     fn run(mut self) -> Result<Snapshot, SnapshotError> {
-        let segments = self.segments()?;
-        let (events, time_origin_unix_us) = self.events()?;
         let allocator_config = self.allocator_config();
+        // Block sizes are rounded as the file's own allocator rounded them; settings blockpool
+        // does not understand round as PyTorch's defaults do (512 bytes).
+        self.rounding = allocator_config
+            .as_deref()
+            .and_then(|conf| AllocatorConfig::parse(conf).ok())
+            .unwrap_or_default();
+        let segments = self.segments()?;
+        let (merged, time_origin_unix_us) = self.events()?;
+        let mut events = Vec::with_capacity(merged.len());
+        let mut compile_contexts = Vec::new();
+        for (index, (event, compile_context)) in merged.into_iter().enumerate() {
+            events.push(event);
+            compile_contexts.extend(compile_context.map(|text| (index, text)));
+        }
+        let pytorch = PytorchDetails {
+            allocator_settings: self.allocator_settings(),
+            segment_pools: self.segment_pools(),
+            compile_contexts,
+        };
         Ok(Snapshot {
             segments,
             events,
             contexts: self.contexts,
             allocator_config,
             time_origin_unix_us,
+            pytorch,
         })
+    }
+
+    /// `allocator_settings` whole, string keys only (PyTorch writes no other).
+    fn allocator_settings(&self) -> Vec<(String, SettingValue)> {
+        if self.table.as_ref().is_some_and(|t| !t.settings_recorded) {
+            return Vec::new();
+        }
+        match &self.source.allocator_settings {
+            Some(Value::Dict(pairs)) => setting_pairs(pairs),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The segments of private pools, by device and address.
+    fn segment_pools(&self) -> Vec<SegmentPool> {
+        let mut pools: Vec<SegmentPool> = self
+            .source
+            .segments
+            .iter()
+            .filter(|s| s.segment_pool_id != (0, 0))
+            .map(|s| SegmentPool {
+                device: s.device,
+                address: s.address,
+                pool_id: s.segment_pool_id,
+            })
+            .collect();
+        pools.sort_by_key(|p| (p.device, p.address));
+        pools
     }
 
     fn allocator_config(&self) -> Option<String> {
@@ -460,8 +529,9 @@ impl<'a> Importer<'a> {
         })
     }
 
-    /// Every device's events and the external annotations, merged by time, with the origin.
-    fn events(&mut self) -> Result<(Vec<TraceEvent>, Option<u64>), SnapshotError> {
+    /// Every device's events and the external annotations, merged by time, each with its
+    /// entry's `compile_context`, and the origin.
+    fn events(&mut self) -> Result<(Vec<Merged>, Option<u64>), SnapshotError> {
         let source = self.source;
         let annotations = self.external_annotations()?;
         let origin = match &self.table {
@@ -477,7 +547,7 @@ impl<'a> Importer<'a> {
         let since_origin = |t: u64| origin.map_or(t, |o| t.saturating_sub(o));
         let root = Path::ROOT;
         let traces_path = root.key("device_traces");
-        let mut streams: Vec<Vec<TraceEvent>> = Vec::with_capacity(source.device_traces.len() + 1);
+        let mut streams: Vec<Vec<Merged>> = Vec::with_capacity(source.device_traces.len() + 1);
         for (d, trace) in source.device_traces.iter().enumerate() {
             let device = u32::try_from(d).unwrap_or(u32::MAX);
             let trace_path = traces_path.index(d);
@@ -494,13 +564,14 @@ impl<'a> Importer<'a> {
                 // An entry without time_us (old files) takes the time of the one before it.
                 let time_us = entry.time_us.map_or(last, since_origin);
                 last = time_us;
-                events.push(self.event(device, entry, &extras, time_us, &path)?);
+                let event = self.event(device, entry, &extras, time_us, &path)?;
+                events.push((event, entry.compile_context.clone()));
             }
             streams.push(events);
         }
         let mut annotation_events = Vec::with_capacity(annotations.len());
         for (device, time_us, tags) in annotations {
-            annotation_events.push(TraceEvent {
+            let event = TraceEvent {
                 action: Action::Annotate,
                 device,
                 stream: StreamId::DEFAULT,
@@ -512,9 +583,10 @@ impl<'a> Importer<'a> {
                     tags,
                     frames: Vec::new(),
                 }),
-            });
+            };
+            annotation_events.push((event, None));
         }
-        annotation_events.sort_by_key(|e| e.time_us);
+        annotation_events.sort_by_key(|e| e.0.time_us);
         streams.push(annotation_events);
         Ok((merge_by_time(streams), origin))
     }
@@ -528,7 +600,10 @@ impl<'a> Importer<'a> {
         path: &Path<'_>,
     ) -> Result<TraceEvent, SnapshotError> {
         let (size, requested) = if is_block_event(entry.action) {
-            (extras.block_size.unwrap_or(entry.size), entry.size)
+            let block_size = extras
+                .block_size
+                .unwrap_or_else(|| self.block_size(entry.size));
+            (block_size, entry.size)
         } else {
             (entry.size, extras.requested.unwrap_or(0))
         };
@@ -547,6 +622,17 @@ impl<'a> Importer<'a> {
             time_us,
             context,
         })
+    }
+
+    /// The block size PyTorch's allocator gives a request of `requested` bytes: rounded up to
+    /// 512 bytes (or a `roundup_power2_divisions` step), as `round_size` does. A block can be
+    /// larger still (a remainder too small to split stays in it), which the file does not say.
+    fn block_size(&self, requested: u64) -> u64 {
+        usize::try_from(requested)
+            .ok()
+            .and_then(|size| round_size(size, &self.rounding))
+            .and_then(|size| u64::try_from(size).ok())
+            .unwrap_or(requested)
     }
 
     /// `(device, time_us, tag stack)` of each well-formed external annotation, in time order.
@@ -631,24 +717,54 @@ impl<'a> Importer<'a> {
     }
 }
 
+/// An imported event with its trace entry's `compile_context`.
+type Merged = (TraceEvent, Option<Arc<str>>);
+
+/// Settings pairs with string keys, converted; pairs with other keys are left out.
+fn setting_pairs(pairs: &[(Value, Value)]) -> Vec<(String, SettingValue)> {
+    pairs
+        .iter()
+        .filter_map(|(key, value)| match key {
+            Value::Str(key) => Some((key.to_string(), setting_value(value))),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One settings value; a kind settings never hold (bytes, sets, huge ints) is kept as its text.
+fn setting_value(value: &Value) -> SettingValue {
+    match value {
+        Value::None => SettingValue::None,
+        Value::Bool(flag) => SettingValue::Bool(*flag),
+        Value::Int(n) => SettingValue::Int(*n),
+        Value::Float(x) => SettingValue::Float(*x),
+        Value::Str(text) => SettingValue::Text(text.to_string()),
+        Value::List(items) | Value::Tuple(items) => {
+            SettingValue::List(items.iter().map(setting_value).collect())
+        }
+        Value::Dict(pairs) => SettingValue::Map(setting_pairs(pairs)),
+        other => SettingValue::Text(format!("{other:?}")),
+    }
+}
+
 /// Merges lists that are each in order into one ordered by time; ties go to the earlier list,
 /// and each list keeps its own order even where its times go back.
-fn merge_by_time(streams: Vec<Vec<TraceEvent>>) -> Vec<TraceEvent> {
+fn merge_by_time(streams: Vec<Vec<Merged>>) -> Vec<Merged> {
     let total = streams.iter().map(Vec::len).sum();
     let mut merged = Vec::with_capacity(total);
     let mut heads: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     let mut cursors = vec![0usize; streams.len()];
     for (s, stream) in streams.iter().enumerate() {
         if let Some(first) = stream.first() {
-            heads.push(Reverse((first.time_us, s)));
+            heads.push(Reverse((first.0.time_us, s)));
         }
     }
     while let Some(Reverse((_, s))) = heads.pop() {
         let stream = &streams[s];
-        merged.push(stream[cursors[s]]);
+        merged.push(stream[cursors[s]].clone());
         cursors[s] += 1;
         if let Some(next) = stream.get(cursors[s]) {
-            heads.push(Reverse((next.time_us, s)));
+            heads.push(Reverse((next.0.time_us, s)));
         }
     }
     merged

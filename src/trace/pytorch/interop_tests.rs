@@ -170,6 +170,7 @@ fn sample() -> Snapshot {
         contexts,
         allocator_config: Some("expandable_segments:True,max_split_size_mb:128".into()),
         time_origin_unix_us: Some(ORIGIN),
+        pytorch: Default::default(),
     }
 }
 
@@ -442,13 +443,14 @@ fn pytorchs_file_becomes_a_time_ordered_snapshot() {
     assert_eq!(
         shape,
         [
-            (Action::Alloc, 1, 100, 100, 0),
-            (Action::Alloc, 0, 500, 500, 5),
+            (Action::Alloc, 1, 512, 100, 0),
+            (Action::Alloc, 0, 512, 500, 5),
             (Action::Annotate, 0, 0, 0, 20),
             (Action::Annotate, 0, 0, 0, 25),
-            (Action::FreeRequested, 0, 500, 500, 30),
+            (Action::FreeRequested, 0, 512, 500, 30),
         ],
-        "devices merged by time; block events' size and requested are PyTorch's request"
+        "devices merged by time; block events' requested is PyTorch's request, their size \
+         that request rounded to 512 bytes as the allocator rounds it"
     );
     let forward = Frame {
         name: "forward".into(),

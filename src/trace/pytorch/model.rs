@@ -67,6 +67,10 @@ pub struct Segment {
     /// Whether it is an expandable segment (`expandable_segments:True`); false when the file
     /// predates the key.
     pub is_expandable: bool,
+    /// The memory pool the segment belongs to (`segment_pool_id`): `(0, 0)` for the default
+    /// pool, another pair for a private pool (a CUDA graph's, or a `torch.cuda.MemPool`);
+    /// `(0, 0)` when the file predates the key.
+    pub segment_pool_id: (u64, u64),
     /// Call stack that allocated the segment, innermost first; empty when not recorded.
     pub frames: Arc<[Frame]>,
     /// The segment's blocks in address order; their sizes add up to `total_size`.
@@ -126,6 +130,9 @@ pub struct PytorchTraceEntry {
     pub time_us: Option<u64>,
     /// Call stack of the event, innermost first; empty when not recorded.
     pub frames: Arc<[Frame]>,
+    /// torch.compile's context of the event (`compile_context`, `"N/A"` outside compiled
+    /// code), when recorded; equal strings are shared.
+    pub compile_context: Option<Arc<str>>,
 }
 
 /// One frame of a recorded call stack (Python, TorchScript or C++).

@@ -101,6 +101,7 @@ pub fn snapshot_from_rmm(records: &[RmmRecord]) -> Snapshot {
         contexts,
         allocator_config: None,
         time_origin_unix_us: Some(first.time_us),
+        pytorch: Default::default(),
     }
 }
 
@@ -412,6 +413,7 @@ mod tests {
             contexts,
             allocator_config: None,
             time_origin_unix_us: Some(3 * MICROS_PER_DAY + time_of_day(1, 2, 3, 999_996)),
+            pytorch: Default::default(),
         };
         let at = |micros| time_of_day(1, 2, 3, 999_996) + micros;
         assert_eq!(

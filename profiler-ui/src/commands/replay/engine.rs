@@ -8,6 +8,7 @@
 //! `exact` each `segment_alloc` names where the next new segment should go.
 
 use super::start::{StartPlan, StartSegment};
+use crate::analysis::fragmentation::unallocated_share;
 use anyhow::Context as _;
 use blockpool::introspect::Introspect;
 use blockpool::pool::{AdoptError, AdoptSegment};
@@ -63,12 +64,17 @@ pub struct Outcome {
     pub unmatched_frees: u64,
     /// Allocations that failed for lack of memory (including requests larger than the device).
     pub failed_allocations: u64,
+    /// The recording's out-of-memory requests (`oom` events), replayed as allocations freed at
+    /// once.
+    pub recorded_oom_requests: u64,
+    /// Of those, the ones that failed in the replay too.
+    pub recorded_oom_failed: u64,
     /// Highest bytes in segments.
     pub peak_reserved_bytes: u64,
     /// Highest bytes in allocated blocks.
     pub peak_allocated_bytes: u64,
-    /// (reserved - allocated) / reserved when reserved first reached its peak; 0 with nothing
-    /// reserved.
+    /// Fragmentation as [`crate::analysis::fragmentation`] defines it: (reserved - allocated)
+    /// / reserved when reserved first reached its peak; 0 with nothing reserved.
     pub fragmentation_at_peak: f64,
     /// Segments allocated from the device during the replay (`num_device_alloc`).
     pub device_allocs: u64,
@@ -89,10 +95,13 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Every out-of-memory event: failed allocations, and starting segments or blocks that
-    /// did not fit.
+    /// Every out-of-memory event: failed allocations, the recording's out-of-memory requests
+    /// that failed again, and starting segments or blocks that did not fit.
     pub fn out_of_memory_events(&self) -> u64 {
-        self.failed_allocations + self.start.failed_segments + self.start.failed_blocks
+        self.failed_allocations
+            + self.recorded_oom_failed
+            + self.start.failed_segments
+            + self.start.failed_blocks
     }
 }
 
@@ -206,6 +215,9 @@ pub fn run(
                     .alloc(event, next_segment.take())
                     .with_context(|| format!("replay stopped at event {index}"))?;
             }
+            Action::Oom => replay
+                .failed_request(event)
+                .with_context(|| format!("replay stopped at event {index}"))?,
             action if action == workload.free_on => replay
                 .free(event.addr)
                 .with_context(|| format!("replay stopped at event {index}"))?,
@@ -333,6 +345,24 @@ impl Replay {
         self.track_peak()
     }
 
+    /// Replays a request the recording could not serve: allocated and freed at once.
+    fn failed_request(&mut self, event: &TraceEvent) -> anyhow::Result<()> {
+        let requested = usize::try_from(event.size).unwrap_or(usize::MAX);
+        if requested == 0 {
+            return Ok(());
+        }
+        self.outcome.recorded_oom_requests += 1;
+        match self.allocator.malloc(DEVICE, requested, event.stream) {
+            Ok(ptr) => {
+                self.track_peak()?;
+                self.allocator.free(DEVICE, ptr)?;
+            }
+            Err(e) if out_of_room(&e) => self.outcome.recorded_oom_failed += 1,
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
     fn free(&mut self, trace_address: u64) -> anyhow::Result<()> {
         match self.live.remove(&trace_address) {
             Some(ptr) => {
@@ -351,8 +381,8 @@ impl Replay {
         outcome.peak_allocated_bytes = outcome.peak_allocated_bytes.max(totals.allocated_bytes);
         if totals.reserved_bytes > outcome.peak_reserved_bytes {
             outcome.peak_reserved_bytes = totals.reserved_bytes;
-            let unused = totals.reserved_bytes.saturating_sub(totals.allocated_bytes);
-            outcome.fragmentation_at_peak = unused as f64 / totals.reserved_bytes as f64;
+            outcome.fragmentation_at_peak =
+                unallocated_share(totals.reserved_bytes, totals.allocated_bytes);
         }
         Ok(())
     }
