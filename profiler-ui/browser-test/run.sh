@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The viewer's browser test: writes a trace with a planted leak, starts `memtrace serve` on a
 # free port, drives the page in headless Chromium (test.mjs), saves a screenshot ($OUT if set,
-# else a temp dir) and stops the server. Builds nothing: give it the memtrace binary.
+# else a temp dir) and stops the server; then the page of several files side by side
+# (compare.mjs, which writes its traces and runs its servers itself). Builds nothing: give it
+# the memtrace binary.
 #
 #   bash profiler-ui/browser-test/run.sh target/debug/memtrace
 #
@@ -52,3 +54,4 @@ if [ -z "$url" ]; then
 fi
 echo "memtrace serve at $url"
 node "$here/test.mjs" "$url"
+node "$here/compare.mjs" "$memtrace"

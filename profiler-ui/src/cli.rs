@@ -2,11 +2,13 @@
 //! cannot read itself (`replay --config`, `--capacity`), and how usage errors exit.
 
 use crate::analysis::sites::SiteOrder;
+use crate::serve::server::DEFAULT_MAX_CONNECTIONS;
 use blockpool::AllocatorConfig;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Look at GPU memory traces: blockpool's JSON Lines files (`.jsonl`, `.jsonl.gz`), PyTorch's
 /// memory snapshots (`torch.cuda.memory._dump_snapshot` pickles) and RMM's CSV logs. The format
@@ -207,17 +209,9 @@ pub enum Command {
     },
     /// The web viewer: timeline (15,000 bands by default, out-of-memory events marked),
     /// curves, segments over time and at any event, the event history, leaks and sites of a
-    /// trace in the browser, served on 127.0.0.1 only; runs until interrupted.
-    Serve {
-        /// The trace file.
-        file: PathBuf,
-        /// The port (0: any free one).
-        #[arg(long, default_value_t = 8700)]
-        port: u16,
-        /// Open the page in the browser (the viewer starts even when none can be opened).
-        #[arg(long)]
-        open: bool,
-    },
+    /// trace in the browser, or several traces side by side (two runs, or one file per rank of
+    /// a multi-GPU job), served on 127.0.0.1 only; runs until interrupted.
+    Serve(ServeArgs),
     /// Run the trace's allocation stream through blockpool's allocator on a simulated device,
     /// from the trace's first state, and set what it did beside what the trace's allocator did.
     Replay(ReplayArgs),
@@ -229,6 +223,61 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The arguments of `memtrace serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The trace file; several files (at most 64), a folder (its files ending in .pickle,
+    /// .pkl, .jsonl or .csv, each optionally .gz) or a rank pattern (`run-{rank}.pickle`: every
+    /// file of that folder with digits in place of `{rank}`) show the files side by side: each
+    /// one's peaks, sites at the peak and timeline on one scale, the imbalance between them,
+    /// and for two files the sites that changed. Files whose names differ only in the number
+    /// after `rank` (or from a pattern) are labelled by rank, others by name.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The port (0: any free one).
+    #[arg(long, default_value_t = 8700)]
+    pub port: u16,
+    /// Open the page in the browser (the viewer starts even when none can be opened).
+    #[arg(long)]
+    pub open: bool,
+    /// Most connections served at once, each on a thread of its own; one more is answered
+    /// 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
+          value_parser = parse_connections)]
+    pub max_connections: usize,
+    /// Seconds a connection may wait for its next request, or the rest of one, before it is
+    /// closed (decimals allowed: 0.5).
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = parse_seconds)]
+    pub idle_timeout: Duration,
+}
+
+/// Most `--max-connections`: each is a thread and a socket.
+const MOST_CONNECTIONS: usize = 4096;
+
+/// Reads `--max-connections`: 1 to [`MOST_CONNECTIONS`].
+fn parse_connections(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MOST_CONNECTIONS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{text}` is not a number of connections from 1 to {MOST_CONNECTIONS}"
+        )),
+    }
+}
+
+/// Reads a positive number of seconds, decimals allowed, at most a day.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds, e.g. 30 or 0.5"))?;
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        return Err(format!(
+            "`{text}` is out of range: give more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 /// The arguments of `memtrace replay`.

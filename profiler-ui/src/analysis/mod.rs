@@ -1,9 +1,10 @@
 //! What the commands and the viewer compute from a trace: where memory was at a point
 //! ([`sites`], named from whose code each frame is, [`frames`]; as a stack tree, [`tree`]), how
-//! it moved over time ([`timeline`]), what was never given back ([`leaks`]), and the peaks,
+//! it moved over time ([`timeline`]), what was never given back ([`leaks`]), the peaks,
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
-//! ([`summary`]).
+//! ([`summary`]), and two traces site by site ([`diff`]).
 
+pub mod diff;
 pub mod fragmentation;
 pub mod frames;
 pub mod leaks;

@@ -10,6 +10,7 @@ use crate::analysis::timeline::Point;
 use crate::analysis::tree::TreeLimits;
 use crate::cli::Command;
 use crate::output::Output;
+use crate::serve::Limits;
 
 /// Runs `command`, writing its report to `out`.
 pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
@@ -93,12 +94,18 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             demo::run(&trace, out)?;
             if then_serve || open {
                 out.write("\n")?;
-                serve::run(&trace, port, open, out)?;
+                serve::run(&[trace], port, open, Limits::default(), out)?;
             }
             Ok(())
         }
         Command::Doctor { json } => doctor::run(json, out),
         Command::Replay(args) => replay::run(args, out),
-        Command::Serve { file, port, open } => serve::run(&file, port, open, out),
+        Command::Serve(args) => {
+            let limits = Limits {
+                max_connections: args.max_connections,
+                idle_timeout: args.idle_timeout,
+            };
+            serve::run(&args.files, args.port, args.open, limits, out)
+        }
     }
 }

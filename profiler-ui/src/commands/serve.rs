@@ -1,33 +1,78 @@
-//! `memtrace serve FILE [--port N] [--open]`: loads the trace, starts the web viewer on
-//! 127.0.0.1 and prints its address; runs until interrupted. `--open` asks the desktop to open
-//! the page and carries on without it when there is no browser.
+//! `memtrace serve FILE... [--port N] [--open] [--max-connections N] [--idle-timeout S]`: loads
+//! the traces, starts the web viewer on 127.0.0.1 and prints its address; runs until
+//! interrupted. One file gets the viewer's page; several (or a folder, or a rank pattern) the
+//! page that sets them side by side. `--open` asks the desktop to open the page and carries on
+//! without it when there is no browser.
 
 use crate::load::load_trace;
 use crate::output::Output;
-use crate::serve::{bind, serve_forever, TraceModel};
+use crate::serve::files::resolve;
+use crate::serve::{bind, serve_forever, Limits, TraceModel, TraceSet};
 use anyhow::Context as _;
-use std::path::Path;
+use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-/// Runs `memtrace serve`.
-pub fn run(file: &Path, port: u16, open: bool, out: &mut Output) -> anyhow::Result<()> {
-    let trace = load_trace(file).context("cannot read the trace")?;
-    let model = TraceModel::build(file, trace.format.as_str(), trace.snapshot)?;
-    let (server, address) = bind(port)?;
+/// Runs `memtrace serve` on `files` (files, folders or rank patterns, see
+/// [`crate::serve::files`]).
+pub fn run(
+    files: &[PathBuf],
+    port: u16,
+    open: bool,
+    limits: Limits,
+    out: &mut Output,
+) -> anyhow::Result<()> {
+    let entries = resolve(files)?;
+    let several = entries.len() > 1;
+    let mut traces = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        let trace = load_trace(&entry.path).with_context(|| match several {
+            true => format!("cannot read the trace of {}", entry.label),
+            false => "cannot read the trace".to_string(),
+        })?;
+        traces.push(TraceModel::build(
+            &entry.path,
+            trace.format.as_str(),
+            trace.snapshot,
+        )?);
+    }
+    let set = TraceSet::new(entries, traces)?;
+    let (listener, address) = bind(port)?;
     let url = format!("http://{address}/");
-    let events: usize = model.devices.iter().map(|d| d.events).sum();
-    out.write(&format!(
-        "serving {} ({events} events) at {url}\npress Ctrl-C to stop\n",
-        file.display()
-    ))?;
+    let mut text = String::new();
+    if several {
+        for (entry, trace) in set.files.iter().zip(&set.traces) {
+            let events: usize = trace.devices.iter().map(|d| d.events).sum();
+            let _ = writeln!(
+                text,
+                "  {}: {} ({events} events)",
+                entry.label,
+                entry.path.display()
+            );
+        }
+        let _ = writeln!(
+            text,
+            "serving {} files side by side at {url}",
+            set.files.len()
+        );
+    } else {
+        let events: usize = set.traces[0].devices.iter().map(|d| d.events).sum();
+        let _ = writeln!(
+            text,
+            "serving {} ({events} events) at {url}",
+            set.files[0].path.display()
+        );
+    }
+    text.push_str("press Ctrl-C to stop\n");
+    out.write(&text)?;
     out.flush()?;
     if open {
         if let Err(reason) = open_browser(&url) {
             eprintln!("memtrace: could not open a browser ({reason}); open {url} yourself");
         }
     }
-    serve_forever(server, Arc::new(model));
+    serve_forever(listener, Arc::new(set), limits);
     Ok(())
 }
 

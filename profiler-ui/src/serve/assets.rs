@@ -1,4 +1,5 @@
-//! The page, embedded in the binary at build time from `profiler-ui/assets/`: the viewer
+//! The pages (the viewer of one trace, `index.html`; several side by side, `compare.html`),
+//! embedded in the binary at build time from `profiler-ui/assets/`: the viewer
 //! needs no network and reads no file at run time.
 
 /// An embedded file.
@@ -13,6 +14,12 @@ pub struct Asset {
 const INDEX: Asset = Asset {
     content_type: "text/html; charset=utf-8",
     body: include_bytes!("../../assets/index.html"),
+};
+
+/// The comparison page: `/` when several files are served.
+pub const COMPARE: Asset = Asset {
+    content_type: "text/html; charset=utf-8",
+    body: include_bytes!("../../assets/compare.html"),
 };
 
 /// The asset served at `path`, if any; only these exact paths exist.
@@ -30,6 +37,15 @@ pub fn asset(path: &str) -> Option<Asset> {
         "/style.css" => Some(Asset {
             content_type: "text/css; charset=utf-8",
             body: include_bytes!("../../assets/style.css"),
+        }),
+        "/compare.html" => Some(COMPARE),
+        "/compare.js" => Some(Asset {
+            content_type: "text/javascript; charset=utf-8",
+            body: include_bytes!("../../assets/compare.js"),
+        }),
+        "/compare.css" => Some(Asset {
+            content_type: "text/css; charset=utf-8",
+            body: include_bytes!("../../assets/compare.css"),
         }),
         _ => None,
     }

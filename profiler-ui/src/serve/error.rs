@@ -15,12 +15,12 @@ pub enum ServeError {
         /// What the system said.
         source: std::io::Error,
     },
-    /// The HTTP layer refused the bound socket.
-    #[error("cannot start the HTTP server: {0}")]
-    Http(String),
     /// The analyses the page shows (summary, leaks, curves) failed on this trace.
     #[error(transparent)]
     Analysis(#[from] anyhow::Error),
+    /// The files given cannot be shown together.
+    #[error(transparent)]
+    Files(#[from] super::files::FileListError),
     /// The trace contradicts itself, so states cannot be rebuilt for the viewer.
     #[error("cannot rebuild the memory of device {device}: {source}")]
     State {
@@ -49,6 +49,14 @@ pub enum RequestError {
     /// The device asked for has no events or segments in the trace.
     #[error("device {0} is not in this trace")]
     NoDevice(u32),
+    /// The page shows no file with this index.
+    #[error("no file {file} in this page (files 0 to {last})")]
+    NoFile {
+        /// The index asked for.
+        file: u64,
+        /// The last index there is.
+        last: usize,
+    },
     /// No allocation has this id on the device.
     #[error("no allocation {0} on this device")]
     NoAllocation(usize),
@@ -61,7 +69,9 @@ impl RequestError {
     /// The HTTP status this error answers with.
     pub fn status(&self) -> u16 {
         match self {
-            RequestError::NoDevice(_) | RequestError::NoAllocation(_) => 404,
+            RequestError::NoDevice(_)
+            | RequestError::NoFile { .. }
+            | RequestError::NoAllocation(_) => 404,
             _ => 400,
         }
     }

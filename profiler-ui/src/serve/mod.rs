@@ -1,21 +1,27 @@
-//! The web viewer behind `memtrace serve`: a loopback-only HTTP server ([`server`]) that
-//! answers a fixed set of routes ([`routes`]) from a trace loaded once ([`model`]), with the
+//! The web viewer behind `memtrace serve`: a loopback-only HTTP server ([`server`], [`http`])
+//! that answers a fixed set of routes ([`routes`]) from traces loaded once ([`model`]; several
+//! files side by side: [`files`], [`set`], [`compare`]), with the
 //! level of detail of every curve and band computed here ([`lod`]) so the page draws a few
 //! thousand shapes whatever the trace's size; the event list and out-of-memory markers come
 //! from [`history`]. The page itself (`profiler-ui/assets/`) is
 //! embedded in the binary ([`assets`]); nothing is read from disk after the trace.
 
 pub mod assets;
+pub mod compare;
 pub mod error;
+pub mod files;
 pub mod filter;
 pub mod history;
+pub mod http;
 pub mod lod;
 pub mod model;
 pub mod query;
 pub mod routes;
 pub mod server;
+pub mod set;
 pub mod tables;
 pub mod tree;
 
 pub use model::TraceModel;
-pub use server::{bind, serve_forever};
+pub use server::{bind, serve_forever, Limits};
+pub use set::TraceSet;

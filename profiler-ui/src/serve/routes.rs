@@ -3,7 +3,9 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/style.css` | the page (the `assets` module) |
+//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
+//! | `/compare.html`, `/compare.js`, `/compare.css` | the page of several files side by side |
+//! | `/api/compare` | [`Comparison`](super::compare::Comparison): each file's peaks and sites, the imbalance, the sites of two files |
 //! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
 //! | `/api/timeline?device&axis&from&to&width&limit` + filter | [`Timeline`](super::lod::Timeline) (limit: 15,000 by default) |
 //! | `/api/summarized?device&axis&from&to&width&limit&column` + filter | [`Summarized`](super::lod::Summarized): the grey band of one column of that timeline |
@@ -20,7 +22,9 @@
 //!
 //! `all_frames=1` names sites by every frame memory_viz shows instead of the user's own code.
 //!
-//! Filter parameters: `q`, `tag`, `stack`, `stream`, `min_size`, `max_size` ([`Filter`]).
+//! Filter parameters: `q`, `tag`, `stack`, `stream`, `min_size`, `max_size` ([`Filter`]). Every
+//! route but `/api/compare` also takes `file`, the index of a file when several are served (0
+//! by default).
 
 use super::assets;
 use super::error::RequestError;
@@ -29,6 +33,7 @@ use super::history::{self, EventFilter};
 use super::lod::{self, Axis, Window, DEFAULT_BANDS, MAX_BANDS, MAX_WIDTH};
 use super::model::{DeviceModel, TraceModel};
 use super::query::Target;
+use super::set::TraceSet;
 use super::tables;
 use super::tree;
 use blockpool::trace::ContextId;
@@ -80,9 +85,13 @@ impl Reply {
 }
 
 /// Answers a GET of `target` (path and query, as sent).
-pub fn answer(model: &TraceModel, target: &str) -> Reply {
+pub fn answer(set: &TraceSet, target: &str) -> Reply {
     let path = target.split_once('?').map_or(target, |(p, _)| p);
-    if let Some(asset) = assets::asset(path) {
+    let page = match path {
+        "/" if set.is_comparison() => Some(assets::COMPARE),
+        _ => assets::asset(path),
+    };
+    if let Some(asset) = page {
         return Reply {
             status: 200,
             content_type: asset.content_type,
@@ -92,12 +101,27 @@ pub fn answer(model: &TraceModel, target: &str) -> Reply {
     if !path.starts_with("/api/") {
         return Reply::not_found();
     }
-    let result = Target::parse(target).and_then(|t| api(model, &t));
+    let result = Target::parse(target).and_then(|t| match t.path.as_str() {
+        "/api/compare" => Ok(Some(Reply::json(&set.comparison))),
+        _ => api(file(set, &t)?, &t),
+    });
     match result {
         Ok(Some(reply)) => reply,
         Ok(None) => Reply::not_found(),
         Err(e) => Reply::error(e.status(), &e.to_string()),
     }
+}
+
+/// The trace the `file` parameter names (the first by default).
+fn file<'s>(set: &'s TraceSet, target: &Target) -> Result<&'s TraceModel, RequestError> {
+    let index = target.number("file")?.unwrap_or(0);
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| set.trace(i))
+        .ok_or(RequestError::NoFile {
+            file: index,
+            last: set.traces.len().saturating_sub(1),
+        })
 }
 
 fn device<'m>(model: &'m TraceModel, target: &Target) -> Result<&'m DeviceModel, RequestError> {

@@ -1,5 +1,8 @@
-//! The HTTP server: bound to 127.0.0.1 only, a few threads answering [`routes`](super::routes)
-//! from one shared [`TraceModel`].
+//! The HTTP server: bound to 127.0.0.1 only, one thread per open connection answering
+//! [`routes`](super::routes) from one shared [`TraceSet`], with the connections bounded by
+//! [`Limits`]: at most so many at once (one more is refused with a `503`), and none kept longer
+//! than the idle timeout without a request, so idle or trickling clients cannot pile up
+//! threads.
 //!
 //! Only `GET` is answered (405 otherwise). A request whose `Host` is not a loopback name is
 //! refused (403): a web page elsewhere cannot read the trace through DNS rebinding. Responses
@@ -7,50 +10,146 @@
 //! load a script from a CDN even by mistake.
 
 use super::error::ServeError;
-use super::model::TraceModel;
+use super::http::{Connection, Incoming, RequestHead, Response};
 use super::routes::{answer, Reply};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use super::set::TraceSet;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tiny_http::{Header, Method, Request, Response, Server};
+use std::time::Duration;
 
-/// Threads answering requests.
-const THREADS: usize = 4;
+/// Connections served at once unless `--max-connections` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
+/// How long an idle connection is kept unless `--idle-timeout` says otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the server holds open for its clients: each open connection has one thread, so these
+/// bound the threads and sockets whatever the clients do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most connections open at once; one more is answered `503` and closed at once.
+    pub max_connections: usize,
+    /// How long a connection may wait for its next request, or for the rest of one, before it
+    /// is closed (a request begun but not finished gets a `408`); also how long one write of a
+    /// reply may wait for the client to read.
+    pub idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
 
 /// Binds `port` (0: any free one) on 127.0.0.1; the address actually bound comes with it.
-pub fn bind(port: u16) -> Result<(Server, SocketAddr), ServeError> {
+pub fn bind(port: u16) -> Result<(TcpListener, SocketAddr), ServeError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
         .map_err(|source| ServeError::Bind { port, source })?;
     let address = listener
         .local_addr()
         .map_err(|source| ServeError::Bind { port, source })?;
-    let server =
-        Server::from_listener(listener, None).map_err(|e| ServeError::Http(e.to_string()))?;
-    Ok((server, address))
+    Ok((listener, address))
 }
 
-/// Answers requests until the process ends.
-pub fn serve_forever(server: Server, model: Arc<TraceModel>) {
-    let server = Arc::new(server);
-    let workers: Vec<_> = (1..THREADS)
-        .map(|_| {
-            let (server, model) = (Arc::clone(&server), Arc::clone(&model));
-            std::thread::spawn(move || worker(&server, &model))
-        })
-        .collect();
-    worker(&server, &model);
-    for w in workers {
-        let _ = w.join();
+/// Accepts connections on this thread and answers each on a thread of its own, at most
+/// `limits.max_connections` at once, until the process ends.
+pub fn serve_forever(listener: TcpListener, set: Arc<TraceSet>, limits: Limits) {
+    let open = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else {
+            // Out of file descriptors, or a client gone before it was accepted: let a
+            // connection close, then carry on.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        // Only this thread adds to `open`, so the cap cannot be overshot between the check
+        // and the increment.
+        if open.load(Ordering::Acquire) >= limits.max_connections {
+            refuse(stream, limits);
+            continue;
+        }
+        let slot = Slot::take(&open);
+        let set = Arc::clone(&set);
+        // Should no thread start, the closure is dropped with the stream and the slot.
+        let _ = std::thread::Builder::new()
+            .name("memtrace-http".into())
+            .spawn(move || {
+                let _slot = slot;
+                serve_connection(stream, &set, limits);
+            });
     }
 }
 
-fn worker(server: &Server, model: &TraceModel) {
-    // `recv` fails only when the server shuts down.
-    while let Ok(request) = server.recv() {
-        let reply = catch_unwind(AssertUnwindSafe(|| reply_to(&request, model)))
-            .unwrap_or_else(|_| Reply::error(500, "the viewer failed on this request"));
-        respond(request, reply);
+/// One open connection counted in `open` for as long as this lives.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>) -> Slot {
+        open.fetch_add(1, Ordering::AcqRel);
+        Slot(Arc::clone(open))
     }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers a connection over the cap with a `503` and closes it.
+fn refuse(stream: TcpStream, limits: Limits) {
+    let message = format!(
+        "this viewer serves at most {} connections at once (--max-connections); try again \
+         when one closes",
+        limits.max_connections
+    );
+    let mut connection = Connection::new(stream);
+    let _ = respond(
+        &mut connection,
+        &Reply::error(503, &message),
+        false,
+        Duration::from_secs(1),
+    );
+    connection.close();
+}
+
+/// Answers the requests of one connection until the client closes it, stays idle for the
+/// timeout, or sends something that leaves the stream unreadable.
+fn serve_connection(stream: TcpStream, set: &TraceSet, limits: Limits) {
+    let _ = stream.set_nodelay(true);
+    let mut connection = Connection::new(stream);
+    loop {
+        let (reply, keep_alive) = match connection.next_request(limits.idle_timeout) {
+            Incoming::Request(head) => {
+                let reply = catch_unwind(AssertUnwindSafe(|| reply_to(&head, set)))
+                    .unwrap_or_else(|_| Reply::error(500, "the viewer failed on this request"));
+                // An unread body would be taken for the next request.
+                (reply, head.keep_alive() && !head.has_body())
+            }
+            Incoming::Idle => break,
+            Incoming::TimedOut => (
+                Reply::error(
+                    408,
+                    "the request did not arrive whole within the idle timeout",
+                ),
+                false,
+            ),
+            Incoming::Malformed(reason) => (Reply::error(400, reason), false),
+            Incoming::TooLarge => (
+                Reply::error(431, "the request line and headers are too long"),
+                false,
+            ),
+        };
+        let sent = respond(&mut connection, &reply, keep_alive, limits.idle_timeout);
+        if sent.is_err() || !keep_alive {
+            break;
+        }
+    }
+    connection.close();
 }
 
 /// Whether `host` (a `Host` header value) names this machine's loopback interface.
@@ -63,48 +162,48 @@ pub fn is_loopback_host(host: &str) -> bool {
 }
 
 /// The reply to `request`.
-pub fn reply_to(request: &Request, model: &TraceModel) -> Reply {
-    let host = request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("Host"))
-        .map(|h| h.value.as_str());
-    if host.is_some_and(|h| !is_loopback_host(h)) {
+pub fn reply_to(request: &RequestHead, set: &TraceSet) -> Reply {
+    if request.header("Host").is_some_and(|h| !is_loopback_host(h)) {
         return Reply::error(
             403,
             "this viewer answers only requests addressed to 127.0.0.1",
         );
     }
-    if *request.method() != Method::Get {
+    if request.method != "GET" {
         return Reply::error(405, "only GET is answered");
     }
-    answer(model, request.url())
+    answer(set, &request.target)
 }
 
-fn respond(request: Request, reply: Reply) {
-    let headers: [(&[u8], &[u8]); 5] = [
-        (b"Content-Type", reply.content_type.as_bytes()),
-        (b"Cache-Control", b"no-store"),
-        (b"X-Content-Type-Options", b"nosniff"),
+/// Writes `reply` with the headers every reply carries.
+fn respond(
+    connection: &mut Connection,
+    reply: &Reply,
+    keep_alive: bool,
+    timeout: Duration,
+) -> std::io::Result<()> {
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("Content-Type", reply.content_type),
+        ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff"),
         (
-            b"Content-Security-Policy",
-            b"default-src 'self'; img-src 'self' data:; style-src 'self'",
+            "Content-Security-Policy",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'",
         ),
-        (b"Referrer-Policy", b"no-referrer"),
+        ("Referrer-Policy", "no-referrer"),
     ];
-    let mut response = Response::from_data(reply.body).with_status_code(reply.status);
-    for (name, value) in headers {
-        if let Ok(header) = Header::from_bytes(name, value) {
-            response = response.with_header(header);
-        }
-    }
     if reply.status == 405 {
-        if let Ok(header) = Header::from_bytes(&b"Allow"[..], &b"GET"[..]) {
-            response = response.with_header(header);
-        }
+        headers.push(("Allow", "GET"));
     }
-    // A client that went away is no error of ours.
-    let _ = request.respond(response);
+    connection.respond(
+        Response {
+            status: reply.status,
+            headers: &headers,
+            body: &reply.body,
+            keep_alive,
+        },
+        timeout,
+    )
 }
 
 #[cfg(test)]

@@ -1,0 +1,112 @@
+//! Two traces compared site by site: the live bytes of each allocation site at the allocated
+//! peak and at the end of each (each on its own device if asked: one rank against another),
+//! and the differences, largest change first. `memtrace diff` prints it; the viewer's
+//! multi-file page shows it for two files.
+
+use super::frames::FrameView;
+use super::sites::{sites_named_by, Site, SiteNames};
+use super::timeline::{allocated_peak, memory_series, pick_device, walker};
+use anyhow::Context as _;
+use blockpool::trace::Snapshot;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One site in both traces.
+#[derive(Debug, Default, Serialize)]
+pub struct SiteDiff {
+    /// The site.
+    pub site: String,
+    /// Live allocated bytes at A's allocated peak.
+    pub peak_a: u64,
+    /// Live allocated bytes at B's allocated peak.
+    pub peak_b: u64,
+    /// At the end of A.
+    pub end_a: u64,
+    /// At the end of B.
+    pub end_b: u64,
+}
+
+impl SiteDiff {
+    /// B's peak bytes minus A's.
+    pub fn peak_change(&self) -> i128 {
+        self.peak_b as i128 - self.peak_a as i128
+    }
+
+    /// B's end bytes minus A's.
+    pub fn end_change(&self) -> i128 {
+        self.end_b as i128 - self.end_a as i128
+    }
+}
+
+/// The diff report.
+#[derive(Debug, Serialize)]
+pub struct DiffReport {
+    /// The device of A compared.
+    pub device_a: u32,
+    /// The device of B compared.
+    pub device_b: u32,
+    /// Allocated bytes at A's peak.
+    pub peak_a: u64,
+    /// Allocated bytes at B's peak.
+    pub peak_b: u64,
+    /// Every site of either trace, largest change (peak, then end) first.
+    pub sites: Vec<SiteDiff>,
+}
+
+/// Sites at the allocated peak and at the end of `device`.
+fn peak_and_end(
+    snapshot: &Snapshot,
+    device: u32,
+    view: FrameView,
+) -> anyhow::Result<(u64, Vec<Site>, Vec<Site>)> {
+    let names = SiteNames::new(snapshot, view);
+    let peak = allocated_peak(&memory_series(snapshot, device)?);
+    let mut walker = walker(snapshot, device)?;
+    walker.seek(peak.index)?;
+    let at_peak = sites_named_by(&names, &walker, false);
+    let len = walker.len();
+    walker.seek(len)?;
+    let at_end = sites_named_by(&names, &walker, false);
+    Ok((peak.allocated, at_peak, at_end))
+}
+
+/// Compares device `devices.0` of `a` with device `devices.1` of `b` (each, when `None`, the
+/// trace's busiest), sites named in `view`.
+pub fn diff(
+    a: &Snapshot,
+    b: &Snapshot,
+    devices: (Option<u32>, Option<u32>),
+    view: FrameView,
+) -> anyhow::Result<DiffReport> {
+    let device_a = pick_device(a, devices.0).context("first trace")?;
+    let device_b = pick_device(b, devices.1).context("second trace")?;
+    let (peak_a, a_peak, a_end) = peak_and_end(a, device_a, view)?;
+    let (peak_b, b_peak, b_end) = peak_and_end(b, device_b, view)?;
+    let mut sites: BTreeMap<String, SiteDiff> = BTreeMap::new();
+    let mut put = |list: Vec<Site>, set: fn(&mut SiteDiff, u64)| {
+        for site in list {
+            let entry = sites.entry(site.label.clone()).or_insert_with(|| SiteDiff {
+                site: site.label.clone(),
+                ..SiteDiff::default()
+            });
+            set(entry, site.bytes);
+        }
+    };
+    put(a_peak, |d, v| d.peak_a = v);
+    put(b_peak, |d, v| d.peak_b = v);
+    put(a_end, |d, v| d.end_a = v);
+    put(b_end, |d, v| d.end_b = v);
+    let mut sites: Vec<SiteDiff> = sites.into_values().collect();
+    sites.sort_by(|x, y| {
+        (y.peak_change().abs(), y.end_change().abs())
+            .cmp(&(x.peak_change().abs(), x.end_change().abs()))
+            .then_with(|| x.site.cmp(&y.site))
+    });
+    Ok(DiffReport {
+        device_a,
+        device_b,
+        peak_a,
+        peak_b,
+        sites,
+    })
+}
