@@ -6,7 +6,7 @@
 //! the user's own Python frames, the innermost written as its site with the autograd node
 //! beside it (a stack without user frames is one node, its site); in the all-frames view every
 //! frame memory_viz shows. A block without a recorded stack is one node,
-//! [`BEFORE_RECORDING`](super::sites::BEFORE_RECORDING) or [`NO_STACK`](super::sites::NO_STACK).
+//! [`BEFORE_RECORDING`] or [`NO_STACK`](super::sites::NO_STACK).
 //! A node's bytes are always the sum of its children's: blocks whose path ends at a node that
 //! has children are its `<allocated in this frame>` child, and children folded by the limits
 //! are one `<N smaller>` child.
@@ -20,7 +20,7 @@ use std::collections::HashMap;
 /// The name of the child holding blocks whose path ends at a node that has children.
 pub const HERE: &str = "<allocated in this frame>";
 
-/// One node of a [`StackTree`].
+/// One node of a stack tree ([`stack_tree`]): the root, or a frame, tag or site below it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TreeNode {
     /// A frame (`file:line:function` for Python, the function for native code), a tag, a
