@@ -70,8 +70,17 @@ function colorOf(text) {
   return `hsl(${h % 360}, 62%, ${52 + (h >> 9) % 16}%)`;
 }
 
+// The file of a `memtrace serve A B ...` this viewer shows: `file=N` in the page address (the
+// comparison page links each file here), passed on to every API call; null: the first file.
+const FILE = new URLSearchParams(location.search).get('file');
+
+function apiPath(path) {
+  if (FILE === null) return path;
+  return `${path}${path.includes('?') ? '&' : '?'}file=${encodeURIComponent(FILE)}`;
+}
+
 async function getJSON(path) {
-  const response = await fetch(path);
+  const response = await fetch(apiPath(path));
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
@@ -801,9 +810,22 @@ async function selectDevice(device) {
   await loadHistory();
 }
 
+// One file of several: its label beside the path, and a link back to the comparison page.
+async function showFileOfComparison() {
+  const c = await fetch('/api/compare').then((r) => (r.ok ? r.json() : null)).catch(() => null);
+  const f = c && c.files.find((x) => String(x.file) === FILE);
+  if (!f || c.files.length < 2) return;
+  $('file').textContent = `${f.label}, one of ${c.files.length} files served: ${view.meta.file} (${view.meta.format})`;
+  document.title = `memtrace: ${f.label}`;
+  const back = $('back');
+  back.href = '/';
+  back.hidden = false;
+}
+
 async function main() {
   view.meta = await getJSON('/api/meta');
   $('file').textContent = `${view.meta.file} (${view.meta.format})`;
+  if (FILE !== null) await showFileOfComparison();
   if (!view.meta.devices.length) { $('status').textContent = 'this trace has no devices'; return; }
   for (const d of view.meta.devices) { const o = el('option', `${d.device} (${d.events} events)`); o.value = String(d.device); $('device').append(o); }
   $('device').addEventListener('change', () => selectDevice(Number($('device').value)));

@@ -105,6 +105,14 @@ function drawImbalance(c) {
   }
 }
 
+// A link to the full single-file viewer of file `f` (index.html reads `file=` from its address).
+function viewerLink(f) {
+  const a = el('a', f.label, 'viewer');
+  a.href = `/index.html?file=${f.file}`;
+  a.title = `open ${f.label} in the full viewer`;
+  return a;
+}
+
 function drawFiles(c) {
   const body = $('files').tBodies[0];
   body.append(row(['file', 'path', 'device', 'events', 'peak allocated', 'peak reserved',
@@ -114,7 +122,9 @@ function drawFiles(c) {
     const tr = el('tr');
     tr.dataset.file = String(f.file);
     if (f.file === outlier) tr.className = 'outlier';
-    tr.append(el('td', f.label, 'label'), el('td', `${f.path} (${f.format})`, 'path'));
+    const label = el('td', undefined, 'label');
+    label.append(viewerLink(f));
+    tr.append(label, el('td', `${f.path} (${f.format})`, 'path'));
     const others = f.devices.length > 1 ? ` of ${f.devices.map((d) => d.device).join(', ')}` : '';
     tr.append(el('td', `${f.device}${others}`), num(f.events.toLocaleString('en-US'), f.events));
     tr.append(peakCell(f.peak_allocated), peakCell(f.peak_reserved), peakCell(f.peak_requested));
@@ -133,7 +143,7 @@ function drawCards(c) {
     const card = el('div', undefined, 'card');
     card.dataset.file = String(f.file);
     const title = el('h3');
-    title.append(el('span', f.label), el('span', f.path, 'path'));
+    title.append(viewerLink(f), el('span', f.path, 'path'));
     const span = timed() ? `over ${fmtDuration(f.span_us)}` : (f.span_us ? '' : 'no times recorded');
     const figures = el('div', `device ${f.device} · ${f.events.toLocaleString('en-US')} events ${span} · ` +
       `peak ${fmtBytes(f.peak_allocated.bytes)} allocated, ${fmtBytes(f.peak_reserved.bytes)} reserved`, 'figures');

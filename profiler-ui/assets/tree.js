@@ -93,6 +93,9 @@
     const seq = state.seq;
     const query = new URLSearchParams({ device: String(device) });
     if (index !== undefined && index !== null) query.set('index', String(index));
+    // The file of several this viewer shows (app.js passes the same to its calls).
+    const file = new URLSearchParams(location.search).get('file');
+    if (file !== null) query.set('file', file);
     try {
       const response = await fetch('/api/tree?' + query + param());
       const body = await response.json();

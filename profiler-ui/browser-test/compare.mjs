@@ -210,6 +210,36 @@ try {
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`screenshot: ${shot}`);
 
+  // The full viewer of one file: rank 2's label opens it; every API call names file 2 and the
+  // timeline draws rank 2's data (its activations are 96 MiB where rank 0's are 64 MiB).
+  const links = await page.evaluate(() => [...document.querySelectorAll('#files tr[data-file] a.viewer')].map((a) => a.getAttribute('href')));
+  check('each file links to its viewer', links.join() === '/index.html?file=0,/index.html?file=1,/index.html?file=2', links.join());
+  const apiCalls = [];
+  page.on('request', (r) => { const u = new URL(r.url()); if (u.pathname.startsWith('/api/')) apiCalls.push(u.pathname + u.search); });
+  await Promise.all([page.waitForURL(/index\.html\?file=2$/), page.click('#files tr[data-file="2"] a.viewer')]);
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
+  await page.waitForFunction(() => Number(document.getElementById('tree').dataset.nodes) > 1, null, { timeout: 10000 }).catch(() => {});
+  const viewer = await page.evaluate(() => {
+    const t = window.memtrace.view.timeline;
+    return {
+      file: document.getElementById('file').textContent,
+      back: document.getElementById('back').hidden ? null : document.getElementById('back').getAttribute('href'),
+      peak: Math.max(...t.total),
+      activations: [...new Set(t.bands.filter((b) => b.site === 'step0/activations').map((b) => b.size))],
+      curves: Math.max(...window.memtrace.view.curves.allocated),
+    };
+  });
+  check('the viewer says which file it shows and links back', viewer.file.startsWith('rank 2, one of 3 files served: ') &&
+    viewer.file.includes('rank-2.jsonl') && viewer.back === '/', JSON.stringify(viewer));
+  const apiFile2 = apiCalls.filter((u) => u !== '/api/compare');
+  check('every API call of the viewer names file 2', apiFile2.length >= 8 && apiFile2.every((u) => /[?&]file=2(&|$)/.test(u)),
+    apiFile2.filter((u) => !/[?&]file=2(&|$)/.test(u)).join(', ') || `${apiFile2.length} calls`);
+  check('the viewer draws rank 2\'s data', viewer.peak === expected[2].allocated && viewer.curves === expected[2].allocated &&
+    viewer.activations.join() === String(ACTIVATIONS[2]), JSON.stringify(viewer));
+  await Promise.all([page.waitForURL(ranks.url), page.click('#back')]);
+  await page.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
+  check('the link leads back to the comparison', (await page.textContent('#title')) === '3 ranks side by side', await page.textContent('#title'));
+
   // 2. Two ranks: the sites that changed, rank 2 against rank 0.
   const two = await serve([join(work, 'rank-0.jsonl'), join(work, 'rank-2.jsonl')]);
   servers.push(two.child);
