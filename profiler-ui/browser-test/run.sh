@@ -2,7 +2,8 @@
 # The viewer's browser test: writes a trace with a planted leak, starts `memtrace serve` on a
 # free port, drives the page in headless Chromium (test.mjs), saves a screenshot ($OUT if set,
 # else a temp dir) and stops the server; then the page of several files side by side
-# (compare.mjs, which writes its traces and runs its servers itself). Builds nothing: give it
+# (compare.mjs, which writes its traces and runs its servers itself; test.mjs also serves a
+# trace without timestamps itself). Builds nothing: give it
 # the memtrace binary.
 #
 #   bash profiler-ui/browser-test/run.sh target/debug/memtrace
@@ -53,5 +54,5 @@ if [ -z "$url" ]; then
   exit 1
 fi
 echo "memtrace serve at $url"
-node "$here/test.mjs" "$url"
+node "$here/test.mjs" "$url" "$memtrace"
 node "$here/compare.mjs" "$memtrace"

@@ -3,16 +3,20 @@
 // narrows the bands, the stack tree panel draws; the detail control draws fewer bands, hovering the grey summarized band
 // says what it holds, the out-of-memory marker shows the failing request and its stack, the
 // segment timeline draws the workspace segments, the state history lists and filters events and
-// shows an event's stack; then saves a screenshot and prints its path.
-// Usage: node test.mjs URL   (CHROMIUM: the browser, default /usr/bin/chromium; OUT: where the
-// screenshot goes, default a new temp dir)
+// shows an event's stack; zooming in draws more of the window; eight API requests at once all
+// answer; then saves a screenshot and prints its path. Last, it writes a trace without
+// timestamps, serves it itself and checks the page offers no time axis.
+// Usage: node test.mjs URL PATH/TO/memtrace   (CHROMIUM: the browser, default
+// /usr/bin/chromium; OUT: where the screenshot goes, default a new temp dir)
 import { chromium } from 'playwright-core';
-import { mkdtempSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const url = process.argv[2];
-if (!url) { console.error('usage: node test.mjs URL'); process.exit(2); }
+const memtrace = process.argv[3];
+if (!url || !memtrace) { console.error('usage: node test.mjs URL PATH/TO/memtrace'); process.exit(2); }
 const outDir = process.env.OUT || mkdtempSync(join(tmpdir(), 'memtrace-browser-'));
 let failed = 0;
 let passed = 0;
@@ -20,6 +24,45 @@ function check(name, ok, detail) {
   if (ok) { passed += 1; console.log(`ok   ${name}`); } else { failed += 1; console.log(`FAIL ${name}: ${detail}`); }
 }
 
+// A trace without timestamps (every event at time 0): weights, then a few steps of
+// activations allocated and freed.
+function untimedTrace(path) {
+  const MiB = 1024 * 1024;
+  const lines = [{ blockpool_trace: 1, created_by: 'memtrace browser test (no times)', allocator_config: '' },
+    { frame: 1, name: 'Model.forward', file: 'model.py', line: 10 },
+    { context: 1, tags: ['untimed'], frames: [1] }];
+  let addr = 0x7f0000000000;
+  let events = 0;
+  const event = (name, a, size) => { lines.push({ event: name, device: 0, stream: 0, addr: a, size, requested: size, time_us: 0, context: 1 }); events += 1; };
+  event('segment_alloc', addr, 1024 * MiB);
+  for (let step = 0; step < 4; step += 1) {
+    const held = [];
+    for (let k = 0; k < 8; k += 1) { event('alloc', addr + k * 64 * MiB, 64 * MiB); held.push(addr + k * 64 * MiB); }
+    for (const a of held.reverse()) { event('free_requested', a, 64 * MiB); event('free_completed', a, 64 * MiB); }
+  }
+  lines.push({ end: { events, segments: 0, dropped_events: 0 } });
+  writeFileSync(path, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
+  return events;
+}
+
+// Starts `memtrace serve ARGS --port 0`; resolves with its URL once it prints one.
+function serve(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(memtrace, ['serve', ...args, '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const timer = setTimeout(() => reject(new Error(`no address in 30 s: ${output}`)), 30000);
+    const read = (chunk) => {
+      output += chunk;
+      const m = /http:\/\/127\.0\.0\.1:\d+\//.exec(output);
+      if (m) { clearTimeout(timer); resolve({ child, url: m[0], output }); }
+    };
+    child.stdout.on('data', read);
+    child.stderr.on('data', read);
+    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`memtrace serve exited ${code}: ${output}`)); });
+  });
+}
+
+const servers = [];
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu'],
@@ -164,6 +207,47 @@ try {
   const segmentsNote = await page.textContent('#segments-note');
   check('the segment map says how many segments it draws', /\d+ segments/.test(segmentsNote), segmentsNote);
 
+  // 10. Zooming in draws more: with 20 bands drawn of far more allocations, zoom (the wheel)
+  // into a window; of the allocations alive there, more are drawn on their own than the full
+  // view drew, and fewer are left summarized.
+  const settled = () => page.waitForFunction(() => {
+    const v = window.memtrace.view;
+    const p = new URLSearchParams(v.timeline.params);
+    return !v.pending && p.get('from') === String(Math.floor(v.from)) && p.get('to') === String(Math.ceil(v.to));
+  }, null, { timeout: 10000 });
+  const full = await page.evaluate(() => ({ ...window.memtrace.view.timeline, from: window.memtrace.view.from, to: window.memtrace.view.to }));
+  await page.mouse.move(timelineBox.x + timelineBox.width * 0.4, timelineBox.y + 150);
+  for (let i = 0; i < 6; i += 1) { await page.mouse.wheel(0, -100); await page.waitForTimeout(50); }
+  await settled();
+  const zoomed = await page.evaluate(() => ({ ...window.memtrace.view.timeline, from: window.memtrace.view.from, to: window.memtrace.view.to }));
+  const inWindow = full.bands.filter((b) => b.start < zoomed.to && b.end > zoomed.from).length;
+  const ids = new Set(full.bands.map((b) => b.id));
+  const fresh = zoomed.bands.filter((b) => !ids.has(b.id)).length;
+  const zoomNote = `window ${Math.round(zoomed.from)}–${Math.round(zoomed.to)} of ${Math.round(full.to)}: full view drew ${inWindow} of the bands there ` +
+    `(${full.bands.length} of ${full.matched}), zoomed draws ${zoomed.bands.length} of ${zoomed.matched}, ${fresh} new`;
+  console.log(`zoom: ${zoomNote}`);
+  check('zooming in draws more of the window',
+    zoomed.to - zoomed.from < (full.to - full.from) / 2 && full.matched > 20 && zoomed.bands.length > inWindow && fresh > 0 &&
+      zoomed.matched - zoomed.bands.length < full.matched - full.bands.length, zoomNote);
+  await page.click('#reset');
+  await settled();
+
+  // 11. Eight API requests at once (Chromium opens at most 6 connections to one host and
+  // queues the rest): all answer, within a few seconds.
+  const burst = await page.evaluate(async () => {
+    const paths = ['/api/meta', '/api/ooms?device=0', '/api/leaks?device=0', '/api/breakdown?device=0',
+      '/api/state?device=0', '/api/tree?device=0', '/api/events?device=0&offset=0&limit=100',
+      '/api/curves?device=0&axis=event&from=0&to=1000&width=500'];
+    const start = performance.now();
+    const timeout = new Promise((resolve) => setTimeout(() => resolve('timeout'), 5000));
+    const all = Promise.all(paths.map((p) => fetch(p).then((r) => r.status)));
+    const result = await Promise.race([all, timeout]);
+    return { result, ms: Math.round(performance.now() - start) };
+  });
+  check('eight concurrent API requests all answer', Array.isArray(burst.result) && burst.result.every((st) => st === 200),
+    JSON.stringify(burst));
+  console.log(`eight concurrent requests answered in ${burst.ms} ms`);
+
   // For the screenshot: a detail that leaves some grey, and the OOM's state.
   await page.fill('#detail', '200');
   await page.locator('#detail').dispatchEvent('change');
@@ -175,8 +259,34 @@ try {
   const shot = join(outDir, 'memtrace-viewer.png');
   await page.screenshot({ path: shot, fullPage: true });
   console.log(`screenshot: ${shot}`);
+
+  // 12. A file without timestamps: the time axis is offered disabled, the page says the x axis
+  // counts events, and the timeline spans the events.
+  const work = mkdtempSync(join(tmpdir(), 'memtrace-untimed-'));
+  const untimedEvents = untimedTrace(join(work, 'untimed.jsonl'));
+  const untimed = await serve([join(work, 'untimed.jsonl')]);
+  servers.push(untimed.child);
+  const plain = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
+  const plainErrors = [];
+  plain.on('pageerror', (e) => plainErrors.push(String(e)));
+  await plain.goto(untimed.url);
+  await plain.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
+  const axis = await plain.evaluate(() => ({
+    disabled: document.querySelector('#axis option[value="time"]').disabled,
+    value: document.getElementById('axis').value,
+    note: document.getElementById('axis-note').textContent,
+    hasTimes: window.memtrace.view.meta.devices[0].has_times,
+    window: [window.memtrace.view.from, window.memtrace.view.to],
+    params: window.memtrace.view.timeline.params,
+  }));
+  check('a file without times offers no time axis',
+    axis.disabled && axis.value === 'event' && axis.note === 'no times recorded in this file: the x axis counts events' &&
+      axis.hasTimes === false && axis.window[0] === 0 && axis.window[1] === untimedEvents + 1 && /axis=event/.test(axis.params),
+    JSON.stringify(axis));
+  check('no script errors on the untimed page', plainErrors.length === 0, plainErrors.join('; '));
 } finally {
   await browser.close();
+  for (const child of servers) child.kill();
 }
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
