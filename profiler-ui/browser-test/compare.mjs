@@ -1,7 +1,8 @@
 // Drives memtrace serve's page of several files in headless Chromium: writes three rank traces
 // of one job with known peaks, serves them as `rank-{rank}.jsonl`, checks every peak, the
-// imbalance and the timelines' shared scale against what the traces imply, then serves two of
-// them and checks the sites that changed; saves a screenshot and prints its path.
+// imbalance and the timelines' shared scale against what the traces imply, opens rank 2 in the
+// full viewer from its label and checks the viewer shows rank 2, then serves two of them and
+// checks the sites that changed; saves screenshots and prints their paths.
 // Usage: node compare.mjs PATH/TO/memtrace   (CHROMIUM: the browser, default /usr/bin/chromium;
 // OUT: where the screenshot goes, default a new temp dir)
 import { chromium } from 'playwright-core';
@@ -236,6 +237,9 @@ try {
     apiFile2.filter((u) => !/[?&]file=2(&|$)/.test(u)).join(', ') || `${apiFile2.length} calls`);
   check('the viewer draws rank 2\'s data', viewer.peak === expected[2].allocated && viewer.curves === expected[2].allocated &&
     viewer.activations.join() === String(ACTIVATIONS[2]), JSON.stringify(viewer));
+  const viewerShot = join(outDir, 'memtrace-compare-rank2.png');
+  await page.screenshot({ path: viewerShot });
+  console.log(`screenshot: ${viewerShot}`);
   await Promise.all([page.waitForURL(ranks.url), page.click('#back')]);
   await page.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
   check('the link leads back to the comparison', (await page.textContent('#title')) === '3 ranks side by side', await page.textContent('#title'));
