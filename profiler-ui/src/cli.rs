@@ -2,6 +2,7 @@
 //! cannot read itself (`replay --config`, `--capacity`), and how usage errors exit.
 
 use crate::analysis::sites::SiteOrder;
+use crate::analysis::timeline::EventPoint;
 use crate::serve::server::DEFAULT_MAX_CONNECTIONS;
 use blockpool::AllocatorConfig;
 use clap::error::ErrorKind;
@@ -393,9 +394,10 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 #[derive(Debug, clap::Args)]
 #[group(multiple = false)]
 pub struct AtOrPeak {
-    /// The state after this many of the device's events (0: before the first).
-    #[arg(long, value_name = "EVENT")]
-    pub at: Option<usize>,
+    /// The state after event EVENT, by its number: its index in the device's list in the
+    /// file (PyTorch's `device_traces[device]`, 0-based); `start` for the state before event 0.
+    #[arg(long, value_name = "EVENT", value_parser = EventPoint::parse)]
+    pub at: Option<EventPoint>,
     /// Where allocated memory peaks.
     #[arg(long)]
     pub peak: bool,
