@@ -270,8 +270,7 @@ fn peaks_add_up_one_kind_of_size_each_and_say_which() {
     // were mixed in (23,165,566,980).
     assert_eq!(device["peak_allocated"]["bytes"], 23_165_567_488_u64);
     assert_eq!(
-        device["peak_allocated"]["after_event"],
-        5_701,
+        device["peak_allocated"]["after_event"], 5_701,
         "the peak holds once device_traces[0][5701] has happened"
     );
     // Requests throughout, as CPython sums them.

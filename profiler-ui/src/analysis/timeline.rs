@@ -127,18 +127,20 @@ impl Point {
         match self {
             Point::At(EventPoint::Start) => Ok(0),
             Point::At(EventPoint::After(number)) => {
-                numbers.state_after(number).ok_or_else(|| match numbers.count() {
-                    0 => anyhow::anyhow!(
-                        "--at {number} is past the end: device {device} has no events (--at \
+                numbers
+                    .state_after(number)
+                    .ok_or_else(|| match numbers.count() {
+                        0 => anyhow::anyhow!(
+                            "--at {number} is past the end: device {device} has no events (--at \
                          start is its only state)"
-                    ),
-                    n => anyhow::anyhow!(
-                        "--at {number} is past the end: device {device} has events 0 to {} \
+                        ),
+                        n => anyhow::anyhow!(
+                            "--at {number} is past the end: device {device} has events 0 to {} \
                          (--at N is the state after event N, --at start the one before event \
                          0)",
-                        n - 1
-                    ),
-                })
+                            n - 1
+                        ),
+                    })
             }
             Point::End => Ok(numbers.len()),
             Point::Peak => Ok(allocated_peak(&memory_series(snapshot, device)?).index),
