@@ -19,7 +19,12 @@ use std::time::Duration;
     name = "memtrace",
     version,
     about,
-    after_help = "Environment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
+    after_help = "Event numbers: an event is named by its index in its device's list in the file \
+                  (for PyTorch snapshots `device_traces[device][N]`, 0-based, as _memory_viz \
+                  counts; annotations inserted from `external_annotations` have no number and \
+                  show as `annotation after event N`). A state is `after event N`, the memory \
+                  once event N has happened; `--at N` shows it and `--at start` the state \
+                  before event 0.\n\nEnvironment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
                   a trace's call stacks and tags may spell out (default 1 GiB; a file that \
                   names one frame millions of times is refused above it)."
 )]
