@@ -426,7 +426,7 @@ async function loadState(index) {
 function drawState() {
   const s = view.state;
   const ev = s.event ? `${s.event.action} ${fmtBytes(s.event.size)} at ${s.event.addr} (${s.event.site})` : 'before the first event';
-  $('state-summary').textContent = `after event ${s.index}: ${ev}. allocated ${fmtBytes(s.allocated_bytes)}, ` +
+  $('state-summary').textContent = `${s.label}: ${ev}. allocated ${fmtBytes(s.allocated_bytes)}, ` +
     `active ${fmtBytes(s.active_bytes)}, reserved ${fmtBytes(s.reserved_bytes)} in ${s.segments.length} segments` +
     (s.unsegmented.length ? `, ${s.unsegmented.length} blocks in no known segment` : '');
   const rows = s.segments.map((seg) => ({ label: `${seg.address} ${seg.pool}${seg.expandable ? ' expandable' : ''} s${seg.stream}`, size: seg.size, blocks: seg.blocks }));
@@ -530,11 +530,11 @@ function drawHistory() {
   const body = $('history').tBodies[0];
   body.replaceChildren();
   const times = deviceMeta().has_times;
-  body.append(row([['after event', true], ['action'], ['size', true], ['address'], ['stream', true], ['time', true], ['site']], true));
+  body.append(row([['event', true], ['action'], ['size', true], ['address'], ['stream', true], ['time', true], ['site']], true));
   for (const e of h.rows) {
     const size = e.action === 'oom' ? `${fmtBytes(e.size)} asked` : fmtBytes(e.size);
     const addr = e.action === 'oom' ? `${fmtBytes(Number(BigInt(e.addr)))} free` : e.addr;
-    const tr = row([[String(e.index), true], [e.action], [size, true], [addr], [String(e.stream), true],
+    const tr = row([[e.event === null ? e.label : String(e.event), true], [e.action], [size, true], [addr], [String(e.stream), true],
       [times ? fmtTime(e.time_us) : '–', true], [e.site]]);
     tr.className = 'event' + (e.action === 'oom' ? ' oom' : '');
     tr.dataset.index = String(e.index);
@@ -565,12 +565,12 @@ async function selectEvent(e) {
   if (e.action === 'oom') facts.push(['device free', fmtBytes(Number(BigInt(e.addr)))]);
   else facts.push(['address', e.addr]);
   if (deviceMeta().has_times) facts.push(['time', fmtTime(e.time_us)]);
-  showContext(`event ${e.index}: ${e.action}`, facts, context);
+  showContext(`${e.label}: ${e.action}`, facts, context);
   await loadState(e.index);
 }
 
 function oomText(o) {
-  return `out of memory after event ${o.index}: a request of ${fmtBytes(o.size)} on stream ${o.stream} failed\n` +
+  return `out of memory at ${o.label}: a request of ${fmtBytes(o.size)} on stream ${o.stream} failed\n` +
     `device free: ${fmtBytes(o.device_free)}; allocated ${fmtBytes(o.allocated_bytes)}, reserved ${fmtBytes(o.reserved_bytes)}\n` +
     `site: ${o.site}\nclick for its stack`;
 }
@@ -580,7 +580,7 @@ async function showOom(o) {
   const facts = [['request', fmtBytes(o.size)], ['stream', String(o.stream)], ['device free', fmtBytes(o.device_free)],
     ['allocated', fmtBytes(o.allocated_bytes)], ['reserved', fmtBytes(o.reserved_bytes)]];
   if (deviceMeta().has_times) facts.push(['time', fmtTime(o.time_us)]);
-  showContext(`out of memory after event ${o.index}`, facts, context);
+  showContext(`out of memory at ${o.label}`, facts, context);
   view.selectedEvent = o.index;
   await loadState(o.index);
 }

@@ -2,6 +2,7 @@
 //! cannot read itself (`replay --config`, `--capacity`), and how usage errors exit.
 
 use crate::analysis::sites::SiteOrder;
+use crate::analysis::timeline::EventPoint;
 use crate::serve::server::DEFAULT_MAX_CONNECTIONS;
 use blockpool::AllocatorConfig;
 use clap::error::ErrorKind;
@@ -18,7 +19,12 @@ use std::time::Duration;
     name = "memtrace",
     version,
     about,
-    after_help = "Environment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
+    after_help = "Event numbers: an event is named by its index in its device's list in the file \
+                  (for PyTorch snapshots `device_traces[device][N]`, 0-based, as _memory_viz \
+                  counts; annotations inserted from `external_annotations` have no number and \
+                  show as `annotation after event N`). A state is `after event N`, the memory \
+                  once event N has happened; `--at N` shows it and `--at start` the state \
+                  before event 0.\n\nEnvironment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
                   a trace's call stacks and tags may spell out (default 1 GiB; a file that \
                   names one frame millions of times is refused above it)."
 )]
@@ -393,9 +399,10 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 #[derive(Debug, clap::Args)]
 #[group(multiple = false)]
 pub struct AtOrPeak {
-    /// The state after this many of the device's events (0: before the first).
-    #[arg(long, value_name = "EVENT")]
-    pub at: Option<usize>,
+    /// The state after event EVENT, by its number: its index in the device's list in the
+    /// file (PyTorch's `device_traces[device]`, 0-based); `start` for the state before event 0.
+    #[arg(long, value_name = "EVENT", value_parser = EventPoint::parse)]
+    pub at: Option<EventPoint>,
     /// Where allocated memory peaks.
     #[arg(long)]
     pub peak: bool,

@@ -113,7 +113,7 @@ fn top_at_the_peak_shows_the_last_steps_activations() {
     assert_eq!(report["sites"][0]["bytes"], 12 * MIB);
     assert_eq!(report["sites"][0]["blocks"], 3);
     assert_eq!(report["sites"].as_array().map(Vec::len), Some(5));
-    let at_start = json(&["top", planted_leak_trace(), "--at", "0", "--json"]);
+    let at_start = json(&["top", planted_leak_trace(), "--at", "start", "--json"]);
     assert_eq!(at_start["allocated_bytes"], 0);
     let by_name = json(&[
         "top",

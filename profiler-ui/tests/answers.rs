@@ -269,13 +269,16 @@ fn peaks_add_up_one_kind_of_size_each_and_say_which() {
     // bytes (CPython walk of the file: 23,165,567,488); before, 508 bytes of unrounded requests
     // were mixed in (23,165,566,980).
     assert_eq!(device["peak_allocated"]["bytes"], 23_165_567_488_u64);
-    assert_eq!(device["peak_allocated"]["index"], 5_702);
+    assert_eq!(
+        device["peak_allocated"]["after_event"], 5_701,
+        "the peak holds once device_traces[0][5701] has happened"
+    );
     // Requests throughout, as CPython sums them.
     assert_eq!(device["peak_requested"]["bytes"], 22_827_925_508_u64);
     let text = run_ok(&["summary", &path]);
     for line in [
-        "  peak allocated  21.57 GiB at event 5,702 (0.050261 s) (block sizes)\n",
-        "  peak requested  21.26 GiB at event 5,702 (0.050261 s) (request sizes)\n",
+        "  peak allocated  21.57 GiB after event 5,701 (0.050261 s) (block sizes)\n",
+        "  peak requested  21.26 GiB after event 5,701 (0.050261 s) (request sizes)\n",
         "             (PyTorch's trace records requests, not block sizes: a block it alone shows \
          counts at its request rounded as the allocator rounds it, the least it took)\n",
     ] {

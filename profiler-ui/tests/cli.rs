@@ -337,10 +337,10 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
     let device = &report["devices"][0];
     assert_eq!(device["events"], 7);
     assert_eq!(device["peak_allocated"]["bytes"], 20_971_520);
-    assert_eq!(device["peak_allocated"]["index"], 4);
+    assert_eq!(device["peak_allocated"]["after_event"], 3);
     assert_eq!(device["peak_allocated"]["time_us"], 4);
     assert_eq!(device["peak_reserved"]["bytes"], 20_971_520);
-    assert_eq!(device["peak_reserved"]["index"], 1);
+    assert_eq!(device["peak_reserved"]["after_event"], 0);
     // At the reserved peak (the segment, taken with the 8 MiB block it was made for).
     assert_eq!(device["fragmentation_at_reserved_peak"], 0.6);
     assert_eq!(device["free_bytes"], 0);
@@ -350,7 +350,8 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
     assert_eq!(device["top_sites"][1]["site"], "act");
     assert_eq!(device["top_sites"][1]["bytes"], 4_194_304);
     let oom = &device["out_of_memory"][0];
-    assert_eq!(oom["index"], 6);
+    assert_eq!(oom["event"], 6);
+    assert_eq!(oom["label"], "event 6");
     assert_eq!(oom["requested_bytes"], 6_291_456);
     assert_eq!(oom["device_free_bytes"], 2_097_152);
     assert_eq!(oom["cached_free_bytes"], 4_194_304);
@@ -364,7 +365,7 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
 
     let text = stdout(&memtrace(&["summary", path.to_str().unwrap()]));
     assert!(
-        text.contains("  peak allocated  20.00 MiB at event 4 (0.000004 s) (block sizes)\n"),
+        text.contains("  peak allocated  20.00 MiB after event 3 (0.000004 s) (block sizes)\n"),
         "{text}"
     );
     assert!(
@@ -389,7 +390,7 @@ fn external_summary_of_a_pytorch_fixture_names_python_sites() {
     assert_eq!(device["events"], 4_657);
     // The end state holds the most: every block allocated in this forward pass is still live.
     assert_eq!(device["peak_allocated"]["bytes"], 19_498_420_224_u64);
-    assert_eq!(device["peak_allocated"]["index"], 4_657);
+    assert_eq!(device["peak_allocated"]["after_event"], 4_656);
     assert_eq!(device["segments_at_peak"], 516);
     let sites = device["top_sites"].as_array().expect("sites");
     assert!(
@@ -470,7 +471,7 @@ fn external_summary_of_a_file_without_times_says_so_once() {
         "{text}"
     );
     assert!(
-        text.contains("  peak allocated   2.24 GiB at event 4,488 (block sizes)\n"),
+        text.contains("  peak allocated   2.24 GiB after event 4,487 (block sizes)\n"),
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
@@ -488,9 +489,9 @@ fn summary_of_a_made_file_without_times_says_so_once() {
         text.contains("  events:    12 (no times recorded)\n"),
         "{text}"
     );
-    // 8 MiB + 5,120 bytes live after the tenth event (make.py's trace).
+    // 8 MiB + 5,120 bytes live after the tenth event, event 9 (make.py's trace).
     assert!(
-        text.contains("  peak allocated   8.00 MiB at event 10 (block sizes)\n"),
+        text.contains("  peak allocated   8.00 MiB after event 9 (block sizes)\n"),
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
@@ -583,7 +584,7 @@ fn commands_default_to_the_busiest_device() {
     let output = memtrace(&["top", path]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(
-        stdout(&output).starts_with("device 1 after event 5: 1.00 MiB allocated\n"),
+        stdout(&output).starts_with("device 1 after event 4: 1.00 MiB allocated\n"),
         "{}",
         stdout(&output)
     );
@@ -630,7 +631,7 @@ fn commands_default_to_the_busiest_device() {
     let output = memtrace(&["top", path, "--device", "0"]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(
-        stdout(&output).starts_with("device 0 after event 0: 0 bytes allocated\n"),
+        stdout(&output).starts_with("device 0 before event 0: 0 bytes allocated\n"),
         "{}",
         stdout(&output)
     );

@@ -411,7 +411,7 @@ fn each_stack_shape_gets_its_site_in_either_view() {
         ]
     );
     // Before the first event every live block predates recording.
-    let start = json(&["top", &path, "--json", "--at", "0"]);
+    let start = json(&["top", &path, "--json", "--at", "start"]);
     assert_eq!(rows(&start["sites"]), [row(BEFORE, 512 * KIB, 1)]);
     // The segment map names its blocks the same way.
     let segments = json(&["segments", &path, "--json"]);
@@ -733,7 +733,7 @@ fn a_reused_address_is_recorded_from_the_step_that_allocated_it() {
     let path = scratch("site-reused.jsonl");
     std::fs::write(&path, REUSED).expect("writes the trace");
     let path = path.to_string_lossy().into_owned();
-    let start = json(&["top", &path, "--json", "--at", "0"]);
+    let start = json(&["top", &path, "--json", "--at", "start"]);
     assert_eq!(rows(&start["sites"]), [row(BEFORE, MIB, 1)]);
     let end = json(&["top", &path, "--json"]);
     assert_eq!(rows(&end["sites"]), [row("<no stack recorded>", MIB, 1)]);

@@ -158,11 +158,11 @@ fn out_of_memory_events_are_markers_with_the_failing_request() {
     assert_eq!(
         ok(&server, "/api/ooms?device=0"),
         json!([{
-            "index": 6, "time_us": 60, "size": 8 * MIB, "stream": 0, "device_free": MIB,
+            "index": 6, "event": 5, "label": "event 5", "time_us": 60, "size": 8 * MIB, "stream": 0, "device_free": MIB,
             "allocated_bytes": MIB + 2 * MIB + 512 * KIB, "reserved_bytes": 6 * MIB,
             "site": site, "context": 1,
         }]),
-        "one oom, after event 6, with A, B and C allocated in both segments"
+        "one oom, event 5 (state index 6), with A, B and C allocated in both segments"
     );
     let (status, body) = get(&server, "/api/ooms?device=7");
     assert_eq!(
@@ -290,7 +290,7 @@ fn the_state_history_lists_filters_and_pages_events() {
     assert_eq!(
         page,
         json!({"events": 11, "matched": 1, "offset": 0, "rows": [{
-            "index": 6, "action": "oom", "addr": "0x100000", "size": 8 * MIB,
+            "index": 6, "event": 5, "label": "event 5", "action": "oom", "addr": "0x100000", "size": 8 * MIB,
             "requested": 8 * MIB, "stream": 0, "time_us": 60, "site": site, "context": 1,
         }]})
     );

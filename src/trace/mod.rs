@@ -22,6 +22,7 @@ pub mod jsonl;
 pub mod limits;
 #[cfg(feature = "trace-files")]
 mod lines;
+mod numbers;
 #[cfg(feature = "trace-files")]
 pub mod perfetto;
 #[cfg(feature = "trace-files")]
@@ -42,6 +43,7 @@ pub use crate::event::{
 };
 #[cfg(feature = "trace-files")]
 pub use limits::{ImportLimitExceeded, ImportLimits};
+pub use numbers::EventNumbers;
 pub use snapshot::{
     BlockState, Contexts, PytorchDetails, SegmentPool, SettingValue, Snapshot, SnapshotInvalid,
 };

@@ -51,6 +51,11 @@ pub struct PytorchDetails {
     /// `compile_context` of the events that recorded one (torch.compile's frame and graph of
     /// the allocation, `"N/A"` outside compiled code): index into [`Snapshot::events`], text.
     pub compile_contexts: Vec<(usize, Arc<str>)>,
+    /// Indices into [`Snapshot::events`], ascending, of the events the import inserted among
+    /// the file's own trace entries (each of `external_annotations` becomes an `annotate`
+    /// event): they have no index in the file's `device_traces`, so
+    /// [`Snapshot::event_numbers`] gives them no number and the others keep PyTorch's.
+    pub inserted_events: Vec<usize>,
 }
 
 impl PytorchDetails {
@@ -427,6 +432,7 @@ impl Snapshot {
                             .copied()
                             .collect(),
                         compile_contexts: Vec::new(),
+                        inserted_events: Vec::new(),
                     },
                 };
                 (device, part)
@@ -440,8 +446,13 @@ impl Snapshot {
         // Compile contexts name events by index: each follows its event to the index it has
         // in its device's part.
         let mut compile = self.pytorch.compile_contexts.iter().peekable();
+        let mut inserted = self.pytorch.inserted_events.iter().peekable();
         for (index, event) in self.events.iter().enumerate() {
+            let is_inserted = inserted.next_if_eq(&&index).is_some();
             if let Some(part) = split.get_mut(&event.device) {
+                if is_inserted {
+                    part.pytorch.inserted_events.push(part.events.len());
+                }
                 part.events.push(*event);
                 while let Some((at, text)) = compile.next_if(|(at, _)| *at <= index) {
                     if *at == index {

@@ -37,8 +37,11 @@ pub struct SummaryReport {
 pub struct DeviceSummary {
     /// Device index.
     pub device: u32,
-    /// Recorded events.
+    /// Recorded events, inserted annotations included.
     pub events: usize,
+    /// Of those, the annotations the import inserted among the file's trace entries (PyTorch's
+    /// `external_annotations`), which have no event number.
+    pub inserted_annotations: usize,
     /// Time from the first to the last event, in microseconds.
     pub span_us: u64,
     /// Highest bytes in allocated blocks, by block size (see the module docs for blocks the
@@ -69,12 +72,18 @@ pub struct DeviceSummary {
     pub out_of_memory: Vec<OomExplained>,
 }
 
-/// A peak: its value and the first event index (state after that many events) reaching it.
+/// A peak: its value and the first state reaching it.
 #[derive(Debug, Default, Serialize)]
 pub struct Peak {
     /// Bytes.
     pub bytes: u64,
-    /// The state index: the peak holds after this many of the device's events.
+    /// The event after which the peak first holds, by its number (PyTorch's index in
+    /// `device_traces`, see [`blockpool::trace::EventNumbers`]); `None` when it already holds
+    /// before the first event. `--at N` shows this state.
+    pub after_event: Option<usize>,
+    /// The walker's state index: the peak holds after this many of the device's events,
+    /// inserted annotations included (not a number to show).
+    #[serde(skip)]
     pub index: usize,
     /// Time of the event that reached it, in microseconds since the origin.
     pub time_us: u64,
@@ -83,9 +92,12 @@ pub struct Peak {
 /// An out-of-memory event and the state it met.
 #[derive(Debug, Serialize)]
 pub struct OomExplained {
-    /// The event's index among the device's events; the state it met is the one after this
-    /// many events (`--at INDEX`).
-    pub index: usize,
+    /// The event's number (PyTorch's index in `device_traces`, see
+    /// [`blockpool::trace::EventNumbers`]); `None` for an event the import inserted. The state
+    /// it met is the one before it.
+    pub event: Option<usize>,
+    /// How the event is named in text: `event 7`.
+    pub label: String,
     /// Time, in microseconds since the origin.
     pub time_us: u64,
     /// Bytes the failing request asked for (PyTorch records the size it tried to allocate).
@@ -149,6 +161,7 @@ fn summarize_device(
     view: FrameView,
 ) -> anyhow::Result<DeviceSummary> {
     let mut walker = walker(snapshot, device)?;
+    let numbers = snapshot.event_numbers(device);
     let start = walker.totals();
     let time_of = |index: usize, walker: &blockpool::trace::StateWalker| {
         index
@@ -185,7 +198,7 @@ fn summarize_device(
                 *peak = Peak {
                     bytes: value,
                     index,
-                    time_us: 0,
+                    ..Peak::default()
                 };
             }
         }
@@ -196,6 +209,7 @@ fn summarize_device(
     let segments_at_end = walker.totals().segments;
     for peak in [&mut allocated, &mut reserved, &mut requested] {
         peak.time_us = time_of(peak.index, &walker);
+        peak.after_event = numbers.state(peak.index);
     }
     let out_of_memory = ooms
         .into_iter()
@@ -207,7 +221,8 @@ fn summarize_device(
                 let (free_bytes, largest) = free_space(&state);
                 let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
                 Ok(OomExplained {
-                    index,
+                    event: numbers.number(index),
+                    label: numbers.label(index),
                     time_us,
                     requested_bytes,
                     stream,
@@ -248,6 +263,7 @@ fn summarize_device(
     Ok(DeviceSummary {
         device,
         events,
+        inserted_annotations: numbers.len() - numbers.count(),
         span_us,
         segments_at_peak: totals.segments,
         segments_at_end,

@@ -72,11 +72,37 @@ pub fn allocated_peak(series: &[Sample]) -> Sample {
         .unwrap_or_default()
 }
 
+/// A state named by `--at`: before the first event, or after an event by its number (the
+/// file's index, see [`blockpool::trace::EventNumbers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventPoint {
+    /// `--at start`: before the first event, with what was live when recording began.
+    Start,
+    /// `--at N`: the state once event N has happened.
+    After(usize),
+}
+
+impl EventPoint {
+    /// Reads `start` or an event number.
+    pub fn parse(text: &str) -> Result<EventPoint, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("start") {
+            return Ok(EventPoint::Start);
+        }
+        text.parse().map(EventPoint::After).map_err(|_| {
+            format!(
+                "expected an event number (0 is the first event: --at N shows the state after \
+                 event N) or `start` (before the first event), found `{text}`"
+            )
+        })
+    }
+}
+
 /// A point of a trace named on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Point {
-    /// After this many events.
-    At(usize),
+    /// `--at`.
+    At(EventPoint),
     /// Where allocated memory peaks.
     Peak,
     /// The end of the trace.
@@ -85,25 +111,38 @@ pub enum Point {
 
 impl Point {
     /// The point of `--at` / `--peak`, the end when neither is given.
-    pub fn from_options(at: Option<usize>, peak: bool) -> Point {
+    pub fn from_options(at: Option<EventPoint>, peak: bool) -> Point {
         match (at, peak) {
-            (Some(index), _) => Point::At(index),
+            (Some(point), _) => Point::At(point),
             (None, true) => Point::Peak,
             (None, false) => Point::End,
         }
     }
 
-    /// The state index this point names on `device`; an index past the device's events is an
-    /// error that says how many there are.
+    /// The walker's state index this point names on `device` (after this many of its events,
+    /// inserted annotations included); an event number the device lacks is an error that says
+    /// which it has.
     pub fn resolve(self, snapshot: &Snapshot, device: u32) -> anyhow::Result<usize> {
-        let events = snapshot.device_events(device).count();
+        let numbers = snapshot.event_numbers(device);
         match self {
-            Point::At(index) if index > events => anyhow::bail!(
-                "--at {index} is past the end: device {device} has {events} events (states \
-                 0 to {events})"
-            ),
-            Point::At(index) => Ok(index),
-            Point::End => Ok(events),
+            Point::At(EventPoint::Start) => Ok(0),
+            Point::At(EventPoint::After(number)) => {
+                numbers
+                    .state_after(number)
+                    .ok_or_else(|| match numbers.count() {
+                        0 => anyhow::anyhow!(
+                            "--at {number} is past the end: device {device} has no events (--at \
+                         start is its only state)"
+                        ),
+                        n => anyhow::anyhow!(
+                            "--at {number} is past the end: device {device} has events 0 to {} \
+                         (--at N is the state after event N, --at start the one before event \
+                         0)",
+                            n - 1
+                        ),
+                    })
+            }
+            Point::End => Ok(numbers.len()),
             Point::Peak => Ok(allocated_peak(&memory_series(snapshot, device)?).index),
         }
     }

@@ -93,9 +93,9 @@ pub fn run(
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "device {device} after event {}: {} segments ({}); legend: # requested, + rounding, \
+        "device {device} {}: {} segments ({}); legend: # requested, + rounding, \
          p pending free, . free",
-        count(index as u64),
+        super::top::state_label(snapshot.event_numbers(device).state(index)),
         count(maps.len() as u64),
         format_size(maps.iter().map(|m| m.size).sum()),
     );

@@ -21,6 +21,10 @@ pub fn render(report: &SummaryReport) -> String {
         let _ = writeln!(text, "devices:   none (no segments, no events)");
     }
     for d in &report.devices {
+        let after = |peak: &crate::analysis::summary::Peak| match peak.after_event {
+            Some(number) => format!("after event {}", count(number as u64)),
+            None => "before event 0".to_string(),
+        };
         // Traces without times (old PyTorch files) say so once instead of "0.000000 s" each.
         let timed = d.span_us > 0;
         let at = |us: u64| {
@@ -37,6 +41,14 @@ pub fn render(report: &SummaryReport) -> String {
             "(no times recorded)".to_string()
         };
         let _ = writeln!(text, "  events:    {} {span}", count(d.events as u64));
+        if d.inserted_annotations > 0 {
+            let _ = writeln!(
+                text,
+                "             (events are numbered as in the file's device_traces; {} \
+                 annotations from external_annotations are among them without a number)",
+                count(d.inserted_annotations as u64)
+            );
+        }
         for (name, peak, kind) in [
             ("allocated", &d.peak_allocated, "block sizes"),
             ("reserved", &d.peak_reserved, "segment sizes"),
@@ -44,9 +56,9 @@ pub fn render(report: &SummaryReport) -> String {
         ] {
             let _ = writeln!(
                 text,
-                "  peak {name:<9} {:>10} at event {}{} ({kind})",
+                "  peak {name:<9} {:>10} {}{} ({kind})",
                 format_size(peak.bytes),
-                count(peak.index as u64),
+                after(peak),
                 at(peak.time_us)
             );
         }
@@ -99,6 +111,14 @@ pub fn render(report: &SummaryReport) -> String {
     text
 }
 
+/// `event 1,234`, or for an event the import inserted its label.
+fn event_label(oom: &OomExplained) -> String {
+    match oom.event {
+        Some(number) => format!("event {}", count(number as u64)),
+        None => oom.label.clone(),
+    }
+}
+
 /// Frames of a failing request's stack printed before the rest is counted.
 const OOM_STACK_FRAMES: usize = 12;
 
@@ -107,8 +127,8 @@ const OOM_STACK_FRAMES: usize = 12;
 fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
     let _ = writeln!(
         text,
-        "  out of memory at event {}{}: {} requested on stream {} at {}",
-        count(oom.index as u64),
+        "  out of memory at {}{}: {} requested on stream {} at {}",
+        event_label(oom),
         at,
         format_size(oom.requested_bytes),
         oom.stream,

@@ -19,8 +19,9 @@ use std::path::Path;
 pub struct TopReport {
     /// Device index.
     pub device: u32,
-    /// The state index shown (after this many of the device's events).
-    pub index: usize,
+    /// The state shown: after this event, by its number (PyTorch's index in
+    /// `device_traces`, as `--at` takes it); `None` before the first event.
+    pub after_event: Option<usize>,
     /// Allocated bytes in all.
     pub allocated_bytes: u64,
     /// The sites, in the order asked for.
@@ -51,6 +52,8 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
     let snapshot = &trace.snapshot;
     let device = pick_device(snapshot, options.device)?;
     let index = options.point.resolve(snapshot, device)?;
+    let numbers = snapshot.event_numbers(device);
+    let after_event = numbers.state(index);
     let mut walker = walker(snapshot, device)?;
     walker.seek(index)?;
     let names = SiteNames::new(snapshot, options.view);
@@ -58,7 +61,7 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
         let tree = stack_tree(&names, &walker, limits);
         let report = TreeReport {
             device,
-            index,
+            after_event,
             allocated_bytes: tree.bytes,
             blocks: tree.blocks,
             all_frames: options.view == FrameView::All,
@@ -79,7 +82,7 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
     sites.truncate(options.limit);
     let report = TopReport {
         device,
-        index,
+        after_event,
         allocated_bytes,
         sites,
     };
@@ -89,9 +92,9 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "device {} after event {}: {} allocated",
+        "device {} {}: {} allocated",
         report.device,
-        count(report.index as u64),
+        state_label(report.after_event),
         format_size(report.allocated_bytes)
     );
     let _ = writeln!(
@@ -114,13 +117,22 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
     Ok(())
 }
 
+/// `after event 1,234`, or `before event 0` for the state before the first event.
+pub fn state_label(after_event: Option<usize>) -> String {
+    match after_event {
+        Some(number) => format!("after event {}", count(number as u64)),
+        None => "before event 0".to_string(),
+    }
+}
+
 /// What `top --tree` prints.
 #[derive(Debug, Serialize)]
 pub struct TreeReport {
     /// Device index.
     pub device: u32,
-    /// The state index shown (after this many of the device's events).
-    pub index: usize,
+    /// The state shown: after this event, by its number (PyTorch's index in
+    /// `device_traces`, as `--at` takes it); `None` before the first event.
+    pub after_event: Option<usize>,
     /// Bytes in allocated blocks (block sizes, not requested sizes): the root's bytes.
     pub allocated_bytes: u64,
     /// Allocated blocks.
@@ -142,11 +154,11 @@ fn render_tree(report: &TreeReport) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "device {} after event {}: {} allocated in {} blocks, by call stack, outermost frame \
+        "device {} {}: {} allocated in {} blocks, by call stack, outermost frame \
          first ({}; block sizes, not requested sizes; nodes under {:.1} % of it folded, {} \
          levels at most)",
         report.device,
-        count(report.index as u64),
+        state_label(report.after_event),
         format_size(report.allocated_bytes),
         count(report.blocks),
         if report.all_frames {

@@ -1,9 +1,11 @@
 //! The allocator state history (every event of a device, filtered and paged, as memory_viz's
 //! "Allocator State History" lists them) and the out-of-memory events the timeline marks.
 //!
-//! An event is named by the state it leads to: the `n`-th event of a device (counting from 1)
-//! leads to state `n`, the index `/api/state?index=n` shows, the timeline's event axis counts
-//! and the page's "after event n" says.
+//! Each row has two numbers: `index`, the state the event leads to (the `n`-th event of a
+//! device, counting from 1, leads to state `n`, the index `/api/state?index=n` shows and the
+//! timeline's event axis counts), and `event`, the event's number the page shows (its index in
+//! the file's list, PyTorch's `device_traces`, 0-based; `None` for an annotation the import
+//! inserted), see [`blockpool::trace::EventNumbers`].
 
 use super::error::RequestError;
 use super::model::{DeviceModel, TraceModel};
@@ -18,6 +20,11 @@ pub const MAX_PAGE: usize = 2_000;
 pub struct EventRow {
     /// The state it leads to (its number, counting from 1).
     pub index: usize,
+    /// Its event number (the file's index, PyTorch's in `device_traces`); `None` for an
+    /// annotation the import inserted.
+    pub event: Option<usize>,
+    /// `event 7`, or `annotation after event 7` for an inserted one.
+    pub label: String,
     /// `alloc`, `free_requested`, `free_completed`, `segment_alloc`, ..., `oom`.
     pub action: &'static str,
     /// Address in hex; for an `oom`, the device's free bytes, as PyTorch records them (the
@@ -89,9 +96,11 @@ impl EventFilter {
     }
 }
 
-fn row(model: &TraceModel, index: usize, e: &TraceEvent) -> EventRow {
+fn row(model: &TraceModel, device: &DeviceModel, index: usize, e: &TraceEvent) -> EventRow {
     EventRow {
         index,
+        event: device.numbers.number(index - 1),
+        label: device.numbers.label(index - 1),
         action: e.action.as_str(),
         addr: format!("{:#x}", e.addr),
         size: e.size,
@@ -138,7 +147,7 @@ pub fn event_page(
             continue;
         }
         if matched >= offset && rows.len() < limit {
-            rows.push(row(model, i + 1, e));
+            rows.push(row(model, device, i + 1, e));
         }
         matched += 1;
     }
@@ -155,6 +164,11 @@ pub fn event_page(
 pub struct OomMarker {
     /// The state it leads to (an `oom` changes no memory: the state before it too).
     pub index: usize,
+    /// Its event number (the file's index, PyTorch's in `device_traces`); `None` for an
+    /// annotation the import inserted.
+    pub event: Option<usize>,
+    /// `event 7`, or `annotation after event 7` for an inserted one.
+    pub label: String,
     /// Microseconds since the origin.
     pub time_us: u64,
     /// The request that failed, in bytes.
@@ -185,6 +199,8 @@ pub fn ooms(model: &TraceModel, device: &DeviceModel) -> Vec<OomMarker> {
             let at = |values: &[u64]| values.get(i + 1).copied().unwrap_or(0);
             OomMarker {
                 index: i + 1,
+                event: device.numbers.number(i),
+                label: device.numbers.label(i),
                 time_us: e.time_us,
                 size: e.size,
                 stream: e.stream.0,

@@ -67,6 +67,9 @@ pub struct DeviceModel {
     pub allocations: Vec<Allocation>,
     /// The state where allocated bytes first peak.
     pub peak_index: usize,
+    /// The device's event numbers: the file's indices (PyTorch's `device_traces`), which the
+    /// page shows, beside the state indices the API takes.
+    pub numbers: blockpool::trace::EventNumbers,
     /// Annotation intervals, ordered by start.
     pub annotations: Vec<AnnotationInterval>,
     /// Leaks: allocations alive at the end, and sites growing across steps (sites named by the
@@ -305,6 +308,7 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         curves,
         allocations,
         peak_index,
+        numbers: snapshot.event_numbers(device),
         annotations: annotation_intervals(snapshot, device),
         leaks,
         leaks_all_frames: OnceLock::new(),

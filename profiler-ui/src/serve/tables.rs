@@ -34,8 +34,14 @@ pub struct SegmentView {
 /// The allocator's memory at one state.
 #[derive(Debug, Serialize)]
 pub struct StateView {
-    /// The state index.
+    /// The state index: after this many of the device's events, inserted annotations
+    /// included (what `/api/state?index=` takes; not an event number).
     pub index: usize,
+    /// The state by event number, as the page names it: after this event (PyTorch's index in
+    /// `device_traces`, as `memtrace --at` takes it); `None` before event 0.
+    pub after_event: Option<usize>,
+    /// `after event 7` or `before event 0`.
+    pub label: String,
     /// The event that led to it (none at index 0).
     pub event: Option<EventView>,
     /// Bytes allocated, active, requested and reserved, and block and segment counts.
@@ -145,6 +151,8 @@ pub fn state_view(
     truncated |= state.unsegmented.len() > blocks_left;
     Ok(StateView {
         index,
+        after_event: device.numbers.state(index),
+        label: device.numbers.state_label(index),
         event: event.map(|e| EventView {
             action: e.action.as_str(),
             addr: format!("{:#x}", e.addr),

@@ -4,7 +4,8 @@
 //! ```text
 //! {"pytorch":{"allocator_settings":[["max_split_size",-1],["roundup_power2_divisions",{"map":[["1",0]]}]],
 //!             "segment_pools":[[device,address,id0,id1]],
-//!             "compile_contexts":[["N/A",[0,1,2]]]}}
+//!             "compile_contexts":[["N/A",[0,1,2]]],
+//!             "inserted_events":[3,9]}}
 //! ```
 //!
 //! Settings are `[key, value]` pairs in the file's order; a value is `null`, a bool, an int,
@@ -39,11 +40,15 @@ pub(super) fn to_json(details: &PytorchDetails) -> Value {
         .into_iter()
         .map(|(text, indices)| json!([text, indices]))
         .collect();
-    json!({
+    let mut value = json!({
         "allocator_settings": settings,
         "segment_pools": pools,
         "compile_contexts": contexts,
-    })
+    });
+    if !details.inserted_events.is_empty() {
+        value["inserted_events"] = json!(details.inserted_events);
+    }
+    value
 }
 
 fn setting_to_json(value: &SettingValue) -> Value {
@@ -83,7 +88,7 @@ pub(super) fn from_json(value: &Value, line: u64) -> Result<PytorchDetails, Json
             None => Ok(&[]),
             Some(Value::Array(items)) => Ok(items),
             Some(other) => Err(bad(
-                "lists under allocator_settings, segment_pools and compile_contexts",
+                "lists under allocator_settings, segment_pools, compile_contexts and inserted_events",
                 other,
             )),
         }
@@ -130,6 +135,15 @@ pub(super) fn from_json(value: &Value, line: u64) -> Result<PytorchDetails, Json
         }
     }
     details.compile_contexts.sort_by_key(|(index, _)| *index);
+    for index in list("inserted_events")? {
+        let index = index
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .ok_or_else(|| bad("an event index", index))?;
+        details.inserted_events.push(index);
+    }
+    details.inserted_events.sort_unstable();
+    details.inserted_events.dedup();
     Ok(details)
 }
 
@@ -197,6 +211,7 @@ mod tests {
                 pool_id: (1, 5),
             }],
             compile_contexts: vec![(0, Arc::from("N/A")), (2, Arc::from("N/A"))],
+            inserted_events: vec![1, 4],
         };
         assert_eq!(from_json(&to_json(&details), 9).expect("reads"), details);
     }

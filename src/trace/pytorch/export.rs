@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::sync::Arc;
 
+use super::annotations::{self, ExternalAnnotation};
 use super::extras::{self, is_block_event, TAG_FILENAME};
 use crate::event::{Context, Frame};
 use crate::trace::pickle::{write_to, Value};
@@ -82,8 +83,9 @@ pub fn write_pytorch_snapshot<W: Write>(snapshot: &Snapshot, out: W) -> io::Resu
 /// highest device present), `allocator_settings` (the recorded ones whole, from
 /// [`PytorchDetails`](crate::trace::PytorchDetails), with `PYTORCH_CUDA_ALLOC_CONF` the
 /// snapshot's configuration; else when the configuration is known,
-/// `PYTORCH_CUDA_ALLOC_CONF` and `expandable_segments`), an empty `external_annotations`, and
-/// blockpool's table. `segment_pool_id` is the segment's recorded private pool, else `(0, 0)`;
+/// `PYTORCH_CUDA_ALLOC_CONF` and `expandable_segments`), `external_annotations` (the events
+/// an import inserted from a file's own, written back there, so they take no index in
+/// `device_traces`: see [`Snapshot::event_numbers`]), and blockpool's table. `segment_pool_id` is the segment's recorded private pool, else `(0, 0)`;
 /// an entry's `compile_context` is written where one was recorded. A segment is written as PyTorch writes one (`device, address, total_size,
 /// allocated_size, active_size, requested_size, stream, segment_type, segment_pool_id,
 /// is_expandable, frames, blocks`), `is_expandable` from [`Segment::expandable`]; a block as
@@ -111,7 +113,13 @@ pub fn snapshot_to_pytorch_value(snapshot: &Snapshot) -> Result<Value, ExportErr
         .iter()
         .map(|(index, text)| (*index, text))
         .collect();
+    let external = annotations::external_entries(snapshot);
+    let mut external_annotations = Vec::new();
     for (index, event) in snapshot.events.iter().enumerate() {
+        if let Some(Some(annotation)) = external.get(index) {
+            external_annotations.push(exporter.external_annotation(event, annotation));
+            continue;
+        }
         let entry = exporter.entry(event, compile_contexts.get(&index).copied());
         // device_count saw every device, so the index is in range.
         if let Some(trace) = traces.get_mut(event.device as usize) {
@@ -138,7 +146,7 @@ pub fn snapshot_to_pytorch_value(snapshot: &Snapshot) -> Result<Value, ExportErr
         ];
         root.push((k.allocator_settings.clone(), dict(settings)));
     }
-    root.push((k.external_annotations.clone(), list(Vec::new())));
+    root.push((k.external_annotations.clone(), list(external_annotations)));
     root.push((text(extras::ROOT), exporter.table()));
     Ok(dict(root))
 }
@@ -259,6 +267,7 @@ struct Keys {
     compile_context: Value,
     user_metadata: Value,
     name: Value,
+    stage: Value,
     filename: Value,
     line: Value,
     context: Value,
@@ -296,6 +305,7 @@ impl Keys {
             compile_context: text("compile_context"),
             user_metadata: text("user_metadata"),
             name: text("name"),
+            stage: text("stage"),
             filename: text("filename"),
             line: text("line"),
             context: text(extras::CONTEXT),
@@ -454,6 +464,24 @@ impl<'s> Exporter<'s> {
         dict(pairs)
     }
 
+    /// Microseconds since the epoch of `event` when the origin is known, else since the origin.
+    fn time_us(&self, event: &TraceEvent) -> u64 {
+        self.snapshot
+            .time_origin_unix_us
+            .map_or(event.time_us, |origin| origin.saturating_add(event.time_us))
+    }
+
+    /// An `external_annotations` entry, `{name, stage, device, time_us}` as PyTorch writes it.
+    fn external_annotation(&self, event: &TraceEvent, annotation: &ExternalAnnotation) -> Value {
+        let k = &self.keys;
+        dict(vec![
+            (k.name.clone(), Value::Str(Arc::clone(&annotation.name))),
+            (k.stage.clone(), Value::Str(Arc::clone(&annotation.stage))),
+            (k.device.clone(), int(u64::from(event.device))),
+            (k.time_us.clone(), int(self.time_us(event))),
+        ])
+    }
+
     fn entry(&self, event: &TraceEvent, compile_context: Option<&Arc<str>>) -> Value {
         let k = &self.keys;
         let action_index = Action::ALL
@@ -466,10 +494,7 @@ impl<'s> Exporter<'s> {
         } else {
             event.size
         };
-        let time_us = self
-            .snapshot
-            .time_origin_unix_us
-            .map_or(event.time_us, |origin| origin.saturating_add(event.time_us));
+        let time_us = self.time_us(event);
         let mut pairs = Vec::with_capacity(11);
         pairs.push((k.action.clone(), self.actions[action_index].clone()));
         if event.action == Action::Oom {

@@ -21,8 +21,11 @@
 //!   block has no context, as in our snapshots.
 //! - `external_annotations` (`record_function` ranges: `{stage, name, device, time_us}`) become
 //!   [`Action::Annotate`] events whose tags are the device's range stack after each `START` or
-//!   `END`, as blockpool's own annotations record it; `user_defined` entries become
-//!   `Annotate` events with their frames.
+//!   `END`, as blockpool's own annotations record it, listed in
+//!   [`PytorchDetails::inserted_events`]: they are not entries of `device_traces`, so they get
+//!   no event number and the file's entries keep PyTorch's indices
+//!   ([`Snapshot::event_numbers`]); `user_defined` entries become `Annotate` events with their
+//!   frames.
 //! - `allocator_settings["PYTORCH_CUDA_ALLOC_CONF"]` becomes `allocator_config`, and the whole
 //!   `allocator_settings` dict (max_split_size, garbage_collection_threshold,
 //!   roundup_power2_divisions, ...) is kept in [`PytorchDetails`] with each segment's private
@@ -326,14 +329,19 @@ impl<'a> Importer<'a> {
         let (merged, time_origin_unix_us) = self.events()?;
         let mut events = Vec::with_capacity(merged.len());
         let mut compile_contexts = Vec::new();
-        for (index, (event, compile_context)) in merged.into_iter().enumerate() {
+        let mut inserted_events = Vec::new();
+        for (index, (event, compile_context, inserted)) in merged.into_iter().enumerate() {
             events.push(event);
             compile_contexts.extend(compile_context.map(|text| (index, text)));
+            if inserted {
+                inserted_events.push(index);
+            }
         }
         let pytorch = PytorchDetails {
             allocator_settings: self.allocator_settings(),
             segment_pools: self.segment_pools(),
             compile_contexts,
+            inserted_events,
         };
         Ok(Snapshot {
             segments,
@@ -565,7 +573,7 @@ impl<'a> Importer<'a> {
                 let time_us = entry.time_us.map_or(last, since_origin);
                 last = time_us;
                 let event = self.event(device, entry, &extras, time_us, &path)?;
-                events.push((event, entry.compile_context.clone()));
+                events.push((event, entry.compile_context.clone(), false));
             }
             streams.push(events);
         }
@@ -584,7 +592,7 @@ impl<'a> Importer<'a> {
                     frames: Vec::new(),
                 }),
             };
-            annotation_events.push((event, None));
+            annotation_events.push((event, None, true));
         }
         annotation_events.sort_by_key(|e| e.0.time_us);
         streams.push(annotation_events);
@@ -717,8 +725,9 @@ impl<'a> Importer<'a> {
     }
 }
 
-/// An imported event with its trace entry's `compile_context`.
-type Merged = (TraceEvent, Option<Arc<str>>);
+/// An imported event with its trace entry's `compile_context`, and whether the import
+/// inserted it (an external annotation, not one of `device_traces`' entries).
+type Merged = (TraceEvent, Option<Arc<str>>, bool);
 
 /// Settings pairs with string keys, converted; pairs with other keys are left out.
 fn setting_pairs(pairs: &[(Value, Value)]) -> Vec<(String, SettingValue)> {

@@ -534,3 +534,59 @@ fn a_wrongly_typed_user_metadata_is_an_error_with_its_path() {
         })
     );
 }
+
+#[test]
+fn inserted_annotations_take_no_index_and_export_back_to_external_annotations() {
+    let snapshot = snapshot_from_pytorch_value(&pytorch_file()).expect("imports");
+    assert_eq!(
+        snapshot.pytorch.inserted_events,
+        [2, 3],
+        "the two external annotations, merged between device 0's entries"
+    );
+    let numbers = snapshot.event_numbers(0);
+    let got: Vec<Option<usize>> = (0..numbers.len()).map(|p| numbers.number(p)).collect();
+    assert_eq!(
+        got,
+        [Some(0), None, None, Some(1)],
+        "device 0's entries keep their device_traces indices"
+    );
+    assert_eq!(numbers.label(2), "annotation after event 0");
+    assert_eq!(snapshot.event_numbers(1).number(0), Some(0));
+
+    let exported = snapshot_to_pytorch_value(&snapshot).expect("exports");
+    let traces = items(get(&exported, "device_traces"));
+    assert_eq!(
+        items(&traces[0]).len(),
+        2,
+        "inserted annotations are not written into device_traces, where they would shift the \
+         indices"
+    );
+    let annotations: Vec<(String, String, i64)> = items(get(&exported, "external_annotations"))
+        .iter()
+        .map(
+            |a| match (get(a, "stage"), get(a, "name"), get(a, "time_us")) {
+                (Value::Str(stage), Value::Str(name), Value::Int(t)) => {
+                    (stage.to_string(), name.to_string(), t - ORIGIN as i64)
+                }
+                other => panic!("an annotation of strings and a time, got {other:?}"),
+            },
+        )
+        .collect();
+    assert_eq!(
+        annotations,
+        [
+            ("START".into(), "Optimizer.step".into(), 20),
+            ("END".into(), "Optimizer.step".into(), 25)
+        ]
+    );
+
+    // Through JSON Lines and back to PyTorch's schema, the numbers stay.
+    let mut lines = Vec::new();
+    crate::trace::jsonl::write_snapshot(&snapshot, &mut lines).expect("writes JSON Lines");
+    let (from_lines, _) = crate::trace::jsonl::read_snapshot(&lines[..]).expect("reads back");
+    assert_eq!(from_lines.pytorch.inserted_events, [2, 3]);
+    let again = snapshot_to_pytorch_value(&from_lines).expect("exports again");
+    let reread = snapshot_from_pytorch_value(&again).expect("imports again");
+    assert_eq!(reread.event_numbers(0), numbers);
+    assert_eq!(reread, snapshot);
+}

@@ -13,6 +13,7 @@
 //! [`write_pytorch_snapshot`] writes a `Snapshot` in PyTorch's newest schema, with a few extra
 //! keys PyTorch ignores so that reading the file back gives the same `Snapshot`.
 
+mod annotations;
 mod convert;
 mod error;
 mod export;
