@@ -896,7 +896,7 @@ window.memtrace = {
     });
     return best;
   },
-  oomMarkers: () => view.oomTargets.map((o) => ({ x: o.x, index: o.oom.index })),
+  oomMarkers: () => view.oomTargets.map((o) => ({ x: o.x, index: o.oom.index, event: o.oom.event })),
   segmentRects: () => view.segmentTargets.map((r) => ({ id: r.band.id, size: r.band.size, x: r.x, y: r.y, w: r.w, h: r.h })),
 };
 

@@ -76,7 +76,7 @@ function peakCell(peak) {
   const td = el('td', fmtBytes(peak.bytes), 'num');
   td.dataset.bytes = String(peak.bytes);
   td.dataset.index = String(peak.index);
-  let at = peak.index === 0 ? 'before the first event' : `after event ${peak.index}`;
+  let at = peak.after_event === null ? 'before the first event' : `after event ${peak.after_event}`;
   if (peak.event) at += ` (${peak.event.action} ${fmtBytes(peak.event.size)}, ${peak.event.site})`;
   if (timed() && peak.index > 0) at += `, ${fmtDuration(peak.after_start_us)} in`;
   td.append(el('span', at, 'at'));

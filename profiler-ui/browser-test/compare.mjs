@@ -32,7 +32,8 @@ const ACTIVATIONS = [64 * MiB, 64 * MiB, 96 * MiB];
 // One rank: weights (100 bytes fewer asked for) and a scratch block freed at once (its segment
 // stays cached), then STEPS steps of LAYERS activations allocated and freed; each step reuses
 // the segments of the one before. Events are 10 µs apart.
-// Allocated bytes peak after event 6 + 2 * LAYERS (the last activation of step 0) at
+// Allocated bytes peak at state 6 + 2 * LAYERS, after event 5 + 2 * LAYERS (the last
+// activation of step 0; events are numbered from 0), at
 // WEIGHTS + LAYERS * a; reserved bytes one event earlier (its segment) at that plus SCRATCH.
 function rankTrace(path, a) {
   const lines = [{ blockpool_trace: 1, created_by: 'memtrace compare test', time_origin_unix_us: 1700000000000000, allocator_config: '' }];
@@ -160,7 +161,7 @@ try {
     check(`rank ${rank}: each peak at its event`,
       allocated.index === peakIndex && reserved.index === peakIndex - 1 && requested.index === peakIndex,
       r.peaks.map((p) => p.index).join());
-    const a = `after event ${peakIndex} (alloc ${(ACTIVATIONS[rank] / MiB).toFixed(2)} MiB, step0/activations), ${10 * (peakIndex - 1)} µs in`;
+    const a = `after event ${peakIndex - 1} (alloc ${(ACTIVATIONS[rank] / MiB).toFixed(2)} MiB, step0/activations), ${10 * (peakIndex - 1)} µs in`;
     check(`rank ${rank}: the allocated peak says what reached it`, allocated.text.endsWith(a), `${allocated.text} vs ${a}`);
     check(`rank ${rank}: outlier marked only on rank 2`, r.outlier === (rank === 2), String(r.outlier));
   });

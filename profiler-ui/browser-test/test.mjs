@@ -167,9 +167,9 @@ try {
     await page.mouse.move(timelineBox.x + ooms[0].x, timelineBox.y + 60);
     const tip = await tipText('out of memory');
     check('hovering the marker shows the failing request',
-      tip.includes(`out of memory after event ${ooms[0].index}`) && tip.includes('6.00 GiB') && tip.includes('device free: 1.50 GiB') && tip.includes('step3/forward/huge'), tip);
+      tip.includes(`out of memory at event ${ooms[0].event}`) && tip.includes('6.00 GiB') && tip.includes('device free: 1.50 GiB') && tip.includes('step3/forward/huge'), tip);
     await page.mouse.click(timelineBox.x + ooms[0].x, timelineBox.y + 60);
-    await page.waitForFunction(() => /out of memory after event/.test(document.getElementById('context-body').textContent), null, { timeout: 10000 });
+    await page.waitForFunction(() => /out of memory at event/.test(document.getElementById('context-body').textContent), null, { timeout: 10000 });
     const pane = await page.textContent('#context-body');
     check('clicking the marker shows its stack', pane.includes('Model.grow  model.py:99') && pane.includes('1.50 GiB'), pane.slice(0, 300));
   }

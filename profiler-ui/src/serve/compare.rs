@@ -97,6 +97,9 @@ pub struct PeakView {
     /// The state index: the peak holds after this many of the device's events (0: it is the
     /// memory held before the first recorded event).
     pub index: usize,
+    /// The event after which the peak first holds, by its number (the file's own: PyTorch's
+    /// index in `device_traces`); `None` before the first event.
+    pub after_event: Option<usize>,
     /// Microseconds from the device's first event to the event that reached it.
     pub after_start_us: u64,
     /// The event that reached it; `None` at index 0.
@@ -294,6 +297,7 @@ fn peak_view(trace: &TraceModel, device: u32, first_us: u64, peak: &Peak) -> Pea
     PeakView {
         bytes: peak.bytes,
         index: peak.index,
+        after_event: peak.after_event,
         after_start_us: peak.time_us.saturating_sub(first_us),
         event,
     }
