@@ -35,10 +35,16 @@ pub struct TreeNode {
     pub children: Vec<TreeNode>,
 }
 
+/// Most levels below the root a tree keeps, whatever [`TreeLimits::depth`] asks: building,
+/// cutting and dropping a tree recurse once per level, and one recorded stack can be millions
+/// of frames deep.
+pub const MAX_DEPTH: usize = 256;
+
 /// How much of the tree to keep.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TreeLimits {
-    /// Levels below the root; deeper frames are counted in the node at this depth.
+    /// Levels below the root (at most [`MAX_DEPTH`]); deeper frames are counted in the node
+    /// at this depth.
     pub depth: usize,
     /// Smallest share of all allocated bytes, from 0 to 1, a node keeps its own row with;
     /// smaller siblings are one `<N smaller>` node (a lone small one keeps its row, without
@@ -145,8 +151,13 @@ fn path(names: &SiteNames, context: ContextId) -> Vec<String> {
 }
 
 /// The stack tree of the allocated blocks at the walker's position, named by `names`, cut to
-/// `limits`. The root, `all allocated blocks`, holds every allocated byte.
+/// `limits` (its depth at most [`MAX_DEPTH`]). The root, `all allocated blocks`, holds every
+/// allocated byte.
 pub fn stack_tree(names: &SiteNames, walker: &StateWalker, limits: TreeLimits) -> TreeNode {
+    let limits = TreeLimits {
+        depth: limits.depth.min(MAX_DEPTH),
+        ..limits
+    };
     let state = walker.state();
     let recorded = names.recorded(walker);
     let mut by_context: HashMap<(ContextId, bool), (u64, u64)> = HashMap::new();
@@ -163,11 +174,14 @@ pub fn stack_tree(names: &SiteNames, walker: &StateWalker, limits: TreeLimits) -
     let mut contexts: Vec<_> = by_context.into_iter().collect();
     contexts.sort_unstable_by_key(|&((context, before), _)| (context, before));
     for ((context, before), (bytes, count)) in contexts {
-        let path = if before {
+        let mut path = if before {
             vec![BEFORE_RECORDING.to_string()]
         } else {
             path(names, context)
         };
+        // What lies past the depth is cut below anyway; never building it keeps the trie as
+        // shallow as the answer.
+        path.truncate(limits.depth);
         trie.add(&path, bytes, count);
     }
     let mut root = trie.into_node("all allocated blocks".to_string());
