@@ -12,8 +12,8 @@
 //! are one `<N smaller>` child.
 
 use super::frames::{self, FrameView};
-use super::sites::{SiteNames, BEFORE_RECORDING};
-use blockpool::trace::{BlockState, ContextId, StateWalker};
+use super::sites::{allocated_by_context, SiteNames, BEFORE_RECORDING};
+use blockpool::trace::{ContextId, StateWalker};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -158,22 +158,10 @@ pub fn stack_tree(names: &SiteNames, walker: &StateWalker, limits: TreeLimits) -
         depth: limits.depth.min(MAX_DEPTH),
         ..limits
     };
-    let state = walker.state();
-    let recorded = names.recorded(walker);
-    let mut by_context: HashMap<(ContextId, bool), (u64, u64)> = HashMap::new();
-    let blocks = state.segments.iter().flat_map(|s| &s.blocks);
-    for block in blocks.chain(&state.unsegmented) {
-        if block.state == BlockState::ActiveAllocated {
-            let before = names.is_empty(block.context) && !recorded.contains(block.address);
-            let entry = by_context.entry((block.context, before)).or_default();
-            entry.0 = entry.0.saturating_add(block.size);
-            entry.1 = entry.1.saturating_add(1);
-        }
-    }
     let mut trie = Trie::default();
-    let mut contexts: Vec<_> = by_context.into_iter().collect();
+    let mut contexts: Vec<_> = allocated_by_context(names, walker).into_iter().collect();
     contexts.sort_unstable_by_key(|&((context, before), _)| (context, before));
-    for ((context, before), (bytes, count)) in contexts {
+    for ((context, before), tally) in contexts {
         let mut path = if before {
             vec![BEFORE_RECORDING.to_string()]
         } else {
@@ -182,7 +170,7 @@ pub fn stack_tree(names: &SiteNames, walker: &StateWalker, limits: TreeLimits) -
         // What lies past the depth is cut below anyway; never building it keeps the trie as
         // shallow as the answer.
         path.truncate(limits.depth);
-        trie.add(&path, bytes, count);
+        trie.add(&path, tally.bytes, tally.blocks);
     }
     let mut root = trie.into_node("all allocated blocks".to_string());
     let total = root.bytes;
