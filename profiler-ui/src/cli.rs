@@ -126,8 +126,9 @@ pub enum Command {
         #[arg(long)]
         tree: bool,
         /// With `--tree`: levels below the root to print; deeper frames count in their
-        /// ancestor at this depth.
-        #[arg(long, value_name = "N", default_value_t = 12, requires = "tree")]
+        /// ancestor at this depth (1 to 256).
+        #[arg(long, value_name = "N", default_value_t = 12, requires = "tree",
+              value_parser = parse_depth)]
         depth: usize,
         /// With `--tree`: the smallest share of allocated bytes, in percent, a node gets its own
         /// row for; smaller siblings are one `<N smaller>` row.
@@ -261,6 +262,17 @@ pub struct ServeArgs {
 
 /// Most `--max-connections`: each is a thread and a socket.
 const MOST_CONNECTIONS: usize = 4096;
+
+/// Reads `--depth`: 1 to [`MAX_DEPTH`](crate::analysis::tree::MAX_DEPTH).
+fn parse_depth(text: &str) -> Result<usize, String> {
+    let most = crate::analysis::tree::MAX_DEPTH;
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=most).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "`{text}` is not a number of levels from 1 to {most}"
+        )),
+    }
+}
 
 /// Reads `--max-connections`: 1 to [`MOST_CONNECTIONS`].
 fn parse_connections(text: &str) -> Result<usize, String> {

@@ -272,26 +272,52 @@ pub fn sites_at(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> V
     sites_named_by(&SiteNames::new(snapshot, view), walker, false)
 }
 
-/// As [`sites_at`], with names made once; `within_step` names sites as
-/// [`SiteNames::within_step`] does.
-pub fn sites_named_by(names: &SiteNames, walker: &StateWalker, within_step: bool) -> Vec<Site> {
+/// What the allocated blocks of one context add up to ([`allocated_by_context`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockTally {
+    /// Block sizes, in bytes.
+    pub bytes: u64,
+    /// Requested sizes, in bytes.
+    pub requested: u64,
+    /// Blocks.
+    pub blocks: u64,
+}
+
+/// The allocated blocks at the walker's position added up per context and whether they were
+/// alive before recording began (a context without frames at an address the trace never
+/// allocated), the key every site and tree node is named from.
+pub fn allocated_by_context(
+    names: &SiteNames,
+    walker: &StateWalker,
+) -> HashMap<(ContextId, bool), BlockTally> {
     let state = walker.state();
     let recorded = names.recorded(walker);
-    // Blocks of one context at addresses allocated during the trace share a name; add them up
-    // per context first, then per name.
-    let mut by_context: HashMap<(ContextId, bool), (u64, u64, u64)> = HashMap::new();
+    let mut by_context: HashMap<(ContextId, bool), BlockTally> = HashMap::new();
     let blocks = state.segments.iter().flat_map(|s| &s.blocks);
     for block in blocks.chain(&state.unsegmented) {
         if block.state == BlockState::ActiveAllocated {
             let before = names.is_empty(block.context) && !recorded.contains(block.address);
-            let entry = by_context.entry((block.context, before)).or_default();
-            entry.0 = entry.0.saturating_add(block.size);
-            entry.1 = entry.1.saturating_add(block.requested);
-            entry.2 = entry.2.saturating_add(1);
+            let tally = by_context.entry((block.context, before)).or_default();
+            tally.bytes = tally.bytes.saturating_add(block.size);
+            tally.requested = tally.requested.saturating_add(block.requested);
+            tally.blocks = tally.blocks.saturating_add(1);
         }
     }
+    by_context
+}
+
+/// As [`sites_at`], with names made once; `within_step` names sites as
+/// [`SiteNames::within_step`] does.
+pub fn sites_named_by(names: &SiteNames, walker: &StateWalker, within_step: bool) -> Vec<Site> {
+    // Blocks of one context at addresses allocated during the trace share a name; add them up
+    // per context first, then per name.
     let mut by_name: HashMap<SiteName, Site> = HashMap::new();
-    for ((context, before), (bytes, requested, blocks)) in by_context {
+    for ((context, before), tally) in allocated_by_context(names, walker) {
+        let BlockTally {
+            bytes,
+            requested,
+            blocks,
+        } = tally;
         let name = if before {
             SiteName::plain(BEFORE_RECORDING)
         } else if within_step {

@@ -12,8 +12,8 @@
 //! are one `<N smaller>` child.
 
 use super::frames::{self, FrameView};
-use super::sites::{SiteNames, BEFORE_RECORDING};
-use blockpool::trace::{BlockState, ContextId, StateWalker};
+use super::sites::{allocated_by_context, SiteNames, BEFORE_RECORDING};
+use blockpool::trace::{ContextId, StateWalker};
 use serde::Serialize;
 use std::collections::HashMap;
 
@@ -35,10 +35,16 @@ pub struct TreeNode {
     pub children: Vec<TreeNode>,
 }
 
+/// Most levels below the root a tree keeps, whatever [`TreeLimits::depth`] asks: building,
+/// cutting and dropping a tree recurse once per level, and one recorded stack can be millions
+/// of frames deep.
+pub const MAX_DEPTH: usize = 256;
+
 /// How much of the tree to keep.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TreeLimits {
-    /// Levels below the root; deeper frames are counted in the node at this depth.
+    /// Levels below the root (at most [`MAX_DEPTH`]); deeper frames are counted in the node
+    /// at this depth.
     pub depth: usize,
     /// Smallest share of all allocated bytes, from 0 to 1, a node keeps its own row with;
     /// smaller siblings are one `<N smaller>` node (a lone small one keeps its row, without
@@ -145,30 +151,26 @@ fn path(names: &SiteNames, context: ContextId) -> Vec<String> {
 }
 
 /// The stack tree of the allocated blocks at the walker's position, named by `names`, cut to
-/// `limits`. The root, `all allocated blocks`, holds every allocated byte.
+/// `limits` (its depth at most [`MAX_DEPTH`]). The root, `all allocated blocks`, holds every
+/// allocated byte.
 pub fn stack_tree(names: &SiteNames, walker: &StateWalker, limits: TreeLimits) -> TreeNode {
-    let state = walker.state();
-    let recorded = names.recorded(walker);
-    let mut by_context: HashMap<(ContextId, bool), (u64, u64)> = HashMap::new();
-    let blocks = state.segments.iter().flat_map(|s| &s.blocks);
-    for block in blocks.chain(&state.unsegmented) {
-        if block.state == BlockState::ActiveAllocated {
-            let before = names.is_empty(block.context) && !recorded.contains(block.address);
-            let entry = by_context.entry((block.context, before)).or_default();
-            entry.0 = entry.0.saturating_add(block.size);
-            entry.1 = entry.1.saturating_add(1);
-        }
-    }
+    let limits = TreeLimits {
+        depth: limits.depth.min(MAX_DEPTH),
+        ..limits
+    };
     let mut trie = Trie::default();
-    let mut contexts: Vec<_> = by_context.into_iter().collect();
+    let mut contexts: Vec<_> = allocated_by_context(names, walker).into_iter().collect();
     contexts.sort_unstable_by_key(|&((context, before), _)| (context, before));
-    for ((context, before), (bytes, count)) in contexts {
-        let path = if before {
+    for ((context, before), tally) in contexts {
+        let mut path = if before {
             vec![BEFORE_RECORDING.to_string()]
         } else {
             path(names, context)
         };
-        trie.add(&path, bytes, count);
+        // What lies past the depth is cut below anyway; never building it keeps the trie as
+        // shallow as the answer.
+        path.truncate(limits.depth);
+        trie.add(&path, tally.bytes, tally.blocks);
     }
     let mut root = trie.into_node("all allocated blocks".to_string());
     let total = root.bytes;

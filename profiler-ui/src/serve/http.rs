@@ -90,11 +90,15 @@ impl Connection {
     pub fn next_request(&mut self, timeout: Duration) -> Incoming {
         let deadline = Instant::now() + timeout;
         let mut chunk = [0u8; 4096];
+        // Bytes already searched for the blank line, less the two a line end can span: a
+        // client sending a byte at a time costs one pass over its head, not one per byte.
+        let mut searched = 0;
         loop {
-            if let Some(end) = head_end(&self.buffer) {
+            if let Some(end) = head_end(&self.buffer, searched) {
                 let head: Vec<u8> = self.buffer.drain(..end).collect();
                 return parse_head(&head);
             }
+            searched = self.buffer.len().saturating_sub(2);
             if self.buffer.len() > MAX_HEAD_BYTES {
                 return Incoming::TooLarge;
             }
@@ -177,12 +181,21 @@ impl Response<'_> {
     }
 }
 
-/// Where the head in `buffer` ends (past its blank line), if it has arrived.
-fn head_end(buffer: &[u8]) -> Option<usize> {
-    buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|at| at + 4)
+/// Where the head in `buffer` ends (past its blank line), if it has arrived, searching from
+/// byte `from`. A line may end in a bare LF as well as in CRLF (RFC 9112, 2.2 lets a server
+/// take either), so a head typed by hand is not left waiting for a CR that never comes.
+fn head_end(buffer: &[u8], from: usize) -> Option<usize> {
+    let rest = buffer.get(from..)?;
+    rest.iter().enumerate().find_map(|(i, &b)| {
+        if b != b'\n' {
+            return None;
+        }
+        match rest.get(i + 1..) {
+            Some([b'\n', ..]) => Some(from + i + 2),
+            Some([b'\r', b'\n', ..]) => Some(from + i + 3),
+            _ => None,
+        }
+    })
 }
 
 /// Reads a request line and headers (`head` ends with the blank line).
@@ -193,10 +206,12 @@ fn parse_head(head: &[u8]) -> Incoming {
     let Ok(text) = std::str::from_utf8(head) else {
         return Incoming::Malformed("the request head is not UTF-8");
     };
-    // Blank lines before a request line are allowed (RFC 9112, 2.2).
+    // Blank lines before a request line are allowed, and lines may end in a bare LF (RFC
+    // 9112, 2.2).
     let mut lines = text
-        .trim_start_matches("\r\n")
-        .split("\r\n")
+        .trim_start_matches(['\r', '\n'])
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
         .take_while(|l| !l.is_empty());
     let Some(request_line) = lines.next() else {
         return Incoming::Malformed("no request line");
@@ -279,6 +294,31 @@ mod tests {
         assert!(
             request("\r\nGET / HTTP/1.1\r\n\r\n").keep_alive(),
             "leading blank line"
+        );
+    }
+
+    #[test]
+    fn heads_end_at_a_blank_line_of_crlf_or_bare_lf() {
+        assert_eq!(
+            head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nrest", 0),
+            Some(27)
+        );
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\nrest", 0), Some(24));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\r\n", 0), Some(25));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n", 0), None);
+        // Searched up to `Host: a\r\n` less two bytes before: the LF of that line is seen.
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 23), Some(27));
+        assert_eq!(
+            head_end(b"ab", 7),
+            None,
+            "a start past the end finds nothing"
+        );
+        let r = request("GET /api/meta HTTP/1.1\nHost: localhost\n\n");
+        assert_eq!(r.target, "/api/meta");
+        assert_eq!(
+            r.header("Host"),
+            Some("localhost"),
+            "no CR is left in the value"
         );
     }
 

@@ -2,6 +2,8 @@
 //! scratch folder. Each test file uses what it needs of it.
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
