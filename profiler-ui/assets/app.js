@@ -106,6 +106,37 @@ function sizeCanvas(canvas) {
   return { ctx, width, height };
 }
 
+// Events are named by the file's own numbers (PyTorch's index in device_traces): the events
+// the import inserted (external annotations) have none. Positions and states are the
+// server's; these mirror blockpool::trace::EventNumbers.
+function insertedUpTo(position) {
+  const inserted = deviceMeta().inserted_events || [];
+  let lo = 0, hi = inserted.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (inserted[mid] <= position) lo = mid + 1; else hi = mid; }
+  return lo;
+}
+
+// The state after the first `state` events: "after event N", or "before event 0".
+function stateLabel(state) {
+  const last = Math.min(state, deviceMeta().events) - 1;
+  const number = last < 0 ? -1 : last - insertedUpTo(last);
+  return number < 0 ? 'before event 0' : `after event ${number}`;
+}
+
+// The event at `position`: "event N", or an inserted annotation between numbered events.
+function eventLabel(position) {
+  const inserted = deviceMeta().inserted_events || [];
+  const upTo = insertedUpTo(position);
+  if (upTo === 0 || inserted[upTo - 1] !== position) return `event ${position - upTo}`;
+  return `annotation ${stateLabel(position + 1)}`;
+}
+
+// Where a band starts or ends: the event that made its state (`state` is the first state it
+// is alive in, or the first it is no longer alive in).
+function bandEventLabel(state) {
+  return state === 0 ? 'before the trace began' : eventLabel(state - 1);
+}
+
 function deviceMeta() {
   return view.meta.devices.find((d) => d.device === view.device) || view.meta.devices[0];
 }
@@ -497,10 +528,10 @@ function showContext(title, facts, context) {
 
 async function showAllocation(id) {
   const a = await getJSON(`/api/allocation?device=${view.device}&id=${id}`);
-  const end = a.end === null ? 'alive at the end' : `event ${a.end} (${fmtTime(a.end_us)})`;
+  const end = a.end === null ? 'alive at the end' : `${bandEventLabel(a.end)} (${fmtTime(a.end_us)})`;
   showContext(`allocation ${a.id}`, [
     ['size', `${fmtBytes(a.size)} (asked ${fmtBytes(a.requested)})`], ['address', a.addr],
-    ['stream', String(a.stream)], ['from', `event ${a.start} (${fmtTime(a.start_us)})`], ['until', end],
+    ['stream', String(a.stream)], ['from', `${bandEventLabel(a.start)} (${fmtTime(a.start_us)})`], ['until', end],
   ], a.context);
 }
 
@@ -637,7 +668,7 @@ function drawTables() {
   const bb = $('breakdown').tBodies[0];
   bb.replaceChildren();
   const caption = el('tr', undefined, 'group');
-  const th = el('th', `event ${b.index}: ${fmtBytes(b.allocated_bytes)} allocated`);
+  const th = el('th', `${stateLabel(b.index)}: ${fmtBytes(b.allocated_bytes)} allocated`);
   th.colSpan = 4; caption.append(th); bb.append(caption);
   bb.append(row([['site'], ['bytes', true], ['share', true], ['blocks', true]], true));
   for (const s of b.sites.filter((site) => siteMatches(site.label))) {
@@ -729,7 +760,7 @@ function placeTip(tip, e, text) {
 }
 
 function summarizedText(s) {
-  const lines = [`summarized after event ${s.state}: ${s.allocations} allocations, ${fmtBytes(s.bytes)}`,
+  const lines = [`summarized ${stateLabel(s.state)}: ${s.allocations} allocations, ${fmtBytes(s.bytes)}`,
     'not drawn on their own (raise "bands drawn" or zoom in to draw them); biggest sites:'];
   for (const site of s.sites) lines.push(`  ${fmtBytes(site.bytes)} in ${site.allocations}  ${site.site}`);
   if (s.more_sites) lines.push(`  and ${s.more_sites} more sites`);
@@ -778,8 +809,8 @@ function setupTooltip() {
     const r = view.segmentTargets.slice().reverse().find((t) => x >= t.x && x <= t.x + t.w && y >= t.y && y <= t.y + t.h);
     if (!r) { tip.hidden = true; return; }
     const b = r.band;
-    const end = b.end > deviceMeta().events ? 'still reserved at the end' : `released at event ${b.end}`;
-    placeTip(tip, e, `segment of ${fmtBytes(b.size)} on stream ${b.stream}\nreserved at event ${b.start}, ${end}\nsite: ${b.site}`);
+    const end = b.end > deviceMeta().events ? 'still reserved at the end' : `released at ${bandEventLabel(b.end)}`;
+    placeTip(tip, e, `segment of ${fmtBytes(b.size)} on stream ${b.stream}\nreserved at ${bandEventLabel(b.start)}, ${end}\nsite: ${b.site}`);
   });
   segments.addEventListener('mouseleave', () => { tip.hidden = true; });
 }

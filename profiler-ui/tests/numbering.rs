@@ -203,4 +203,10 @@ fn the_viewer_api_names_events_by_pytorchs_index() {
     let state = get(&server, "/api/state?device=0&index=9");
     assert_eq!(state["after_event"], 7);
     assert_eq!(state["label"], "after event 7");
+    // The page labels bands and hovers from these positions (app.js mirrors EventNumbers).
+    let meta = get(&server, "/api/meta");
+    assert_eq!(
+        meta["devices"][0]["inserted_events"],
+        serde_json::json!([0, 9])
+    );
 }

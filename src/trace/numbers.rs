@@ -110,6 +110,11 @@ impl EventNumbers {
         self.position(number).map(|p| p + 1)
     }
 
+    /// The positions of the events inserted on import, ascending (they have no number).
+    pub fn inserted(&self) -> &[usize] {
+        &self.inserted
+    }
+
     /// How many events are numbered (the file's own entries).
     pub fn count(&self) -> usize {
         self.len - self.inserted.len()

@@ -120,6 +120,7 @@ pub fn replay(
     let workload = Workload {
         start: start::plan(&start_state, &config, args.fresh),
         events,
+        numbers: snapshot.event_numbers(device),
         free_on,
         trace_span,
     };

@@ -189,6 +189,9 @@ struct DeviceMeta<'m> {
     allocations: usize,
     /// Whether the events carry times; without them the page offers only the event axis.
     has_times: bool,
+    /// Positions of the events the import inserted (external annotations), ascending: they
+    /// have no number, and the events after them are numbered as the file numbers them.
+    inserted_events: &'m [usize],
     streams: &'m [u64],
     annotations: Vec<AnnotationView<'m>>,
 }
@@ -220,6 +223,7 @@ fn meta(model: &TraceModel) -> Reply {
                 peak_allocated: d.curves.allocated.get(d.peak_index).copied().unwrap_or(0),
                 allocations: d.allocations.len(),
                 has_times: d.has_times,
+                inserted_events: d.numbers.inserted(),
                 streams: &d.streams,
                 annotations: d
                     .annotations

@@ -12,7 +12,7 @@ use crate::analysis::fragmentation::unallocated_share;
 use anyhow::Context as _;
 use blockpool::introspect::Introspect;
 use blockpool::pool::{AdoptError, AdoptSegment};
-use blockpool::trace::{Action, TraceEvent};
+use blockpool::trace::{Action, EventNumbers, TraceEvent};
 use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend};
 use indicatif::ProgressBar;
 use serde::Serialize;
@@ -30,6 +30,8 @@ const TICK: usize = 4096;
 pub struct Workload<'a> {
     /// The device's events, oldest first.
     pub events: &'a [TraceEvent],
+    /// Their numbers as the file gives them (PyTorch's index in `device_traces`), for messages.
+    pub numbers: EventNumbers,
     /// The starting state.
     pub start: StartPlan,
     /// The event that makes a block's memory reusable: `free_completed`, or `free_requested`
@@ -205,7 +207,7 @@ pub fn run(
         if release && !releasing {
             replay
                 .empty_cache()
-                .with_context(|| format!("replay stopped at event {index}"))?;
+                .with_context(|| stopped_at(&workload.numbers, index))?;
         }
         releasing = release;
         match event.action {
@@ -213,14 +215,14 @@ pub fn run(
             Action::Alloc => {
                 replay
                     .alloc(event, next_segment.take())
-                    .with_context(|| format!("replay stopped at event {index}"))?;
+                    .with_context(|| stopped_at(&workload.numbers, index))?;
             }
             Action::Oom => replay
                 .failed_request(event)
-                .with_context(|| format!("replay stopped at event {index}"))?,
+                .with_context(|| stopped_at(&workload.numbers, index))?,
             action if action == workload.free_on => replay
                 .free(event.addr)
-                .with_context(|| format!("replay stopped at event {index}"))?,
+                .with_context(|| stopped_at(&workload.numbers, index))?,
             _ => {}
         }
         if index % TICK == TICK - 1 {
@@ -425,9 +427,30 @@ impl Replay {
 
 /// Whether `error` is a request the device had no room for: out of memory, or larger than
 /// the whole device (or than any size). Anything else stops the replay.
+/// The context of an error at the event at `position`: "replay stopped at event 7".
+fn stopped_at(numbers: &EventNumbers, position: usize) -> String {
+    format!("replay stopped at {}", numbers.label(position))
+}
+
 fn out_of_room(error: &Error) -> bool {
     matches!(
         error,
         Error::OutOfMemory(_) | Error::ExceedsCapacity { .. } | Error::SizeTooLarge { .. }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_replay_names_the_event_by_the_files_number() {
+        // Positions 0..4, the one at 1 inserted on import: numbers 0, -, 1, 2.
+        let numbers = EventNumbers::new(4, vec![1]);
+        assert_eq!(stopped_at(&numbers, 2), "replay stopped at event 1");
+        assert_eq!(
+            stopped_at(&numbers, 1),
+            "replay stopped at annotation after event 0"
+        );
+    }
 }
