@@ -452,6 +452,35 @@ fn a_pickle_inflating_to_256_mib_of_zeros_is_refused_after_a_chunk() {
     );
 }
 
+#[test]
+fn a_pickle_string_declared_at_3_gib_is_refused_before_it_is_buffered() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // PROTO 4, BINBYTES8 of 3 GiB, then 64 MiB of zeros that the declared length would
+    // swallow: parsed while inflating, the length alone is refused.
+    let mut head = b"\x80\x04\x8e".to_vec();
+    head.extend_from_slice(&(3u64 << 30).to_le_bytes());
+    let mut bytes = gzip(&head);
+    let zeros = gzip(&vec![0; MIB]);
+    for _ in 0..64 {
+        bytes.extend_from_slice(&zeros);
+    }
+    let path = write_file("long-bytes.pickle.gz", &bytes);
+    let cost = measure(|| load_trace(&path));
+    let message = malformed_message(cost.result);
+    assert!(
+        message.contains(
+            "BINBYTES8 at byte 2 has an argument of 3221225472 bytes, more than the limit of \
+             268435456: raise ReadLimits::max_argument_bytes"
+        ),
+        "{message}"
+    );
+    assert!(
+        cost.peak_bytes < 8 * MIB,
+        "refusing took {} MiB at peak: the argument was buffered",
+        cost.peak_bytes / MIB
+    );
+}
+
 /// `events` alloc/free pairs spread round-robin over `devices` devices, in time order.
 fn spread_over_devices(events: usize, devices: u32) -> blockpool::trace::Snapshot {
     use blockpool::backend::StreamId;

@@ -73,6 +73,11 @@ pub struct ReadLimits {
     pub max_items: usize,
     /// The most memo entries (default 10,000,000).
     pub max_memo_entries: usize,
+    /// The longest single argument of an opcode: a string, a byte string or a text line
+    /// (default 256 MiB; snapshot strings are file names and function names). A longer one is
+    /// refused as soon as its length is read, so a compressed file cannot make the reader
+    /// buffer gigabytes for one value.
+    pub max_argument_bytes: usize,
 }
 
 impl Default for ReadLimits {
@@ -81,6 +86,7 @@ impl Default for ReadLimits {
             max_depth: 1_000,
             max_items: 100_000_000,
             max_memo_entries: 10_000_000,
+            max_argument_bytes: 256 << 20,
         }
     }
 }

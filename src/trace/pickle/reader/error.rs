@@ -189,6 +189,21 @@ pub enum PickleError {
         /// Where the opcode that went past it starts.
         offset: usize,
     },
+    /// An argument longer than [`ReadLimits::max_argument_bytes`](super::ReadLimits).
+    #[error(
+        "{opcode} at byte {offset} has an argument of {declared} bytes, more than the limit of \
+         {limit}: raise ReadLimits::max_argument_bytes if the file is trusted"
+    )]
+    ArgumentTooLong {
+        /// The opcode.
+        opcode: &'static str,
+        /// Where it starts.
+        offset: usize,
+        /// Its argument's length in bytes (for a text line, how much was read without its end).
+        declared: u64,
+        /// The limit.
+        limit: usize,
+    },
     /// More memo entries than [`ReadLimits::max_memo_entries`](super::ReadLimits).
     #[error(
         "more than {limit} memo entries at byte {offset}: raise ReadLimits::max_memo_entries if \
@@ -235,6 +250,7 @@ impl PickleError {
             | PickleError::UnsupportedProtocol { offset, .. }
             | PickleError::Truncated { offset, .. }
             | PickleError::LengthBeyondInput { offset, .. }
+            | PickleError::ArgumentTooLong { offset, .. }
             | PickleError::MissingStop { offset }
             | PickleError::StackUnderflow { offset, .. }
             | PickleError::MissingMark { offset, .. }

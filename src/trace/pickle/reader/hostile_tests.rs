@@ -402,3 +402,36 @@ fn many_keys_are_looked_up_without_scanning_the_dict_or_set() {
         "{comparisons} key comparisons for {keys} distinct str keys: lookups scan the set"
     );
 }
+
+#[test]
+fn an_argument_past_the_limit_is_refused_by_its_length_or_its_unended_line() {
+    let limits = ReadLimits {
+        max_argument_bytes: 8,
+        ..ReadLimits::default()
+    };
+    // SHORT_BINUNICODE of 9 bytes: refused on its declared length.
+    assert_eq!(
+        refused(b"\x80\x04\x8c\x09abcdefghi.", &limits),
+        PickleError::ArgumentTooLong {
+            opcode: "SHORT_BINUNICODE",
+            offset: 2,
+            declared: 9,
+            limit: 8,
+        }
+    );
+    // At the limit it is read.
+    assert!(read(b"\x80\x04\x8c\x08abcdefgh.", &limits).is_ok());
+    // A text line (protocol 0 INT) that runs past the limit without its end.
+    let mut line = b"I".to_vec();
+    line.extend(std::iter::repeat(b'1').take(100));
+    line.extend_from_slice(b"\n.");
+    assert!(matches!(
+        refused(&line, &limits),
+        PickleError::ArgumentTooLong {
+            opcode: "INT",
+            offset: 0,
+            limit: 8,
+            ..
+        }
+    ));
+}

@@ -78,11 +78,18 @@ pub(super) struct Input<'r> {
     pos: usize,
     /// The reader has no more bytes.
     eof: bool,
+    /// The longest argument taken ([`ReadLimits::max_argument_bytes`](super::ReadLimits)).
+    max_argument: usize,
 }
 
 impl<'r> Input<'r> {
     /// A cursor at the start of what `source` yields; `known_len` is its length when known.
-    pub(super) fn new(source: &'r mut dyn Read, known_len: Option<usize>) -> Self {
+    /// Arguments longer than `max_argument` bytes are refused.
+    pub(super) fn new(
+        source: &'r mut dyn Read,
+        known_len: Option<usize>,
+        max_argument: usize,
+    ) -> Self {
         Input {
             source,
             known_len,
@@ -90,6 +97,17 @@ impl<'r> Input<'r> {
             start: 0,
             pos: 0,
             eof: false,
+            max_argument,
+        }
+    }
+
+    /// The error for an argument of `declared` bytes past the limit.
+    fn too_long(&self, declared: u64, at: At) -> PickleError {
+        PickleError::ArgumentTooLong {
+            opcode: at.opcode(),
+            offset: at.offset,
+            declared,
+            limit: self.max_argument,
         }
     }
 
@@ -188,6 +206,9 @@ impl<'r> Input<'r> {
         if self.known_len.is_some() && declared > self.remaining() as u64 {
             return Err(beyond(self));
         }
+        if len > self.max_argument {
+            return Err(self.too_long(declared, at));
+        }
         if !self.fill(len)? {
             return Err(beyond(self));
         }
@@ -224,6 +245,9 @@ impl<'r> Input<'r> {
                 break scanned + len;
             }
             scanned = rest.len();
+            if scanned > self.max_argument {
+                return Err(self.too_long(scanned as u64, at));
+            }
             if !self.fill(scanned + 1)? {
                 return Err(PickleError::Truncated {
                     opcode: at.opcode(),
@@ -233,6 +257,9 @@ impl<'r> Input<'r> {
                 });
             }
         };
+        if len > self.max_argument {
+            return Err(self.too_long(len as u64, at));
+        }
         let line = &self.buf[self.pos..self.pos + len];
         self.pos += len + 1;
         Ok(line)

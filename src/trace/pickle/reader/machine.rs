@@ -21,7 +21,10 @@ const HIGHEST_PROTOCOL: u8 = 5;
 /// Reads one pickle from `bytes`.
 pub(super) fn run(bytes: &[u8], limits: &ReadLimits) -> Result<Value, PickleError> {
     let mut source = bytes;
-    run_input(Input::new(&mut source, Some(bytes.len())), limits)
+    run_input(
+        Input::new(&mut source, Some(bytes.len()), limits.max_argument_bytes),
+        limits,
+    )
 }
 
 /// Reads one pickle from `source`, pulling bytes as the machine needs them.
@@ -29,7 +32,7 @@ pub(super) fn run_from(
     source: &mut dyn std::io::Read,
     limits: &ReadLimits,
 ) -> Result<Value, PickleError> {
-    run_input(Input::new(source, None), limits)
+    run_input(Input::new(source, None, limits.max_argument_bytes), limits)
 }
 
 fn run_input(input: Input<'_>, limits: &ReadLimits) -> Result<Value, PickleError> {

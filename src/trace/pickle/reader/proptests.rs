@@ -55,6 +55,7 @@ fn read_quickly(bytes: &[u8]) -> Result<bool, TestCaseError> {
         max_depth: 4,
         max_items: 64,
         max_memo_entries: 16,
+        max_argument_bytes: 32,
     };
     let ok = read_bounded(bytes, &ReadLimits::default())?;
     read_bounded(bytes, &tight)?;
