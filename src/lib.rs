@@ -128,15 +128,17 @@ pub mod event;
 pub mod global;
 pub mod host;
 pub mod introspect;
+pub mod leak;
 pub mod pool;
 pub mod stats;
+pub mod testing;
 pub mod trace;
 
 mod allocator;
 
 pub use allocator::{
     byte_len, Allocation, BufferError, CachingAllocator, DeviceView, FreeMemoryCallback,
-    TypedAllocation,
+    LeakScope, TypedAllocation,
 };
 pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
@@ -154,4 +156,5 @@ pub use event::{
 };
 pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
 pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
+pub use leak::{LeakReport, LeakTracking, LiveSnapshot, ScopeReport, TeardownReport};
 pub use stats::{DeviceStats, MemoryStats};

@@ -5,17 +5,21 @@
 
 #[cfg(doc)]
 use super::device_view::DeviceView;
+use super::device_state::DeviceState;
 use super::handle::Allocation;
+use super::leaks::Origin;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::event::{ContextLevel, EventStamp};
+use crate::event::{ContextId, ContextLevel, EventStamp};
+use crate::leak::{LeakTracking, LiveEntry, TeardownReport};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
 use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A callback run when a request misses the cache, before the allocator asks the device for
@@ -82,6 +86,8 @@ pub struct CachingAllocator<B: Backend> {
 
 impl<B: Backend> Clone for CachingAllocator<B> {
     fn clone(&self) -> Self {
+        // Relaxed: the count only has to reach zero once, on the last drop (`leaks.rs`).
+        self.shared.owners.fetch_add(1, Ordering::Relaxed);
         CachingAllocator {
             shared: Arc::clone(&self.shared),
         }
@@ -91,7 +97,7 @@ impl<B: Backend> Clone for CachingAllocator<B> {
 pub(super) struct Shared<B: Backend> {
     pub(super) backend: B,
     pub(super) config: AllocatorConfig,
-    pub(super) devices: Box<[Mutex<DeviceAllocator<B::Event>>]>,
+    pub(super) devices: Box<[Mutex<DeviceState<B::Event>>]>,
     /// Live raw allocations: address -> (device, block).
     pub(super) raw: DashMap<u64, (DeviceIndex, BlockId)>,
     pub(super) callbacks: RwLock<Vec<Arc<FreeMemoryCallback>>>,
@@ -104,6 +110,13 @@ pub(super) struct Shared<B: Backend> {
     pub(super) recording_since_ns: AtomicU64,
     /// When recording started, in microseconds since the Unix epoch (for trace files).
     pub(super) recording_since_unix_us: AtomicU64,
+    /// What the live tables record: a [`LeakTracking`] as its index in `LeakTracking::ALL`.
+    pub(super) leak_tracking: AtomicU8,
+    /// What dropping the last `CachingAllocator` says: a [`TeardownReport`] by index.
+    pub(super) teardown: AtomicU8,
+    /// Number of `CachingAllocator` values (not handles) sharing this state: the teardown
+    /// report is made when the last one drops, whatever handles still hold the state.
+    pub(super) owners: AtomicUsize,
     /// Serializes `record_memory_history` and `stream_history_to` calls.
     pub(super) history_settings: Mutex<()>,
     /// The stream the devices buffer events for, while one runs (`sink.rs`).
@@ -139,7 +152,7 @@ impl<B: Backend> CachingAllocator<B> {
                 } else {
                     config.clone()
                 };
-                Mutex::new(DeviceAllocator::new(d, device_config))
+                Mutex::new(DeviceState::new(DeviceAllocator::new(d, device_config)))
             })
             .collect();
         let config = if device_count > 0 && unsupported.len() == device_count {
@@ -159,6 +172,9 @@ impl<B: Backend> CachingAllocator<B> {
                 stacks: AtomicBool::new(false),
                 recording_since_ns: AtomicU64::new(0),
                 recording_since_unix_us: AtomicU64::new(0),
+                leak_tracking: AtomicU8::new(LeakTracking::default().index()),
+                teardown: AtomicU8::new(TeardownReport::default().index()),
+                owners: AtomicUsize::new(1),
                 history_settings: Mutex::new(()),
                 #[cfg(feature = "trace-files")]
                 stream: Mutex::new(None),
@@ -184,7 +200,7 @@ impl<B: Backend> CachingAllocator<B> {
     pub(super) fn lock_device(
         &self,
         device: DeviceIndex,
-    ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
+    ) -> Result<MutexGuard<'_, DeviceState<B::Event>>> {
         self.shared.lock(device)
     }
 
@@ -192,18 +208,78 @@ impl<B: Backend> CachingAllocator<B> {
     /// handle that frees the block when dropped.
     ///
     /// A zero-byte request is valid: it gets a handle with a null pointer and no device memory.
+    ///
+    /// The handle's site ([`Allocation::site`]) is the caller's source location: leak reports
+    /// group by it.
+    #[track_caller]
+    #[inline]
     pub fn allocate(
         &self,
         device: DeviceIndex,
         size_bytes: usize,
         stream: StreamId,
     ) -> Result<Allocation<B>> {
+        self.allocate_at(device, size_bytes, stream, None, Location::caller())
+    }
+
+    /// [`allocate`](Self::allocate), giving the allocation a name that leak reports and
+    /// [`live_allocations`](Self::live_allocations) show (as Vulkan Memory Allocator and
+    /// gpu-allocator name theirs); [`Allocation::set_name`] renames it.
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// let mut cache = alloc.allocate_named(0, 1 << 20, StreamId::DEFAULT, "kv-cache")?;
+    /// assert_eq!(cache.name(), Some("kv-cache"));
+    /// cache.set_name("kv-cache layer 0");
+    /// assert_eq!(alloc.live_allocations(0)?[0].name.as_deref(), Some("kv-cache layer 0"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[track_caller]
+    pub fn allocate_named(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+        stream: StreamId,
+        name: &str,
+    ) -> Result<Allocation<B>> {
+        self.allocate_at(
+            device,
+            size_bytes,
+            stream,
+            Some(Arc::from(name)),
+            Location::caller(),
+        )
+    }
+
+    /// [`allocate`](Self::allocate) for a call made at `site`.
+    #[inline]
+    pub(super) fn allocate_at(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+        stream: StreamId,
+        name: Option<Arc<str>>,
+        site: &'static Location<'static>,
+    ) -> Result<Allocation<B>> {
         let created = self.shared.recording_stamp(ContextLevel::State);
+        let origin = self.shared.origin(site, created, false);
+        let (created_ns, leak_context) = origin
+            .as_ref()
+            .map_or((0, ContextId::NONE), |o| (o.created_ns, o.context));
         let block = if size_bytes == 0 {
             self.shared.check_device(device)?;
             None
         } else {
-            Some(self.shared.malloc(device, size_bytes, stream, created)?)
+            let origin = origin.map(|o| Origin {
+                name: name.clone(),
+                ..o
+            });
+            Some(
+                self.shared
+                    .malloc(device, size_bytes, stream, created, origin)?,
+            )
         };
         Ok(Allocation {
             shared: Arc::clone(&self.shared),
@@ -212,18 +288,27 @@ impl<B: Backend> CachingAllocator<B> {
             requested: size_bytes,
             stream,
             created,
+            site,
+            name,
+            created_ns,
+            leak_context,
         })
     }
 
     /// Raw allocation for C callers: returns the device address (0 for a zero-byte request).
-    /// Free it with [`CachingAllocator::free`].
+    /// Free it with [`CachingAllocator::free`]. It is tracked as a handle is, its site the
+    /// caller's source location ([`live_allocations`](Self::live_allocations) marks it `raw`).
+    #[track_caller]
     pub fn malloc(&self, device: DeviceIndex, size_bytes: usize, stream: StreamId) -> Result<u64> {
         if size_bytes == 0 {
             self.shared.check_device(device)?;
             return Ok(0);
         }
         let stamp = self.shared.recording_stamp(ContextLevel::State);
-        let block = self.shared.malloc(device, size_bytes, stream, stamp)?;
+        let origin = self.shared.origin(Location::caller(), stamp, true);
+        let block = self
+            .shared
+            .malloc(device, size_bytes, stream, stamp, origin)?;
         self.shared.raw.insert(block.addr, (device, block.id));
         Ok(block.addr)
     }
@@ -348,7 +433,7 @@ impl<B: Backend> Shared<B> {
     pub(super) fn lock(
         &self,
         device: DeviceIndex,
-    ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
+    ) -> Result<MutexGuard<'_, DeviceState<B::Event>>> {
         match self.devices.get(device) {
             Some(d) => Ok(d.lock()),
             None => Err(Error::InvalidDevice {
@@ -358,20 +443,39 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// Allocates a block for a call stamped `stamp` ([`Shared::recording_stamp`]).
+    /// Allocates a block for a call stamped `stamp` ([`Shared::recording_stamp`]), recording
+    /// it in the device's live table when `origin` says where it came from.
+    #[inline]
     fn malloc(
         &self,
         device: DeviceIndex,
         size: usize,
         stream: StreamId,
         stamp: Option<EventStamp>,
+        origin: Option<Origin>,
     ) -> Result<AllocatedBlock> {
         let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
+            track(&mut dev, &block, origin);
             return Ok(block);
         }
+        self.malloc_missed(device, dev, size, stream, stamp, origin)
+    }
+
+    /// The rest of [`Shared::malloc`] after the cache had no block: callbacks, then the
+    /// device. Kept out of line so the cache-hit path stays small.
+    #[inline(never)]
+    fn malloc_missed<'a>(
+        &'a self,
+        device: DeviceIndex,
+        mut dev: MutexGuard<'a, DeviceState<B::Event>>,
+        size: usize,
+        stream: StreamId,
+        stamp: EventStamp,
+        origin: Option<Origin>,
+    ) -> Result<AllocatedBlock> {
         // A miss. Free-memory callbacks run first (unless there are none, or this allocation
         // is made inside one); as in PyTorch, the cache is searched again only if one of them
         // freed something.
@@ -383,11 +487,14 @@ impl<B: Backend> Shared<B> {
             dev.set_event_stamp(stamp);
         }
         let step = dev.start_malloc(&self.backend, size, stream, search_again)?;
-        if dev.config().release_lock_on_cudamalloc() {
-            self.finish_unlocked(device, dev, step, stamp)
+        let (mut dev, block) = if dev.config().release_lock_on_cudamalloc() {
+            self.finish_unlocked(device, dev, step, stamp)?
         } else {
-            dev.finish_malloc(&self.backend, step)
-        }
+            let block = dev.finish_malloc(&self.backend, step)?;
+            (dev, block)
+        };
+        track(&mut dev, &block, origin);
+        Ok(block)
     }
 
     /// Runs every free-memory callback with no lock held (neither a device's nor the list's,
@@ -412,16 +519,16 @@ impl<B: Backend> Shared<B> {
     /// [`DeviceAllocator::finish_malloc`] does, but with the device lock released around each
     /// segment allocation, as PyTorch releases its mutex around `cudaMalloc`, so other threads
     /// allocate and free from the cache meanwhile.
-    fn finish_unlocked(
+    fn finish_unlocked<'a>(
         &self,
         device: DeviceIndex,
-        mut dev: MutexGuard<'_, DeviceAllocator<B::Event>>,
+        mut dev: MutexGuard<'a, DeviceState<B::Event>>,
         mut step: MallocStep,
         stamp: EventStamp,
-    ) -> Result<AllocatedBlock> {
+    ) -> Result<(MutexGuard<'a, DeviceState<B::Event>>, AllocatedBlock)> {
         loop {
             let request = match step {
-                MallocStep::Done(block) => return Ok(block),
+                MallocStep::Done(block) => return Ok((dev, block)),
                 MallocStep::Device(request) => request,
             };
             let size = request.segment_size;
@@ -433,10 +540,14 @@ impl<B: Backend> Shared<B> {
         }
     }
 
+    /// Frees block `id` of `device`. It stops being live here, at the free request, even when
+    /// the free itself waits for other streams (`record_stream`): the caller let it go.
+    #[inline]
     pub(super) fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
+        dev.live.remove(id.index());
         dev.free(&self.backend, id)
     }
 
@@ -479,7 +590,7 @@ impl<B: Backend> Drop for Shared<B> {
     fn drop(&mut self) {
         let stamp = self.stamp(ContextLevel::All);
         for (device, allocator) in self.devices.iter_mut().enumerate() {
-            let allocator = allocator.get_mut();
+            let allocator = &mut allocator.get_mut().pool;
             allocator.set_event_stamp(stamp);
             if let Err(e) = allocator.empty_cache(&self.backend) {
                 tracing::warn!(
@@ -497,6 +608,28 @@ impl<B: Backend> Drop for Shared<B> {
         }
         #[cfg(feature = "trace-files")]
         self.end_stream();
+    }
+}
+
+/// Records `block` in the live table of `dev` when `origin` is known (tracking on).
+#[inline]
+fn track<E>(dev: &mut DeviceState<E>, block: &AllocatedBlock, origin: Option<Origin>) {
+    if let Some(origin) = origin {
+        dev.live.insert(
+            block.id.index(),
+            LiveEntry {
+                alloc_id: block.alloc_id,
+                addr: block.addr,
+                size: block.size as u64,
+                requested: block.requested as u64,
+                stream: block.stream,
+                site: origin.site,
+                created_ns: origin.created_ns,
+                context: origin.context,
+                name: origin.name,
+                raw: origin.raw,
+            },
+        );
     }
 }
 

@@ -13,7 +13,7 @@ use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::error::{Error, Result};
 use crate::event::{ContextLevel, TraceEvent};
-use crate::pool::DeviceAllocator;
+use super::device_state::DeviceState;
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
 use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
@@ -44,7 +44,7 @@ use std::fmt;
 pub struct DeviceView<'a, B: Backend> {
     alloc: &'a CachingAllocator<B>,
     index: DeviceIndex,
-    pool: &'a Mutex<DeviceAllocator<B::Event>>,
+    pool: &'a Mutex<DeviceState<B::Event>>,
 }
 
 impl<B: Backend> CachingAllocator<B> {
@@ -99,19 +99,21 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         self.alloc
     }
 
-    fn lock(&self) -> MutexGuard<'a, DeviceAllocator<B::Event>> {
+    fn lock(&self) -> MutexGuard<'a, DeviceState<B::Event>> {
         self.pool.lock()
     }
 
     /// Allocates `size_bytes` bytes on this device for use on `stream`, as
     /// [`CachingAllocator::allocate`]: an owning handle that frees the block when dropped.
-    /// Fails only when the device cannot provide the memory.
+    /// Fails only when the device cannot provide the memory. Its site is the caller's line.
+    #[track_caller]
     pub fn allocate(&self, size_bytes: usize, stream: StreamId) -> Result<Allocation<B>> {
         self.alloc.allocate(self.index, size_bytes, stream)
     }
 
     /// Raw allocation for C callers, as [`CachingAllocator::malloc`]: the device address (0
     /// for a zero-byte request), to be given back with [`DeviceView::free`].
+    #[track_caller]
     pub fn malloc(&self, size_bytes: usize, stream: StreamId) -> Result<u64> {
         self.alloc.malloc(self.index, size_bytes, stream)
     }
@@ -175,6 +177,15 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         let mut dev = self.lock();
         dev.set_event_stamp(stamp);
         dev.empty_cache(&shared.backend)
+    }
+
+    /// The device's live allocations grouped by site, as [`CachingAllocator::live_snapshot`].
+    pub fn live_snapshot(&self) -> crate::leak::LiveSnapshot {
+        let entries: Vec<_> = self.lock().live.iter().cloned().collect();
+        crate::leak::LiveSnapshot::from_allocations(
+            self.index,
+            super::leaks::describe(self.index, entries),
+        )
     }
 
     /// The device's recorded events, oldest first (empty when history is off; see

@@ -1,5 +1,6 @@
 //! [`Allocation`], the owning handle [`CachingAllocator::allocate`] returns: accessors for its
-//! address, sizes, device and stream, `record_stream`, and the free on drop (or the explicit
+//! address, sizes, device and stream, what it knows of its origin (allocation id, site, name,
+//! creation time and context), `record_stream`, and the free on drop (or the explicit
 //! [`Allocation::free`] that reports a failure instead of logging it).
 
 #[cfg(doc)]
@@ -10,7 +11,9 @@ use crate::error::Result;
 use crate::event::{Context, ContextId, EventStamp};
 use crate::pool::AllocatedBlock;
 use std::fmt;
+use std::panic::Location;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// An owning handle to device memory from a [`CachingAllocator`]. Dropping it frees the block
 /// on its stream (deferred until other streams it was recorded on have finished with it).
@@ -22,6 +25,13 @@ pub struct Allocation<B: Backend> {
     pub(super) stream: StreamId,
     /// Time and context of the call that made it, while history was recorded.
     pub(super) created: Option<EventStamp>,
+    /// Source location of the call that made it.
+    pub(super) site: &'static Location<'static>,
+    pub(super) name: Option<Arc<str>>,
+    /// Nanoseconds since the process's clock base when made; 0 when not taken.
+    pub(super) created_ns: u64,
+    /// Context gathered for leak tracking ([`ContextId::NONE`] unless capture was on).
+    pub(super) leak_context: ContextId,
 }
 
 impl<B: Backend> Allocation<B> {
@@ -62,16 +72,82 @@ impl<B: Backend> Allocation<B> {
         self.created.map(|stamp| stamp.time_us)
     }
 
+    /// When it was allocated, if the time was taken: while leak tracking captures context
+    /// ([`LeakTracking::Context`](crate::leak::LeakTracking::Context) or more).
+    pub fn created_at(&self) -> Option<Instant> {
+        (self.created_ns != 0)
+            .then(|| super::history::clock_base() + Duration::from_nanos(self.created_ns))
+    }
+
+    /// How long ago it was allocated, when [`created_at`](Self::created_at) is known.
+    pub fn age(&self) -> Option<Duration> {
+        self.created_at().map(|t| t.elapsed())
+    }
+
+    /// Source location of the call that allocated it (`#[track_caller]`: the user's line, not
+    /// blockpool's, also through [`DeviceView::allocate`](crate::DeviceView::allocate) and the
+    /// typed buffers' constructors).
+    pub fn site(&self) -> &'static Location<'static> {
+        self.site
+    }
+
+    /// The label leak reports group it under: [`site`](Self::site) with the annotation tags
+    /// when context was captured ([`site_label`](crate::leak::site_label)).
+    ///
+    /// ```
+    /// use blockpool::{annotate, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+    /// use blockpool::leak::LeakTracking;
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// let plain = alloc.allocate(0, 4096, StreamId::DEFAULT)?;
+    /// assert_eq!(plain.site().line(), line!() - 1);
+    /// assert_eq!(plain.site_label(), plain.site().to_string(), "file:line:column");
+    /// alloc.set_leak_tracking(LeakTracking::Context);
+    /// let _step = annotate("step");
+    /// let tagged = alloc.allocate(0, 4096, StreamId::DEFAULT)?;
+    /// assert!(tagged.site_label().starts_with("step @ "), "{}", tagged.site_label());
+    /// assert!(tagged.created_at().is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn site_label(&self) -> String {
+        crate::leak::site_label(self.site, self.context().as_ref())
+    }
+
+    /// Its name, if it was given one ([`CachingAllocator::allocate_named`],
+    /// [`set_name`](Self::set_name)).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Names it (or renames it), for leak reports and
+    /// [`CachingAllocator::live_allocations`].
+    pub fn set_name(&mut self, name: &str) {
+        let name: Arc<str> = Arc::from(name);
+        if let Some(block) = self.block {
+            if let Ok(mut dev) = self.shared.lock(self.device) {
+                if let Some(entry) = dev.live.get_mut(block.id.index(), block.alloc_id) {
+                    entry.name = Some(Arc::clone(&name));
+                }
+            }
+        }
+        self.name = Some(name);
+    }
+
     /// The interned id of [`Allocation::context`], as events and snapshots refer to it;
     /// [`ContextId::NONE`] when none was gathered.
     pub fn context_id(&self) -> ContextId {
-        self.created.map_or(ContextId::NONE, |stamp| stamp.context)
+        match self.created.map(|stamp| stamp.context) {
+            Some(id) if id != ContextId::NONE => id,
+            _ => self.leak_context,
+        }
     }
 
     /// Where it was allocated: the thread's [`annotate`](crate::annotate) tags, with the call
-    /// stack when history records [`Backtraces::Rust`](crate::Backtraces::Rust). Gathered only
-    /// while history is recorded with [`ContextLevel::State`](crate::ContextLevel::State) or
-    /// more (PyTorch's `context="state"` / `"all"`); `None` otherwise.
+    /// stack when history records [`Backtraces::Rust`](crate::Backtraces::Rust) (or leak
+    /// tracking is [`LeakTracking::Backtraces`](crate::leak::LeakTracking::Backtraces)).
+    /// Gathered only while history is recorded with
+    /// [`ContextLevel::State`](crate::ContextLevel::State) or more (PyTorch's
+    /// `context="state"` / `"all"`) or leak tracking captures context; `None` otherwise.
     ///
     /// ```
     /// use blockpool::{annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
@@ -132,6 +208,8 @@ impl<B: Backend> fmt::Debug for Allocation<B> {
             .field("size", &self.size())
             .field("requested", &self.requested)
             .field("stream", &self.stream)
+            .field("site", &format_args!("{}", self.site))
+            .field("name", &self.name)
             .finish()
     }
 }

@@ -19,12 +19,12 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 /// The process's time origin for event times.
-fn clock_base() -> Instant {
+pub(super) fn clock_base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
     *BASE.get_or_init(Instant::now)
 }
 
-fn now_ns() -> u64 {
+pub(super) fn now_ns() -> u64 {
     clock_base().elapsed().as_nanos() as u64
 }
 

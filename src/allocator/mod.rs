@@ -10,16 +10,21 @@
 //! handle, `typed.rs` the handle seen as `len` elements of a type ([`TypedAllocation`], on any
 //! backend; `buffer_error.rs` what it refuses), `history.rs` history recording and the event
 //! stamps taken on the hot path, and `sink.rs` trace files: dumping a snapshot and streaming
-//! the history as it is recorded; `introspect.rs` implements
+//! the history as it is recorded. `device_state.rs` is what a device's mutex guards (the pool
+//! and its live table), `leaks.rs` leak tracking (the live tables read back, the teardown
+//! report, `shutdown`), `leak_scope.rs` [`LeakScope`]; `introspect.rs` implements
 //! [`Introspect`](crate::introspect::Introspect), the bookkeeping access replay tools and tests
 //! use.
 
 mod buffer_error;
 mod caching;
+mod device_state;
 mod device_view;
 mod handle;
 mod history;
 mod introspect;
+mod leak_scope;
+mod leaks;
 #[cfg(feature = "trace-files")]
 mod sink;
 mod typed;
@@ -28,4 +33,5 @@ pub use buffer_error::BufferError;
 pub use caching::{CachingAllocator, FreeMemoryCallback};
 pub use device_view::DeviceView;
 pub use handle::Allocation;
+pub use leak_scope::LeakScope;
 pub use typed::{byte_len, TypedAllocation};

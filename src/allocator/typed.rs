@@ -66,6 +66,8 @@ impl<T, B: Backend> TypedAllocation<T, B> {
     ///
     /// Fails with [`BufferError::SizeOverflow`] when the byte size overflows, and with
     /// [`BufferError::Allocator`] when the allocator refuses (out of memory, invalid device).
+    /// Its site is the caller's line.
+    #[track_caller]
     pub fn new(
         allocator: &CachingAllocator<B>,
         device: DeviceIndex,

@@ -102,6 +102,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// device, [`BufferError::ForeignContext`] when it is of another context than the
     /// backend's, [`BufferError::Allocator`] when the allocator refuses (out of memory is
     /// retryable), and [`BufferError::Backend`] for an error cudarc deferred on the context.
+    #[track_caller]
     pub unsafe fn alloc(
         allocator: &CachingAllocator<CudaBackend>,
         device: DeviceIndex,
@@ -115,6 +116,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates `len` zeroed elements of `T` on `device` for use on `stream` (the zeroing is
     /// queued on `stream`). Errors as for [`alloc`](Self::alloc).
+    #[track_caller]
     pub fn alloc_zeros(
         allocator: &CachingAllocator<CudaBackend>,
         device: DeviceIndex,
@@ -136,6 +138,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// A buffer on `device` holding a copy of `src`, queued on `stream`. Errors as for
     /// [`alloc`](Self::alloc).
+    #[track_caller]
     pub fn from_host(
         allocator: &CachingAllocator<CudaBackend>,
         device: DeviceIndex,
