@@ -6,7 +6,8 @@
 //! on, the site also carries the thread's [`annotate`](crate::annotate) tags, and with call
 //! stacks the function that made the call. Its label, the key reports group by, is
 //! `file:line:column`, `tags @ file:line:column` with tags (joined by `/`, outermost first),
-//! and `... in function` with call stacks:
+//! and `... in function` with call stacks, when a frame of the stack resolves to that very
+//! line (that needs debug info; without it the label stays the location):
 //! `step/forward @ src/train.rs:42:17 in my_app::train_step`.
 
 use crate::event::Context;
@@ -58,7 +59,8 @@ impl LeakTracking {
 }
 
 /// The label of a site: the source location, after the annotation tags of `context` and
-/// followed by the function of its innermost frame when it has frames (module docs).
+/// followed by the function of the frame at that location when `context` has one (module
+/// docs).
 pub fn site_label(location: &Location<'_>, context: Option<&Context>) -> String {
     let mut label = String::new();
     if let Some(context) = context.filter(|c| !c.tags.is_empty()) {
@@ -78,7 +80,10 @@ pub fn site_label(location: &Location<'_>, context: Option<&Context>) -> String 
         location.line(),
         location.column()
     );
-    if let Some(frame) = context.and_then(|c| c.frames.first()) {
+    let at_site = |frame: &&crate::event::Frame| {
+        frame.line == location.line() && frame.filename.ends_with(location.file())
+    };
+    if let Some(frame) = context.and_then(|c| c.frames.iter().find(at_site)) {
         label.push_str(" in ");
         label.push_str(&frame.name);
     }
@@ -100,11 +105,18 @@ mod tests {
         assert_eq!(site_label(here, Some(&empty)), plain, "no tags, no frames: the location");
         let context = Context {
             tags: vec![Arc::from("step"), Arc::from("forward")],
-            frames: vec![Frame {
-                name: "my_app::train_step".into(),
-                filename: "src/train.rs".into(),
-                line: 42,
-            }],
+            frames: vec![
+                Frame {
+                    name: "core::ops::function::FnOnce::call_once".into(),
+                    filename: "".into(),
+                    line: 0,
+                },
+                Frame {
+                    name: "my_app::train_step".into(),
+                    filename: format!("/home/me/{}", here.file()).into(),
+                    line: here.line(),
+                },
+            ],
         };
         assert_eq!(
             site_label(here, Some(&context)),
