@@ -19,10 +19,14 @@
 //! * `history`: the 4 KiB cache-hit pair with history recording off, on
 //!   (`ContextLevel::State`, no call stacks), on with an annotation active, and on while the
 //!   events are also streamed to a file: the cost of recording.
+//! * `leak_tracking`: the 4 KiB cache-hit pair with leak tracking off (untracked), at the
+//!   default level (sites: id, sizes, stream, source location), and with context capture
+//!   (creation time and annotation tags), without and with an annotation active.
 //!
 //! Run with `cargo bench --bench allocator`; see `benches/README.md` for the numbers.
 
 use blockpool::introspect::Introspect;
+use blockpool::leak::LeakTracking;
 use blockpool::{
     annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings,
     SimBackend, StreamId,
@@ -443,6 +447,60 @@ fn history(c: &mut Criterion) {
     group.finish();
 }
 
+fn leak_tracking(c: &mut Criterion) {
+    const SIZE: usize = 4 << 10;
+    let mut group = c.benchmark_group("leak_tracking");
+    group.throughput(Throughput::Elements(1));
+    for (name, tracking, tag) in [
+        ("untracked", LeakTracking::Off, None),
+        ("sites", LeakTracking::Sites, None),
+        ("context", LeakTracking::Context, None),
+        (
+            "context_annotated",
+            LeakTracking::Context,
+            Some("layer3.attn"),
+        ),
+    ] {
+        let alloc = new_allocator(1);
+        alloc.set_leak_tracking(tracking);
+        drop(
+            alloc
+                .allocate(0, SIZE, StreamId::DEFAULT)
+                .expect("warm-up allocation"),
+        );
+        let _annotation = tag.map(annotate);
+        let mut ran = false;
+        group.bench_function(BenchmarkId::new("allocate_drop_4KiB", name), |b| {
+            ran = true;
+            b.iter(|| {
+                let a = alloc
+                    .allocate(0, black_box(SIZE), StreamId::DEFAULT)
+                    .expect("cache-hit allocation");
+                drop(black_box(a));
+            })
+        });
+        if ran {
+            // What was measured is what the name says: the pair was tracked, or not.
+            let kept = alloc
+                .allocate(0, SIZE, StreamId::DEFAULT)
+                .expect("cache-hit allocation");
+            let live = alloc.live_allocations(0).expect("device 0");
+            assert_eq!(
+                live.len(),
+                usize::from(tracking != LeakTracking::Off),
+                "{name}"
+            );
+            assert_eq!(
+                live.first().is_some_and(|a| a.age.is_some()),
+                tracking >= LeakTracking::Context,
+                "{name}: the time is taken with context capture"
+            );
+            drop(kept);
+        }
+    }
+    group.finish();
+}
+
 fn main() {
     // `criterion_main!` would do the same, but its generated functions lack docs and trip
     // the workspace's `missing_docs` lint.
@@ -453,5 +511,6 @@ fn main() {
     contended(&mut c);
     slow_device(&mut c);
     history(&mut c);
+    leak_tracking(&mut c);
     c.final_summary();
 }

@@ -137,8 +137,8 @@ pub mod trace;
 mod allocator;
 
 pub use allocator::{
-    byte_len, Allocation, BufferError, CachingAllocator, DeviceView, FreeMemoryCallback,
-    LeakScope, TypedAllocation,
+    byte_len, Allocation, BufferError, CachingAllocator, DeviceView, FreeMemoryCallback, LeakScope,
+    TypedAllocation,
 };
 pub use backend::{
     Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,

@@ -8,8 +8,7 @@
 use blockpool::leak::{LeakTracking, SiteChange};
 use blockpool::testing::assert_no_leaks;
 use blockpool::{
-    annotate, Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId,
-    TypedAllocation,
+    annotate, Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId, TypedAllocation,
 };
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,7 +18,10 @@ const MIB: usize = 1 << 20;
 
 fn new_allocator() -> (SimBackend, CachingAllocator<SimBackend>) {
     let sim = SimBackend::new(1, 1 << 34);
-    (sim.clone(), CachingAllocator::new(sim, AllocatorConfig::default()))
+    (
+        sim.clone(),
+        CachingAllocator::new(sim, AllocatorConfig::default()),
+    )
 }
 
 /// The site label of a call on `line` of this file at `column`.
@@ -34,7 +36,11 @@ fn handle_knows_its_id_sizes_device_stream_site_and_name() {
     let mut a = alloc.allocate(0, 1000, StreamId(3)).unwrap();
     assert_eq!((a.id(), a.size(), a.requested_size()), (1, 1024, 1000));
     assert_eq!((a.device(), a.stream()), (0, StreamId(3)));
-    assert_eq!(a.site_label(), site(line, 23), "the caller's line, not blockpool's");
+    assert_eq!(
+        a.site_label(),
+        site(line, 23),
+        "the caller's line, not blockpool's"
+    );
     assert_eq!(a.name(), None);
     assert!(
         a.created_at().is_none() && a.context().is_none(),
@@ -52,8 +58,13 @@ fn handle_knows_its_id_sizes_device_stream_site_and_name() {
     assert_eq!(live[0].site, site(line, 23));
 
     let line = line!() + 1;
-    let named = alloc.allocate_named(0, 4096, StreamId::DEFAULT, "kv").unwrap();
-    assert_eq!((named.name(), named.site_label()), (Some("kv"), site(line, 23)));
+    let named = alloc
+        .allocate_named(0, 4096, StreamId::DEFAULT, "kv")
+        .unwrap();
+    assert_eq!(
+        (named.name(), named.site_label()),
+        (Some("kv"), site(line, 23))
+    );
     let view = alloc.device(0).unwrap();
     let line = line!() + 1;
     let through_view = view.allocate(512, StreamId::DEFAULT).unwrap();
@@ -90,7 +101,10 @@ fn context_capture_adds_time_and_tags_to_the_site() {
         label.starts_with(&site(line, 19)),
         "the location first: {label}"
     );
-    assert!(!b.context().expect("captured").frames.is_empty(), "the call stack was taken");
+    assert!(
+        !b.context().expect("captured").frames.is_empty(),
+        "the call stack was taken"
+    );
 }
 
 #[test]
@@ -112,7 +126,10 @@ fn forgotten_buffer_is_found_with_its_site_and_size() {
         )
     );
     let teardown = alloc.shutdown();
-    assert_eq!(teardown, report.leaks, "still live at shutdown: the same report");
+    assert_eq!(
+        teardown, report.leaks,
+        "still live at shutdown: the same report"
+    );
 }
 
 /// A node of a list that can point back at itself: the cycle keeps the buffer alive.
@@ -176,7 +193,11 @@ fn vec_keeping_one_buffer_per_step_grows_by_one_buffer_per_step() {
             },
             "step {step}: the growing site comes first"
         );
-        assert_eq!(changes.len(), 1, "the activation is gone again: {changes:?}");
+        assert_eq!(
+            changes.len(),
+            1,
+            "the activation is gone again: {changes:?}"
+        );
         before = after;
     }
     assert_eq!(
@@ -205,7 +226,9 @@ static WORKSPACE: Mutex<Option<Allocation<SimBackend>>> = Mutex::new(None);
 fn buffer_stored_in_a_global_is_found_at_teardown() {
     let (_, alloc) = new_allocator();
     let line = line!() + 1;
-    let buffer = alloc.allocate_named(0, 5 * MIB, StreamId::DEFAULT, "workspace").unwrap();
+    let buffer = alloc
+        .allocate_named(0, 5 * MIB, StreamId::DEFAULT, "workspace")
+        .unwrap();
     *WORKSPACE.lock().unwrap() = Some(buffer);
     let clone = alloc.clone();
     let report = clone.shutdown();
@@ -219,7 +242,10 @@ fn buffer_stored_in_a_global_is_found_at_teardown() {
     );
     drop(alloc);
     // The handle outlives every allocator value and still frees cleanly.
-    assert_eq!(WORKSPACE.lock().unwrap().take().map(|b| b.size()), Some(5 * MIB));
+    assert_eq!(
+        WORKSPACE.lock().unwrap().take().map(|b| b.size()),
+        Some(5 * MIB)
+    );
 }
 
 #[test]
@@ -312,7 +338,11 @@ fn nested_scopes_fold_their_peak_into_the_parent() {
     let inner = inner.finish();
     drop(a);
     let outer = outer.finish();
-    assert_eq!(inner.peak_bytes, [10 * MIB as u64], "above the 3 MiB live at its start");
+    assert_eq!(
+        inner.peak_bytes,
+        [10 * MIB as u64],
+        "above the 3 MiB live at its start"
+    );
     assert_eq!(
         outer.peak_bytes,
         [12 * MIB as u64],
@@ -334,7 +364,10 @@ fn assert_no_leaks_lists_the_leaked_sites() {
             drop(alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap());
         })
     }));
-    let message = *panic.expect_err("a leak fails").downcast::<String>().unwrap();
+    let message = *panic
+        .expect_err("a leak fails")
+        .downcast::<String>()
+        .unwrap();
     assert_eq!(
         message,
         format!(
@@ -355,5 +388,9 @@ fn tracking_off_records_nothing() {
     let kept = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
     assert!(scope.finish().is_clean());
     assert!(alloc.leak_report().is_empty());
-    assert_eq!(kept.site().file(), file!(), "the handle still knows its site");
+    assert_eq!(
+        kept.site().file(),
+        file!(),
+        "the handle still knows its site"
+    );
 }

@@ -3,9 +3,9 @@
 //! callbacks run (with no lock held) when a request misses the cache. History recording lives
 //! in `history.rs`, the owning [`Allocation`] handle in `handle.rs`.
 
+use super::device_state::DeviceState;
 #[cfg(doc)]
 use super::device_view::DeviceView;
-use super::device_state::DeviceState;
 use super::handle::Allocation;
 use super::leaks::Origin;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
@@ -619,10 +619,7 @@ fn track<E>(dev: &mut DeviceState<E>, block: &AllocatedBlock, origin: Option<Ori
             block.id.index(),
             LiveEntry {
                 alloc_id: block.alloc_id,
-                addr: block.addr,
                 size: block.size as u64,
-                requested: block.requested as u64,
-                stream: block.stream,
                 site: origin.site,
                 created_ns: origin.created_ns,
                 context: origin.context,

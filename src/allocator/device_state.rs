@@ -2,8 +2,9 @@
 //! live allocations (`leak::LiveTable`), so that tracking an allocation takes no second lock.
 //! It dereferences to the [`DeviceAllocator`]: every pool call reads as it did before.
 
-use crate::leak::LiveTable;
-use crate::pool::DeviceAllocator;
+use crate::backend::StreamId;
+use crate::leak::{LiveEntry, LiveTable};
+use crate::pool::{BlockId, DeviceAllocator};
 use std::ops::{Deref, DerefMut};
 
 /// One device's pool and live table, behind the device's mutex.
@@ -18,6 +19,37 @@ impl<E> DeviceState<E> {
             pool,
             live: LiveTable::default(),
         }
+    }
+}
+
+/// A live entry copied out of the table with what the pool's block adds to it.
+#[derive(Clone, Debug)]
+pub(super) struct LiveRecord {
+    pub(super) entry: LiveEntry,
+    pub(super) addr: u64,
+    pub(super) requested: u64,
+    pub(super) stream: StreamId,
+}
+
+impl<E> DeviceState<E> {
+    /// Copies the live entries that `keep` selects, with their blocks' address, requested
+    /// size and stream.
+    pub(super) fn live_records(&self, keep: impl Fn(&LiveEntry) -> bool) -> Vec<LiveRecord> {
+        self.live
+            .iter()
+            .filter(|(_, entry)| keep(entry))
+            .map(|(index, entry)| {
+                // A live entry's block is allocated; the fallbacks only keep a bookkeeping
+                // bug from hiding the entry.
+                let block = self.pool.blocks.get(BlockId::from_index(index));
+                LiveRecord {
+                    entry: entry.clone(),
+                    addr: block.map_or(0, |b| b.addr),
+                    requested: block.map_or(entry.size, |b| b.requested as u64),
+                    stream: block.map_or(StreamId::DEFAULT, |b| b.stream),
+                }
+            })
+            .collect()
     }
 }
 

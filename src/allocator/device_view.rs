@@ -9,11 +9,11 @@
 //! give the same answers.
 
 use super::caching::CachingAllocator;
+use super::device_state::DeviceState;
 use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::error::{Error, Result};
 use crate::event::{ContextLevel, TraceEvent};
-use super::device_state::DeviceState;
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
 use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
@@ -181,7 +181,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
 
     /// The device's live allocations grouped by site, as [`CachingAllocator::live_snapshot`].
     pub fn live_snapshot(&self) -> crate::leak::LiveSnapshot {
-        let entries: Vec<_> = self.lock().live.iter().cloned().collect();
+        let entries = self.lock().live_records(|_| true);
         crate::leak::LiveSnapshot::from_allocations(
             self.index,
             super::leaks::describe(self.index, entries),

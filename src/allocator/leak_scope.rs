@@ -102,12 +102,7 @@ impl<B: Backend> LeakScope<'_, B> {
         {
             let mut dev = state.lock();
             let peak = dev.live.close_scope(self.id).unwrap_or(mark.live_bytes);
-            let entries: Vec<_> = dev
-                .live
-                .iter()
-                .filter(|e| e.alloc_id > mark.last_id)
-                .cloned()
-                .collect();
+            let entries = dev.live_records(|e| e.alloc_id > mark.last_id);
             drop(dev);
             peak_bytes.push(peak.saturating_sub(mark.live_bytes));
             inside.extend(describe(device, entries));

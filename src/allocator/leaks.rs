@@ -11,12 +11,13 @@
 //! never.
 
 use super::caching::{CachingAllocator, Shared};
+use super::device_state::LiveRecord;
 use super::history::now_ns;
 use crate::backend::{Backend, DeviceIndex};
 use crate::error::Result;
 use crate::event::{ContextId, EventStamp};
 use crate::leak::{
-    site_label, LeakReport, LeakTracking, LiveAllocation, LiveEntry, LiveSnapshot, TeardownReport,
+    site_label, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
 };
 use std::collections::HashMap;
 use std::panic::Location;
@@ -45,16 +46,17 @@ impl<B: Backend> Shared<B> {
         stamp: Option<EventStamp>,
         raw: bool,
     ) -> Option<Origin> {
-        match LeakTracking::from_index(self.leak_tracking.load(Ordering::Relaxed)) {
-            LeakTracking::Off => None,
-            LeakTracking::Sites => Some(Origin {
+        // Indices of `LeakTracking`: 0 is `Off`, 1 `Sites`.
+        match self.leak_tracking.load(Ordering::Relaxed) {
+            0 => None,
+            1 => Some(Origin {
                 site,
                 name: None,
                 created_ns: 0,
                 context: ContextId::NONE,
                 raw,
             }),
-            level => Some(self.gather_origin(site, stamp, raw, level)),
+            level => Some(self.gather_origin(site, stamp, raw, LeakTracking::from_index(level))),
         }
     }
 
@@ -85,19 +87,20 @@ impl<B: Backend> Shared<B> {
     }
 
     /// The live entries of `device`, copied under its lock.
-    pub(super) fn live_entries(&self, device: DeviceIndex) -> Result<Vec<LiveEntry>> {
-        Ok(self.lock(device)?.live.iter().cloned().collect())
+    pub(super) fn live_entries(&self, device: DeviceIndex) -> Result<Vec<LiveRecord>> {
+        Ok(self.lock(device)?.live_records(|_| true))
     }
 }
 
 /// Turns the entries of `device` into [`LiveAllocation`]s (labels, ages), outside any lock;
 /// each distinct (location, context) is labelled once.
-pub(super) fn describe(device: DeviceIndex, entries: Vec<LiveEntry>) -> Vec<LiveAllocation> {
+pub(super) fn describe(device: DeviceIndex, records: Vec<LiveRecord>) -> Vec<LiveAllocation> {
     let now = now_ns();
     let mut labels: HashMap<(*const Location<'static>, ContextId), String> = HashMap::new();
-    entries
+    records
         .into_iter()
-        .map(|e| {
+        .map(|record| {
+            let e = record.entry;
             let site = labels
                 .entry((e.site as *const _, e.context))
                 .or_insert_with(|| {
@@ -108,10 +111,10 @@ pub(super) fn describe(device: DeviceIndex, entries: Vec<LiveEntry>) -> Vec<Live
             LiveAllocation {
                 device,
                 id: e.alloc_id,
-                ptr: e.addr,
+                ptr: record.addr,
                 size: e.size,
-                requested: e.requested,
-                stream: e.stream,
+                requested: record.requested,
+                stream: record.stream,
                 site,
                 name: e.name.map(|n| n.to_string()),
                 age: (e.created_ns != 0)
@@ -159,7 +162,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// Sets what dropping the last `CachingAllocator` value says about allocations still live
     /// ([`TeardownReport`]; default [`TeardownReport::Warn`]).
     pub fn set_teardown_report(&self, report: TeardownReport) {
-        self.shared.teardown.store(report.index(), Ordering::Relaxed);
+        self.shared
+            .teardown
+            .store(report.index(), Ordering::Relaxed);
     }
 
     /// What dropping the last `CachingAllocator` value says

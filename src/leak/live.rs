@@ -15,18 +15,15 @@ use std::panic::Location;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What the table keeps of one live allocation.
+/// What the table keeps of one live allocation: only what the pool's block does not already
+/// say (its address, requested size and stream are read from the block when a report is
+/// made), so that recording stays a few stores.
 #[derive(Clone, Debug)]
 pub(crate) struct LiveEntry {
     /// Allocation number on its device (the pool's, counting from 1).
     pub alloc_id: u64,
-    /// Device address of the first byte.
-    pub addr: u64,
     /// Block size in bytes.
     pub size: u64,
-    /// Bytes asked for.
-    pub requested: u64,
-    pub stream: StreamId,
     pub site: &'static Location<'static>,
     /// Nanoseconds since the process's clock base when allocated; 0 when not taken.
     pub created_ns: u64,
@@ -67,8 +64,10 @@ impl LiveTable {
             debug_assert!(false, "live slot {index} refilled while full");
             self.bytes -= old.size;
         }
-        for scope in &mut self.scopes {
-            scope.peak_bytes = scope.peak_bytes.max(self.bytes);
+        if self.has_scopes() {
+            for scope in &mut self.scopes {
+                scope.peak_bytes = scope.peak_bytes.max(self.bytes);
+            }
         }
     }
 
@@ -80,6 +79,12 @@ impl LiveTable {
         Some(entry)
     }
 
+    /// Whether a scope is open (allocations then raise its peak).
+    #[inline]
+    fn has_scopes(&self) -> bool {
+        !self.scopes.is_empty()
+    }
+
     /// The entry of slot `index`, when it is the allocation numbered `alloc_id`.
     pub fn get_mut(&mut self, index: usize, alloc_id: u64) -> Option<&mut LiveEntry> {
         self.slots
@@ -88,9 +93,12 @@ impl LiveTable {
             .filter(|e| e.alloc_id == alloc_id)
     }
 
-    /// Every live entry, in slot order.
-    pub fn iter(&self) -> impl Iterator<Item = &LiveEntry> + '_ {
-        self.slots.iter().flatten()
+    /// Every live entry with its slot, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &LiveEntry)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| Some((i, slot.as_ref()?)))
     }
 
     /// Forgets every entry (tracking was turned off); open scopes stay open.
@@ -156,10 +164,7 @@ mod tests {
     fn entry(alloc_id: u64, size: u64) -> LiveEntry {
         LiveEntry {
             alloc_id,
-            addr: 0,
             size,
-            requested: size,
-            stream: StreamId::DEFAULT,
             site: Location::caller(),
             created_ns: 0,
             context: ContextId::NONE,
@@ -176,9 +181,15 @@ mod tests {
         assert_eq!((table.iter().count(), table.bytes), (2, 1536));
         assert_eq!(table.remove(3).map(|e| e.alloc_id), Some(1));
         assert!(table.remove(3).is_none(), "a slot is forgotten once");
-        assert!(table.remove(99).is_none(), "a slot past the end is no entry");
+        assert!(
+            table.remove(99).is_none(),
+            "a slot past the end is no entry"
+        );
         assert_eq!((table.iter().count(), table.bytes), (1, 1024));
-        assert!(table.get_mut(0, 1).is_none(), "slot 0 holds allocation 2, not 1");
+        assert!(
+            table.get_mut(0, 1).is_none(),
+            "slot 0 holds allocation 2, not 1"
+        );
         assert!(table.get_mut(0, 2).is_some());
     }
 
@@ -192,7 +203,11 @@ mod tests {
         assert_eq!(table.open_scope(2), 100);
         table.insert(1, entry(3, 400));
         table.remove(1);
-        assert_eq!(table.close_scope(2), Some(500), "inner peak: 100 live + 400");
+        assert_eq!(
+            table.close_scope(2),
+            Some(500),
+            "inner peak: 100 live + 400"
+        );
         table.insert(1, entry(4, 10));
         assert_eq!(
             table.close_scope(1),

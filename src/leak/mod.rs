@@ -25,8 +25,8 @@ mod site;
 mod snapshot;
 mod teardown;
 
-pub(crate) use live::{LiveEntry, LiveTable};
 pub use live::LiveAllocation;
+pub(crate) use live::{LiveEntry, LiveTable};
 pub use report::{LeakReport, LeakSite, ScopeReport};
 pub use site::{site_label, LeakTracking};
 pub use snapshot::{LiveSite, LiveSnapshot, SiteChange};

@@ -270,7 +270,10 @@ mod tests {
              5632 bytes in 4 allocations at 3 sites"
         );
         assert_eq!(report.sites[1].requested_bytes, 1022);
-        assert_eq!(LeakReport::default().summary(), "0 bytes in 0 allocations at 0 sites");
+        assert_eq!(
+            LeakReport::default().summary(),
+            "0 bytes in 0 allocations at 0 sites"
+        );
     }
 
     #[test]
@@ -282,6 +285,9 @@ mod tests {
             format!("{report:#}").contains("oldest #1 allocated 1.5s ago)"),
             "{report:#}"
         );
-        assert!(!report.to_string().contains("ago"), "the plain form has no times");
+        assert!(
+            !report.to_string().contains("ago"),
+            "the plain form has no times"
+        );
     }
 }

@@ -100,9 +100,16 @@ mod tests {
     fn label_puts_tags_before_and_the_function_after_the_location() {
         let here = Location::caller();
         let plain = site_label(here, None);
-        assert_eq!(plain, format!("{}:{}:{}", here.file(), here.line(), here.column()));
+        assert_eq!(
+            plain,
+            format!("{}:{}:{}", here.file(), here.line(), here.column())
+        );
         let empty = Context::default();
-        assert_eq!(site_label(here, Some(&empty)), plain, "no tags, no frames: the location");
+        assert_eq!(
+            site_label(here, Some(&empty)),
+            plain,
+            "no tags, no frames: the location"
+        );
         let context = Context {
             tags: vec![Arc::from("step"), Arc::from("forward")],
             frames: vec![

@@ -117,7 +117,11 @@ impl LiveSnapshot {
             b.bytes_diff
                 .unsigned_abs()
                 .cmp(&a.bytes_diff.unsigned_abs())
-                .then(b.count_diff.unsigned_abs().cmp(&a.count_diff.unsigned_abs()))
+                .then(
+                    b.count_diff
+                        .unsigned_abs()
+                        .cmp(&a.count_diff.unsigned_abs()),
+                )
                 .then_with(|| a.site.cmp(&b.site))
         });
         changes
@@ -208,7 +212,11 @@ mod tests {
     fn compare_lists_every_site_largest_change_first() {
         let older = LiveSnapshot::from_allocations(
             0,
-            [live(0, 1024, "kept"), live(0, 4096, "gone"), live(0, 512, "grew")],
+            [
+                live(0, 1024, "kept"),
+                live(0, 4096, "gone"),
+                live(0, 512, "grew"),
+            ],
         );
         let newer = LiveSnapshot::from_allocations(
             0,
