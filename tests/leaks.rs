@@ -57,13 +57,13 @@ fn handle_knows_its_id_sizes_device_stream_site_and_name() {
     assert_eq!(live[0].name.as_deref(), Some("activations"));
     assert_eq!(live[0].site, site(line, 23));
 
-    let line = line!() + 1;
+    let line = line!() + 2;
     let named = alloc
         .allocate_named(0, 4096, StreamId::DEFAULT, "kv")
         .unwrap();
     assert_eq!(
         (named.name(), named.site_label()),
-        (Some("kv"), site(line, 23))
+        (Some("kv"), site(line, 10))
     );
     let view = alloc.device(0).unwrap();
     let line = line!() + 1;
@@ -225,7 +225,7 @@ static WORKSPACE: Mutex<Option<Allocation<SimBackend>>> = Mutex::new(None);
 #[test]
 fn buffer_stored_in_a_global_is_found_at_teardown() {
     let (_, alloc) = new_allocator();
-    let line = line!() + 1;
+    let line = line!() + 2;
     let buffer = alloc
         .allocate_named(0, 5 * MIB, StreamId::DEFAULT, "workspace")
         .unwrap();
@@ -237,7 +237,7 @@ fn buffer_stored_in_a_global_is_found_at_teardown() {
         format!(
             "  5242880 bytes in 1 allocation at {} (device 0, stream 0x0, oldest #1, named \
              \"workspace\")\n5242880 bytes in 1 allocation at 1 site",
-            site(line, 24)
+            site(line, 10)
         )
     );
     drop(alloc);
