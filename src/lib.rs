@@ -27,6 +27,10 @@
 //! * **Threads.** One lock per device; with `release_lock_on_cudamalloc:True` it is released
 //!   while the device allocates a segment, so other threads keep allocating from the cache
 //!   during a slow `cuMemAlloc`.
+//! * **Leaks.** Every live allocation is tracked with its site (the caller's source line);
+//!   leak scopes report what a step left behind, [`LiveSnapshot::compare_to`] which sites
+//!   grew, and dropping the allocator with memory still live says so, LeakSanitizer-style
+//!   ([`leak`]).
 //! * **Statistics.** [`DeviceView::stats`] reads them typed
 //!   (`stats.allocated_bytes.all.current`), [`DeviceView::memory_stats`] as the 122 keys of
 //!   `torch.cuda.memory_stats()`; [`DeviceView::memory_summary`] prints its table.
@@ -74,7 +78,8 @@
 //!  backend     the Backend trait, StreamId, BackendError; SimBackend
 //!
 //!  beside them: config (AllocatorConfig), stats (DeviceStats, memory_summary) and error,
-//!  which pool and allocator use; host (pinned host cache) over backend; global over cuda
+//!  which pool and allocator use; leak (live tables, reports, snapshots: plain data the
+//!  allocator fills, over event and backend); host (pinned host cache) over backend; global over cuda
 //! ```
 //!
 //! In words: [`backend`] imports nothing of the crate; [`event`] only [`StreamId`]; [`pool`]
@@ -101,6 +106,8 @@
 //! | [`global`] | the process-wide default allocator: CUDA when usable, else the simulated device (`BLOCKPOOL_BACKEND=cuda\|sim`) |
 //! | [`introspect`] | [`Introspect`](introspect::Introspect): bookkeeping access for replay tools and tests (segments, invariants, adopting a trace's segments); not needed to allocate |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
+//! | [`leak`] | lifetime tracking on the live handles: each allocation's site (`#[track_caller]`, plus annotation tags with context capture), leak scopes ([`CachingAllocator::leak_scope`]), live snapshots and their difference ([`CachingAllocator::live_snapshot`], [`LiveSnapshot::compare_to`]), the teardown report and [`CachingAllocator::shutdown`] |
+//! | [`testing`] | [`testing::assert_no_leaks`]: fail a test when code leaves allocations live |
 //!
 //! ## Cargo features
 //!
