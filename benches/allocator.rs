@@ -31,7 +31,8 @@ use blockpool::{
     annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings,
     SimBackend, StreamId,
 };
-use criterion::{black_box, BenchmarkId, Criterion, SamplingMode, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{black_box, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -377,7 +378,6 @@ fn slow_device(c: &mut Criterion) {
 const HISTORY_ENTRIES: usize = 4096;
 
 fn history(c: &mut Criterion) {
-    const SIZE: usize = 4 << 10;
     let mut group = c.benchmark_group("history");
     group.throughput(Throughput::Elements(1));
     let recording = HistorySettings {
@@ -411,22 +411,7 @@ fn history(c: &mut Criterion) {
         if streamed {
             continue;
         }
-        drop(
-            alloc
-                .allocate(0, SIZE, StreamId::DEFAULT)
-                .expect("warm-up allocation"),
-        );
-        let _annotation = tag.map(annotate);
-        let mut ran = false;
-        group.bench_function(BenchmarkId::new("allocate_drop_4KiB", name), |b| {
-            ran = true;
-            b.iter(|| {
-                let a = alloc
-                    .allocate(0, black_box(SIZE), StreamId::DEFAULT)
-                    .expect("cache-hit allocation");
-                drop(black_box(a));
-            })
-        });
+        let ran = annotated_pair(&mut group, name, &alloc, tag);
         let events = alloc.history(0).expect("device 0").len();
         if ran {
             let expected = if settings.enabled { HISTORY_ENTRIES } else { 0 };
@@ -447,6 +432,35 @@ fn history(c: &mut Criterion) {
     group.finish();
 }
 
+/// Benchmarks the 4 KiB cache-hit pair on `alloc` as `allocate_drop_4KiB/{name}`, after one
+/// warm-up pair, with the annotation `tag` active if given; whether criterion ran it (a filter
+/// may skip it).
+fn annotated_pair(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    alloc: &CachingAllocator<SimBackend>,
+    tag: Option<&str>,
+) -> bool {
+    const SIZE: usize = 4 << 10;
+    drop(
+        alloc
+            .allocate(0, SIZE, StreamId::DEFAULT)
+            .expect("warm-up allocation"),
+    );
+    let _annotation = tag.map(annotate);
+    let mut ran = false;
+    group.bench_function(BenchmarkId::new("allocate_drop_4KiB", name), |b| {
+        ran = true;
+        b.iter(|| {
+            let a = alloc
+                .allocate(0, black_box(SIZE), StreamId::DEFAULT)
+                .expect("cache-hit allocation");
+            drop(black_box(a));
+        })
+    });
+    ran
+}
+
 fn leak_tracking(c: &mut Criterion) {
     const SIZE: usize = 4 << 10;
     let mut group = c.benchmark_group("leak_tracking");
@@ -463,22 +477,7 @@ fn leak_tracking(c: &mut Criterion) {
     ] {
         let alloc = new_allocator(1);
         alloc.set_leak_tracking(tracking);
-        drop(
-            alloc
-                .allocate(0, SIZE, StreamId::DEFAULT)
-                .expect("warm-up allocation"),
-        );
-        let _annotation = tag.map(annotate);
-        let mut ran = false;
-        group.bench_function(BenchmarkId::new("allocate_drop_4KiB", name), |b| {
-            ran = true;
-            b.iter(|| {
-                let a = alloc
-                    .allocate(0, black_box(SIZE), StreamId::DEFAULT)
-                    .expect("cache-hit allocation");
-                drop(black_box(a));
-            })
-        });
+        let ran = annotated_pair(&mut group, name, &alloc, tag);
         if ran {
             // What was measured is what the name says: the pair was tracked, or not.
             let kept = alloc

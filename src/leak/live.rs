@@ -52,13 +52,16 @@ pub(crate) struct LiveTable {
 
 impl LiveTable {
     /// Records `entry` for the block in slot `index`.
-    #[inline]
+    #[inline(always)]
     pub fn insert(&mut self, index: usize, entry: LiveEntry) {
         if index >= self.slots.len() {
-            self.slots.resize_with(index + 1, || None);
+            self.grow(index);
         }
         self.bytes += entry.size;
-        if let Some(old) = self.slots[index].replace(entry) {
+        let Some(slot) = self.slots.get_mut(index) else {
+            return;
+        };
+        if let Some(old) = slot.replace(entry) {
             // A slot is reused only after its block was freed, which empties it; refilling a
             // full one means a free went unrecorded. Keep the totals right regardless.
             debug_assert!(false, "live slot {index} refilled while full");
@@ -71,8 +74,16 @@ impl LiveTable {
         }
     }
 
+    /// Makes room for slot `index`; rare (the arena's slots are recycled), so out of line.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, index: usize) {
+        let len = (index + 1).max(self.slots.len() * 2).max(64);
+        self.slots.resize_with(len, || None);
+    }
+
     /// Forgets the block in slot `index`, if it was recorded.
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, index: usize) -> Option<LiveEntry> {
         let entry = self.slots.get_mut(index)?.take()?;
         self.bytes -= entry.size;
