@@ -12,7 +12,7 @@ use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::event::{ContextId, ContextLevel, EventStamp};
-use crate::leak::{LeakTracking, LiveEntry, TeardownReport};
+use crate::leak::{LeakTracking, TeardownReport};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
 use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
@@ -57,6 +57,12 @@ impl Drop for CallbacksRunning {
 /// gone, every cached segment goes back to the backend (after waiting for pending deferred
 /// frees), so dropping an allocator leaks no device memory; only raw allocations from
 /// [`malloc`](Self::malloc) never given to [`free`](Self::free) are left, with a warning.
+///
+/// Dropping the last `CachingAllocator` value (handles may outlive it) with allocations still
+/// live reports them, grouped by site, through `tracing` at warn level
+/// ([`set_teardown_report`](Self::set_teardown_report); [`shutdown`](Self::shutdown) returns
+/// the report instead). Leak tracking is on by default at [`LeakTracking::Sites`]
+/// ([`set_leak_tracking`](Self::set_leak_tracking)).
 ///
 /// Methods that take a device index mirror PyTorch's `torch.cuda.*(device)` functions; the
 /// [`DeviceView`] from [`device`](Self::device) has the same calls without the index, and
@@ -220,37 +226,6 @@ impl<B: Backend> CachingAllocator<B> {
         stream: StreamId,
     ) -> Result<Allocation<B>> {
         self.allocate_at(device, size_bytes, stream, None, Location::caller())
-    }
-
-    /// [`allocate`](Self::allocate), giving the allocation a name that leak reports and
-    /// [`live_allocations`](Self::live_allocations) show (as Vulkan Memory Allocator and
-    /// gpu-allocator name theirs); [`Allocation::set_name`] renames it.
-    ///
-    /// ```
-    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
-    ///
-    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
-    /// let mut cache = alloc.allocate_named(0, 1 << 20, StreamId::DEFAULT, "kv-cache")?;
-    /// assert_eq!(cache.name(), Some("kv-cache"));
-    /// cache.set_name("kv-cache layer 0");
-    /// assert_eq!(alloc.live_allocations(0)?[0].name.as_deref(), Some("kv-cache layer 0"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    #[track_caller]
-    pub fn allocate_named(
-        &self,
-        device: DeviceIndex,
-        size_bytes: usize,
-        stream: StreamId,
-        name: &str,
-    ) -> Result<Allocation<B>> {
-        self.allocate_at(
-            device,
-            size_bytes,
-            stream,
-            Some(Arc::from(name)),
-            Location::caller(),
-        )
     }
 
     /// [`allocate`](Self::allocate) for a call made at `site`.
@@ -458,7 +433,7 @@ impl<B: Backend> Shared<B> {
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
-            track(&mut dev, &block, origin);
+            dev.track(&block, origin);
             return Ok(block);
         }
         self.malloc_missed(device, dev, size, stream, stamp, origin)
@@ -493,7 +468,7 @@ impl<B: Backend> Shared<B> {
             let block = dev.finish_malloc(&self.backend, step)?;
             (dev, block)
         };
-        track(&mut dev, &block, origin);
+        dev.track(&block, origin);
         Ok(block)
     }
 
@@ -608,25 +583,6 @@ impl<B: Backend> Drop for Shared<B> {
         }
         #[cfg(feature = "trace-files")]
         self.end_stream();
-    }
-}
-
-/// Records `block` in the live table of `dev` when `origin` is known (tracking on).
-#[inline]
-fn track<E>(dev: &mut DeviceState<E>, block: &AllocatedBlock, origin: Option<Origin>) {
-    if let Some(origin) = origin {
-        dev.live.insert(
-            block.id.index(),
-            LiveEntry {
-                alloc_id: block.alloc_id,
-                size: block.size as u64,
-                site: origin.site,
-                created_ns: origin.created_ns,
-                context: origin.context,
-                name: origin.name,
-                raw: origin.raw,
-            },
-        );
     }
 }
 

@@ -2,9 +2,10 @@
 //! live allocations (`leak::LiveTable`), so that tracking an allocation takes no second lock.
 //! It dereferences to the [`DeviceAllocator`]: every pool call reads as it did before.
 
+use super::leaks::Origin;
 use crate::backend::StreamId;
 use crate::leak::{LiveEntry, LiveTable};
-use crate::pool::{BlockId, DeviceAllocator};
+use crate::pool::{AllocatedBlock, BlockId, DeviceAllocator};
 use std::ops::{Deref, DerefMut};
 
 /// One device's pool and live table, behind the device's mutex.
@@ -32,6 +33,25 @@ pub(super) struct LiveRecord {
 }
 
 impl<E> DeviceState<E> {
+    /// Records `block` in the live table when `origin` is known (tracking on).
+    #[inline]
+    pub(super) fn track(&mut self, block: &AllocatedBlock, origin: Option<Origin>) {
+        if let Some(origin) = origin {
+            self.live.insert(
+                block.id.index(),
+                LiveEntry {
+                    alloc_id: block.alloc_id,
+                    size: block.size as u64,
+                    site: origin.site,
+                    created_ns: origin.created_ns,
+                    context: origin.context,
+                    name: origin.name,
+                    raw: origin.raw,
+                },
+            );
+        }
+    }
+
     /// Copies the live entries that `keep` selects, with their blocks' address, requested
     /// size and stream.
     pub(super) fn live_records(&self, keep: impl Fn(&LiveEntry) -> bool) -> Vec<LiveRecord> {

@@ -111,6 +111,18 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         self.alloc.allocate(self.index, size_bytes, stream)
     }
 
+    /// [`allocate`](Self::allocate) with a name, as [`CachingAllocator::allocate_named`].
+    #[track_caller]
+    pub fn allocate_named(
+        &self,
+        size_bytes: usize,
+        stream: StreamId,
+        name: &str,
+    ) -> Result<Allocation<B>> {
+        self.alloc
+            .allocate_named(self.index, size_bytes, stream, name)
+    }
+
     /// Raw allocation for C callers, as [`CachingAllocator::malloc`]: the device address (0
     /// for a zero-byte request), to be given back with [`DeviceView::free`].
     #[track_caller]

@@ -1,5 +1,6 @@
 //! Leak tracking on the [`CachingAllocator`]: what each allocation call records in its
-//! device's live table ([`Origin`]), the settings ([`CachingAllocator::set_leak_tracking`],
+//! device's live table ([`Origin`]), named allocations
+//! ([`CachingAllocator::allocate_named`]), the settings ([`CachingAllocator::set_leak_tracking`],
 //! [`CachingAllocator::set_teardown_report`]), reading the tables back (flat, grouped into a
 //! [`LiveSnapshot`] or a [`LeakReport`]), and the teardown report made when the last
 //! `CachingAllocator` value is dropped or [`CachingAllocator::shutdown`] is called.
@@ -12,8 +13,9 @@
 
 use super::caching::{CachingAllocator, Shared};
 use super::device_state::LiveRecord;
+use super::handle::Allocation;
 use super::history::now_ns;
-use crate::backend::{Backend, DeviceIndex};
+use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
 use crate::event::{ContextId, EventStamp};
 use crate::leak::{
@@ -126,6 +128,37 @@ pub(super) fn describe(device: DeviceIndex, records: Vec<LiveRecord>) -> Vec<Liv
 }
 
 impl<B: Backend> CachingAllocator<B> {
+    /// [`allocate`](Self::allocate), giving the allocation a name that leak reports and
+    /// [`live_allocations`](Self::live_allocations) show (as Vulkan Memory Allocator and
+    /// gpu-allocator name theirs); [`Allocation::set_name`] renames it.
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// let mut cache = alloc.allocate_named(0, 1 << 20, StreamId::DEFAULT, "kv-cache")?;
+    /// assert_eq!(cache.name(), Some("kv-cache"));
+    /// cache.set_name("kv-cache layer 0");
+    /// assert_eq!(alloc.live_allocations(0)?[0].name.as_deref(), Some("kv-cache layer 0"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[track_caller]
+    pub fn allocate_named(
+        &self,
+        device: DeviceIndex,
+        size_bytes: usize,
+        stream: StreamId,
+        name: &str,
+    ) -> Result<Allocation<B>> {
+        self.allocate_at(
+            device,
+            size_bytes,
+            stream,
+            Some(Arc::from(name)),
+            Location::caller(),
+        )
+    }
+
     /// Sets how much the live tables record ([`LeakTracking`]; default
     /// [`LeakTracking::Sites`]). It applies to allocations made from now on; turning it
     /// [`Off`](LeakTracking::Off) forgets every live allocation recorded so far, so scopes,
