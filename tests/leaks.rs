@@ -404,3 +404,33 @@ fn tracking_off_records_nothing() {
         "the handle still knows its site"
     );
 }
+
+#[test]
+fn reports_span_devices_and_threads() {
+    let alloc = CachingAllocator::new(SimBackend::new(2, 1 << 30), AllocatorConfig::default());
+    let scope = alloc.leak_scope("two devices");
+    let line = line!() + 1;
+    let on_0 = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
+    let on_1 = std::thread::scope(|s| {
+        s.spawn(|| alloc.allocate(1, 8192, StreamId(5)).unwrap())
+            .join()
+            .unwrap()
+    });
+    let report = scope.finish();
+    assert_eq!(
+        report.to_string(),
+        format!(
+            "scope \"two devices\": peak 4.00 KiB on device 0, 8.00 KiB on device 1; still \
+             live:\n  \
+             8192 bytes in 1 allocation at {} (device 1, stream 0x5, oldest #1)\n  \
+             4096 bytes in 1 allocation at {} (device 0, stream 0x0, oldest #1)\n\
+             12288 bytes in 2 allocations at 2 sites",
+            site(line + 2, 26),
+            site(line, 22)
+        ),
+        "another thread's allocation belongs to the scope too"
+    );
+    assert_eq!(alloc.live_snapshot(1).unwrap().bytes(), 8192);
+    drop((on_0, on_1));
+    assert!(alloc.shutdown().is_empty());
+}
