@@ -61,9 +61,10 @@ impl LiveSnapshot {
         self.sites.iter().map(|s| s.count).sum()
     }
 
-    /// The per-site totals, largest first: what a step detector observes once per step.
-    pub fn site_totals(&self) -> impl Iterator<Item = &LiveSite> + '_ {
-        self.sites.iter()
+    /// The per-site totals, largest first: what a step detector observes once per step
+    /// (owned, as an observation keeps them).
+    pub fn site_totals(&self) -> impl Iterator<Item = LiveSite> + '_ {
+        self.sites.iter().cloned()
     }
 
     /// Each site's change from `older` to this snapshot, largest change first (by the size of
@@ -229,6 +230,19 @@ mod tests {
             ],
         );
         assert_eq!((newer.bytes(), newer.count()), (11776, 4));
+        let totals: Vec<(String, u64, u64)> = newer
+            .site_totals()
+            .map(|t| (t.site, t.bytes, t.count))
+            .collect();
+        assert_eq!(
+            totals,
+            [
+                ("grew".to_string(), 8704, 2),
+                ("new".to_string(), 2048, 1),
+                ("kept".to_string(), 1024, 1)
+            ],
+            "one total per site of this device, largest first"
+        );
         let text: Vec<String> = newer
             .compare_to(&older)
             .iter()
