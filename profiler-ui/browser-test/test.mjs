@@ -134,6 +134,11 @@ try {
   const tree = await page.evaluate(() => ({ data: window.memtraceTree.data(), text: document.getElementById('tree').textContent }));
   check('stack tree panel draws', tree.data.tree.bytes === tree.data.allocated_bytes && tree.text.includes('all allocated blocks') &&
     tree.data.tree.children.length > 0, tree.text.slice(0, 300));
+  // Its caption names the state by the file's event numbers, as --at does (not the state index).
+  const treeCaption = await page.evaluate(() => document.getElementById('tree-caption').textContent);
+  check('stack tree caption names the state by event number', treeCaption.startsWith(tree.data.label) &&
+    /^(after event \d+|before event 0)/.test(treeCaption) &&
+    (tree.data.after_event === null ? tree.data.index === 0 : tree.data.after_event === tree.data.index - 1), treeCaption);
   const timelineBox = await page.locator('#timeline').boundingBox();
   const tipText = async (pattern) => {
     try {

@@ -606,6 +606,9 @@ fn the_viewer_serves_the_tree_and_names_sites_in_either_view() {
     // The tree at the end, as `top --tree` makes it.
     let tree = get_json(port, "/api/tree?device=0&index=6&min_share=0");
     assert_eq!(tree["index"], 6);
+    // Six events applied: the state after event 5, named as `--at 5` names it.
+    assert_eq!(tree["after_event"], 5);
+    assert_eq!(tree["label"], "after event 5");
     assert_eq!(tree["is_peak"], true);
     assert_eq!(tree["allocated_bytes"], 7_733_248);
     assert_eq!(tree["blocks"], 7);
@@ -616,6 +619,8 @@ fn the_viewer_serves_the_tree_and_names_sites_in_either_view() {
         "torch::autograd::generated::BmmBackward0::apply"
     );
     let start = get_json(port, "/api/tree?device=0&index=0");
+    assert_eq!(start["after_event"], Value::Null);
+    assert_eq!(start["label"], "before event 0");
     assert_eq!(start["allocated_bytes"], 512 * KIB);
     assert_eq!(start["tree"]["children"][0]["name"], BEFORE);
     let all = get_json(port, "/api/tree?device=0&all_frames=1&min_share=0");
