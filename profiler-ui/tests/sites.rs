@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::server::{self, get_json};
 use common::{fixture, memtrace, scratch, stderr, stdout};
 use serde_json::Value;
 
@@ -530,72 +531,14 @@ fn the_stack_tree_places_each_block_under_its_frames() {
     );
 }
 
-/// A running `memtrace serve FILE --port 0`, killed when dropped.
-struct Server {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(file: &str) -> Server {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["serve", file, "--port", "0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("memtrace starts");
-    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut line = String::new();
-    while !line.starts_with("serving ") {
-        line.clear();
-        assert!(
-            lines.read_line(&mut line).expect("reads") > 0,
-            "ended before serving"
-        );
-    }
-    let port = line
-        .rsplit_once("http://127.0.0.1:")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Server { child, port }
+fn serve(file: &str) -> server::Server {
+    server::serve(&[file])
 }
 
 /// GETs `target` over HTTP/1.0: the status and the body.
 fn get(port: u16, target: &str) -> (u16, Vec<u8>) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .ok();
-    let request = format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    stream.write_all(request.as_bytes()).expect("sent");
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(bytes.len());
-    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, bytes.get(split + 4..).unwrap_or_default().to_vec())
-}
-
-fn get_json(port: u16, target: &str) -> Value {
-    let (status, body) = get(port, target);
-    assert_eq!(status, 200, "{target}: {}", String::from_utf8_lossy(&body));
-    serde_json::from_slice(&body).expect("JSON")
+    let reply = server::get(port, target);
+    (reply.status, reply.body)
 }
 
 #[test]
