@@ -164,7 +164,14 @@ pub fn replay(
         None
     };
     progress.finish_and_clear();
-    let notes = notes(args, &config, &start_state, events, &outcome);
+    let notes = notes(
+        args,
+        &config,
+        capacity_source,
+        &start_state,
+        events,
+        &outcome,
+    );
     let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
     Ok(ReplayReport {
         file: args.file.display().to_string(),
@@ -191,15 +198,29 @@ pub fn replay(
 }
 
 /// What the replay's settings could not act on: expandable segments on a start state of
-/// adopted fixed-size segments, and `--exact` on mapped ranges of expandable segments.
+/// adopted fixed-size segments, `--exact` on mapped ranges of expandable segments, a garbage
+/// collection threshold without a memory fraction, and an assumed capacity the replay never
+/// came near.
 fn notes(
     args: &ReplayArgs,
     config: &AllocatorConfig,
+    capacity_source: &str,
     start_state: &blockpool::trace::DeviceState,
     events: &[blockpool::trace::TraceEvent],
     outcome: &Outcome,
 ) -> Vec<String> {
     let mut notes = Vec::new();
+    if config.garbage_collection_threshold() > 0.0 && config.per_process_memory_fraction().is_none()
+    {
+        notes.push(format!(
+            "garbage_collection_threshold:{}: as in PyTorch, it acts only under a memory \
+             fraction (it frees cached blocks once reserved memory passes that share of the \
+             fraction's limit), and the config sets none, so it changed nothing; add \
+             per_process_memory_fraction:F to --config",
+            config.garbage_collection_threshold()
+        ));
+    }
+
     let start = &outcome.start;
     if config.expandable_segments() && start.adopted_segments > 0 {
         let adopted = format!(
@@ -252,6 +273,16 @@ fn notes(
              allocation freed at once (what the program did next is not in the trace), and {} \
              of them failed here too",
             count(outcome.recorded_oom_failed)
+        ));
+    }
+    if args.config.is_some() && capacity_source == "default" && outcome.out_of_memory_events() == 0
+    {
+        notes.push(format!(
+            "the capacity of {} is assumed (the trace records no out-of-memory event, so it \
+             does not tell the device's memory) and the replay never ran short of it, so what \
+             the config does under memory pressure (freeing cached blocks, retrying) never \
+             happened; give --capacity, e.g. the GPU's memory, to see it",
+            format_size(DEFAULT_CAPACITY)
         ));
     }
     notes
