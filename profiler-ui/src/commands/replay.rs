@@ -43,8 +43,10 @@ pub struct ReplayReport {
     pub format: &'static str,
     /// The device replayed.
     pub device: u32,
-    /// Its events.
+    /// Its events, inserted annotations included.
     pub events: u64,
+    /// Of them, the events the file numbers (see `memtrace --help`, Event numbers).
+    pub numbered_events: u64,
     /// The allocator settings replayed with, in config syntax (empty: the defaults).
     pub config: String,
     /// Where they came from: `--config`, `trace` or `default`.
@@ -178,6 +180,7 @@ pub fn replay(
         format: format.as_str(),
         device,
         events: event_count,
+        numbered_events: workload.numbers.count() as u64,
         config: config.to_string(),
         config_source,
         config_note,
@@ -365,7 +368,7 @@ pub fn render(report: &ReplayReport) -> String {
         "replay of {}, device {}: {} events ({} allocations, {} frees)",
         report.file,
         report.device,
-        count(report.events),
+        count(report.numbered_events),
         count(outcome.allocations),
         count(outcome.frees)
     );
