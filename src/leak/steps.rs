@@ -1,0 +1,162 @@
+//! A whole recorded run through the step detector: every step's site totals at once (as
+//! `memtrace leaks` and the viewer read them from a trace file), the detector's findings, and
+//! the series of live bytes and allocations of each site it names, step by step.
+//!
+//! Files and live handles share the rules: this runs the same [`StepDetector`] a training loop
+//! calls, so a trace and the program that wrote it agree on what grows.
+
+use super::findings::StepFindings;
+use super::growth::{GrowthError, GrowthSettings, SiteTotal, StepDetector};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// One site's live memory at each observed step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SiteSeries {
+    /// The site's label.
+    pub site: String,
+    /// Live bytes at each step, in [`StepAnalysis::steps`] order (0 where it had none).
+    pub bytes: Vec<u64>,
+    /// Live allocations at each step.
+    pub counts: Vec<u64>,
+}
+
+/// [`analyze_steps`]'s answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StepAnalysis {
+    /// The steps observed, in order (the first is the baseline).
+    pub steps: Vec<String>,
+    /// What the detector concluded at the last step.
+    pub findings: StepFindings,
+    /// The series of each growing site, in [`StepFindings::growing`] order.
+    pub growing: Vec<SiteSeries>,
+    /// The series of each persistent site, in [`StepFindings::persistent`] order.
+    pub persistent: Vec<SiteSeries>,
+}
+
+/// Runs a [`StepDetector`] with `settings` over `steps` (each a name and its site totals, in
+/// order) and keeps the series of the sites it finds.
+///
+/// ```
+/// use blockpool::leak::{analyze_steps, SiteTotal};
+///
+/// let steps = (0..4u64).map(|n| {
+///     let cache = SiteTotal { site: "cache".into(), bytes: n << 20, count: n };
+///     (format!("step{n}"), vec![cache])
+/// });
+/// let analysis = analyze_steps(steps, Default::default())?;
+/// assert_eq!(analysis.findings.growing[0].bytes_per_step, 1 << 20);
+/// assert_eq!(analysis.growing[0].bytes, [0, 1 << 20, 2 << 20, 3 << 20]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn analyze_steps<S: Into<String>>(
+    steps: impl IntoIterator<Item = (S, Vec<SiteTotal>)>,
+    settings: GrowthSettings,
+) -> Result<StepAnalysis, GrowthError> {
+    let mut detector = StepDetector::new(settings)?;
+    let mut names = Vec::new();
+    let mut history: Vec<Vec<SiteTotal>> = Vec::new();
+    for (name, totals) in steps {
+        let name: String = name.into();
+        detector.observe(name.clone(), totals.iter().cloned());
+        names.push(name);
+        history.push(totals);
+    }
+    let findings = detector.findings();
+    let series = |sites: Vec<&str>| -> Vec<SiteSeries> {
+        let wanted: HashMap<&str, usize> = sites.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+        let mut series: Vec<SiteSeries> = sites
+            .iter()
+            .map(|site| SiteSeries {
+                site: site.to_string(),
+                bytes: vec![0; history.len()],
+                counts: vec![0; history.len()],
+            })
+            .collect();
+        for (step, totals) in history.iter().enumerate() {
+            for total in totals {
+                if let Some(&i) = wanted.get(total.site.as_str()) {
+                    let s = &mut series[i];
+                    s.bytes[step] = s.bytes[step].saturating_add(total.bytes);
+                    s.counts[step] = s.counts[step].saturating_add(total.count);
+                }
+            }
+        }
+        series
+    };
+    let growing = series(findings.growing.iter().map(|g| g.site.as_str()).collect());
+    let persistent = series(
+        findings
+            .persistent
+            .iter()
+            .map(|p| p.site.as_str())
+            .collect(),
+    );
+    Ok(StepAnalysis {
+        steps: names,
+        growing,
+        persistent,
+        findings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn total(site: &str, bytes: u64, count: u64) -> SiteTotal {
+        SiteTotal {
+            site: site.into(),
+            bytes,
+            count,
+        }
+    }
+
+    #[test]
+    fn the_series_follow_the_sites_the_detector_names() {
+        let steps = vec![
+            ("before", vec![total("weights", 8 * MIB, 2)]),
+            (
+                "s0",
+                vec![total("weights", 8 * MIB, 2), total("leak", MIB, 1)],
+            ),
+            (
+                "s1",
+                vec![
+                    total("weights", 8 * MIB, 2),
+                    total("leak", MIB, 1),
+                    total("leak", MIB, 1),
+                ],
+            ),
+            (
+                "s2",
+                vec![total("weights", 8 * MIB, 2), total("leak", 3 * MIB, 3)],
+            ),
+        ];
+        let analysis = analyze_steps(steps, GrowthSettings::default()).expect("valid settings");
+        assert_eq!(analysis.steps, ["before", "s0", "s1", "s2"]);
+        assert_eq!(
+            analysis.growing,
+            [SiteSeries {
+                site: "leak".into(),
+                bytes: vec![0, MIB, 2 * MIB, 3 * MIB],
+                counts: vec![0, 1, 2, 3],
+            }],
+            "duplicates of a site in one step add up, as the detector adds them"
+        );
+        assert_eq!(analysis.findings.growing[0].since_step, "before");
+        assert_eq!(analysis.persistent[0].bytes, vec![8 * MIB; 4]);
+        assert_eq!(analysis.findings.persistent[0].since_step, "before");
+    }
+
+    #[test]
+    fn bad_settings_are_refused_before_any_step() {
+        let steps: Vec<(String, Vec<SiteTotal>)> = Vec::new();
+        assert_eq!(
+            analyze_steps(steps, GrowthSettings::with_min_growth_steps(0)),
+            Err(GrowthError::NoGrowthSteps)
+        );
+    }
+}
