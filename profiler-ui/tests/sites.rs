@@ -128,22 +128,23 @@ fn leaks_of_the_training_step_are_its_gradients_under_bmm_backward() {
                 51_200_000,
                 1
             ),
-            row(&format!("{CS336}/adapters.py:36:forward"), 40_960_000, 1),
             row("at::_sum_to<c10::SymInt>", 373_760, 73),
-            row(
-                &format!("{CS336}/benchmarking_script.py:101:run_benchmark_with_nvtx"),
-                512,
-                1
-            ),
-        ]
+        ],
+        "the gradients; what was there before the first step and stayed is persistent"
     );
-    let growth = &report["growing"][0];
+    // Before: `Optimizer.zero_grad` and `Optimizer.step` were two steps, and the gradients
+    // (0 -> 3.67 GiB between their ends) were growing.
+    assert_eq!(report["step_rule"]["kind"], "outermost");
+    assert_eq!(report["growing"], serde_json::json!([]));
     assert_eq!(
-        growth["label"],
-        "torch::autograd::generated::BmmBackward0::apply"
+        rows(&report["persistent"])[..3],
+        [
+            row(BEFORE, 3_990_901_760, 328),
+            row(&format!("{CS336}/adapters.py:887:step"), 3_989_844_992, 327),
+            row(&format!("{CS336}/adapters.py:888:step"), 3_989_844_992, 327),
+        ],
+        "the weights and AdamW's two moments"
     );
-    assert_eq!(growth["autograd_node"], "BmmBackward0");
-    assert_eq!(growth["growth_bytes"], 3_938_926_592_u64);
     let text = stdout(&memtrace(&["leaks", &fixture(TRAINING)]));
     assert!(
         text.contains(
@@ -692,7 +693,25 @@ fn a_reused_address_is_recorded_from_the_step_that_allocated_it() {
         rows(&leaks[0]["alive_at_end"]),
         [row("<no stack recorded>", MIB, 1)]
     );
+    assert_eq!(
+        leaks[0]["measured_at"],
+        serde_json::json!(["before step0", "step0", "step1"])
+    );
+    assert_eq!(
+        leaks[0]["growing"],
+        serde_json::json!([]),
+        "two steps are fewer than the 3 growing steps that flag a site"
+    );
+    let leaks = json(&["leaks", &path, "--json", "--growth-steps", "1"]);
     let growth = &leaks[0]["growing"][0];
     assert_eq!(growth["label"], "<no stack recorded>");
-    assert_eq!(growth["bytes_per_step"], serde_json::json!([0, MIB]));
+    assert_eq!(
+        growth["bytes_by_step"],
+        serde_json::json!([0, 0, MIB]),
+        "the block alive before recording is another site"
+    );
+    assert_eq!(
+        (growth["steps"].as_u64(), growth["since"].as_str()),
+        (Some(1), Some("step0"))
+    );
 }
