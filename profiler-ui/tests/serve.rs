@@ -125,6 +125,24 @@ fn every_route_answers_with_exact_values() {
     let leaks = get(port, "/api/leaks").json();
     assert_eq!(leaks["alive_at_end"][0]["site"], "leak");
     assert_eq!(leaks["alive_at_end"][0]["bytes"], 4096);
+    assert_eq!(leaks["steps"], serde_json::json!(["step0", "leak"]));
+    assert_eq!(
+        leaks["growing"],
+        serde_json::json!([]),
+        "3 steps flag a site"
+    );
+    let k1 = get(port, "/api/leaks?growth_steps=1").json();
+    assert_eq!(k1["growing"][0]["label"], "leak");
+    assert_eq!(k1["growing"][0]["growth_bytes_per_step"], 4096);
+    assert_eq!(k1["growing"][0]["since"], "step0");
+    let named = get(port, "/api/leaks?step=step&growth_steps=1").json();
+    assert_eq!(named["step_rule"]["kind"], "named");
+    assert_eq!(named["steps"], serde_json::json!(["step0"]));
+    assert_eq!(
+        named["growing"],
+        serde_json::json!([]),
+        "the leak comes after the one step"
+    );
 
     let peak = device["peak_index"].as_u64().expect("peak");
     let breakdown = get(port, "/api/breakdown").json();
@@ -151,6 +169,7 @@ fn every_route_answers_with_exact_values() {
 fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
     let server = serve(&recorded_trace());
     let port = server.port;
+    let long_step = format!("/api/leaks?step={}", "x".repeat(201));
     for (target, status) in [
         ("/api/timeline?width=abc", 400),
         ("/api/timeline?axis=sideways", 400),
@@ -163,6 +182,9 @@ fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
         ("/api/allocation", 400),
         ("/api/allocation?id=99999", 404),
         ("/api/breakdown?index=18446744073709551615", 400),
+        ("/api/leaks?growth_steps=0", 400),
+        ("/api/leaks?growth_steps=4294967296", 400),
+        (&long_step, 400),
     ] {
         let reply = get(port, target);
         assert_eq!(
