@@ -164,14 +164,6 @@ impl fmt::Display for StepFindings {
 mod tests {
     use crate::leak::{SiteTotal, StepDetector};
 
-    fn total(site: &str, bytes: u64, count: u64) -> SiteTotal {
-        SiteTotal {
-            site: site.into(),
-            bytes,
-            count,
-        }
-    }
-
     #[test]
     fn the_report_names_each_growing_and_persistent_site_exactly() {
         let mut d = StepDetector::new(Default::default()).expect("defaults");
@@ -179,9 +171,9 @@ mod tests {
             d.observe(
                 format!("step {n}"),
                 vec![
-                    total("weights", 2 << 30, 10),
-                    total("train.rs:42", (n + 1) << 24, n + 1),
-                    total("scratch", (n % 2) << 20, n % 2),
+                    SiteTotal::new("weights", 2 << 30, 10),
+                    SiteTotal::new("train.rs:42", (n + 1) << 24, n + 1),
+                    SiteTotal::new("scratch", (n % 2) << 20, n % 2),
                 ],
             );
         }
@@ -205,7 +197,7 @@ mod tests {
             "no steps observed; a site is growing after 3 consecutive growing steps\n\
              growing: none\npersistent (unchanged since one of the first 2 steps): none\n"
         );
-        d.observe("warm-up", vec![total("cache", 1 << 20, 1)]);
+        d.observe("warm-up", vec![SiteTotal::new("cache", 1 << 20, 1)]);
         let findings = d.findings();
         assert!(findings.is_clean());
         assert!(

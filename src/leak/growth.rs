@@ -40,6 +40,17 @@ pub struct SiteTotal {
     pub count: u64,
 }
 
+impl SiteTotal {
+    /// `count` allocations of `bytes` in all at `site`.
+    pub fn new(site: impl Into<String>, bytes: u64, count: u64) -> SiteTotal {
+        SiteTotal {
+            site: site.into(),
+            bytes,
+            count,
+        }
+    }
+}
+
 /// Adds up `(site, bytes)` pairs, one per live allocation, into one [`SiteTotal`] per site,
 /// most bytes first (ties by site): the grouping every leak report of blockpool shares, live or
 /// from a file.
@@ -334,12 +345,14 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn total(site: &str, bytes: u64, count: u64) -> SiteTotal {
-        SiteTotal {
-            site: site.into(),
-            bytes,
-            count,
-        }
+    use SiteTotal as T;
+
+    /// One step per size: `n` MiB in `n` allocations at `site`.
+    fn sized(site: &str, sizes: &[u64]) -> Vec<Vec<SiteTotal>> {
+        sizes
+            .iter()
+            .map(|&n| vec![T::new(site, n * MIB, n)])
+            .collect()
     }
 
     fn detector() -> StepDetector {
@@ -360,7 +373,7 @@ mod tests {
     fn a_buffer_kept_per_step_is_flagged_after_k_growing_steps_with_its_growth() {
         let mut d = detector();
         let steps: Vec<Vec<SiteTotal>> = (1..=6)
-            .map(|n| vec![total("train.rs:42", 16 * MIB * n, n)])
+            .map(|n| vec![T::new("train.rs:42", 16 * MIB * n, n)])
             .collect();
         assert_eq!(
             run(&mut d, &steps),
@@ -389,9 +402,9 @@ mod tests {
         let mut d = detector();
         let steps = vec![
             vec![],
-            vec![total("leak", MIB, 1)],
-            vec![total("leak", 2 * MIB, 2)],
-            vec![total("leak", 3 * MIB, 3)],
+            vec![T::new("leak", MIB, 1)],
+            vec![T::new("leak", 2 * MIB, 2)],
+            vec![T::new("leak", 3 * MIB, 3)],
         ];
         assert_eq!(run(&mut d, &steps), [0, 0, 0, 1]);
         let growing = &d.growing()[0];
@@ -410,11 +423,7 @@ mod tests {
     fn a_cache_that_warms_up_and_plateaus_is_never_flagged() {
         let mut d = detector();
         // Fills in two steps, then stays: fewer growing steps than K.
-        let sizes = [0, 4, 8, 8, 8, 8, 8];
-        let steps: Vec<Vec<SiteTotal>> = sizes
-            .iter()
-            .map(|&n| vec![total("cache", n * MIB, n)])
-            .collect();
+        let steps = sized("cache", &[0, 4, 8, 8, 8, 8, 8]);
         assert_eq!(run(&mut d, &steps), [0; 7]);
         assert!(
             d.persistent().is_empty(),
@@ -422,22 +431,14 @@ mod tests {
         );
         // A longer warm-up is flagged while it grows and no longer once it is flat.
         let mut d = detector();
-        let sizes = [1, 2, 3, 4, 5, 5, 5];
-        let steps: Vec<Vec<SiteTotal>> = sizes
-            .iter()
-            .map(|&n| vec![total("cache", n * MIB, n)])
-            .collect();
+        let steps = sized("cache", &[1, 2, 3, 4, 5, 5, 5]);
         assert_eq!(run(&mut d, &steps), [0, 0, 0, 1, 1, 0, 0]);
     }
 
     #[test]
     fn memory_that_rises_and_falls_is_not_growing() {
         let mut d = detector();
-        let sizes = [1, 2, 3, 2, 3, 4, 3, 4, 5];
-        let steps: Vec<Vec<SiteTotal>> = sizes
-            .iter()
-            .map(|&n| vec![total("activations", n * MIB, n)])
-            .collect();
+        let steps = sized("activations", &[1, 2, 3, 2, 3, 4, 3, 4, 5]);
         assert_eq!(run(&mut d, &steps), [0; 9]);
     }
 
@@ -445,10 +446,10 @@ mod tests {
     fn more_allocations_of_the_same_bytes_is_growth_and_fewer_bytes_is_not() {
         let mut d = detector();
         let steps = vec![
-            vec![total("a", 4 * MIB, 1), total("b", 4 * MIB, 4)],
-            vec![total("a", 4 * MIB, 2), total("b", 5 * MIB, 3)],
-            vec![total("a", 4 * MIB, 3), total("b", 6 * MIB, 2)],
-            vec![total("a", 4 * MIB, 4), total("b", 7 * MIB, 1)],
+            vec![T::new("a", 4 * MIB, 1), T::new("b", 4 * MIB, 4)],
+            vec![T::new("a", 4 * MIB, 2), T::new("b", 5 * MIB, 3)],
+            vec![T::new("a", 4 * MIB, 3), T::new("b", 6 * MIB, 2)],
+            vec![T::new("a", 4 * MIB, 4), T::new("b", 7 * MIB, 1)],
         ];
         assert_eq!(run(&mut d, &steps), [0, 0, 0, 1]);
         let a = &d.growing()[0];
@@ -463,20 +464,20 @@ mod tests {
     fn weights_and_state_made_in_the_first_step_are_persistent_not_growing() {
         let mut d = detector();
         let steps = vec![
-            vec![total("weights", 100 * MIB, 10)],
+            vec![T::new("weights", 100 * MIB, 10)],
             vec![
-                total("weights", 100 * MIB, 10),
-                total("adam", 200 * MIB, 20),
+                T::new("weights", 100 * MIB, 10),
+                T::new("adam", 200 * MIB, 20),
             ],
             vec![
-                total("weights", 100 * MIB, 10),
-                total("adam", 200 * MIB, 20),
-                total("late", MIB, 1),
+                T::new("weights", 100 * MIB, 10),
+                T::new("adam", 200 * MIB, 20),
+                T::new("late", MIB, 1),
             ],
             vec![
-                total("weights", 100 * MIB, 10),
-                total("adam", 200 * MIB, 20),
-                total("late", MIB, 1),
+                T::new("weights", 100 * MIB, 10),
+                T::new("adam", 200 * MIB, 20),
+                T::new("late", MIB, 1),
             ],
         ];
         assert_eq!(run(&mut d, &steps), [0; 4]);
@@ -505,13 +506,13 @@ mod tests {
     #[test]
     fn one_observation_judges_nothing_and_gone_sites_are_forgotten() {
         let mut d = detector();
-        d.observe("only", vec![total("x", MIB, 1)]);
+        d.observe("only", vec![T::new("x", MIB, 1)]);
         assert!(
             d.persistent().is_empty(),
             "one observation is not kept memory"
         );
         d.observe("next", vec![]);
-        d.observe("again", vec![total("x", MIB, 1)]);
+        d.observe("again", vec![T::new("x", MIB, 1)]);
         let findings = d.findings();
         assert!(findings.persistent.is_empty(), "x left and came back");
         assert_eq!(
@@ -525,9 +526,9 @@ mod tests {
         let mut d = detector();
         d.observe(
             "a",
-            vec![total("x", MIB, 1), total("x", MIB, 1), total("y", 0, 0)],
+            vec![T::new("x", MIB, 1), T::new("x", MIB, 1), T::new("y", 0, 0)],
         );
-        d.observe("b", vec![total("x", 2 * MIB, 2)]);
+        d.observe("b", vec![T::new("x", 2 * MIB, 2)]);
         assert_eq!(d.persistent()[0].bytes, 2 * MIB);
         assert_eq!(d.persistent().len(), 1, "y was never live");
     }
@@ -540,7 +541,7 @@ mod tests {
         assert!(err.to_string().contains("the default is 3"), "{err}");
         let mut one = StepDetector::new(GrowthSettings::with_min_growth_steps(1)).expect("K = 1");
         one.observe("0", vec![]);
-        assert_eq!(one.observe("1", vec![total("x", 1, 1)]).len(), 1);
+        assert_eq!(one.observe("1", vec![T::new("x", 1, 1)]).len(), 1);
     }
 
     #[test]
@@ -548,7 +549,7 @@ mod tests {
         let totals = site_totals([("b", 10), ("a", 5), ("b", 3), ("c", 13)]);
         assert_eq!(
             totals,
-            [total("b", 13, 2), total("c", 13, 1), total("a", 5, 1)]
+            [T::new("b", 13, 2), T::new("c", 13, 1), T::new("a", 5, 1)]
         );
     }
 }

@@ -106,33 +106,31 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn total(site: &str, bytes: u64, count: u64) -> SiteTotal {
-        SiteTotal {
-            site: site.into(),
-            bytes,
-            count,
-        }
-    }
-
     #[test]
     fn the_series_follow_the_sites_the_detector_names() {
         let steps = vec![
-            ("before", vec![total("weights", 8 * MIB, 2)]),
+            ("before", vec![SiteTotal::new("weights", 8 * MIB, 2)]),
             (
                 "s0",
-                vec![total("weights", 8 * MIB, 2), total("leak", MIB, 1)],
+                vec![
+                    SiteTotal::new("weights", 8 * MIB, 2),
+                    SiteTotal::new("leak", MIB, 1),
+                ],
             ),
             (
                 "s1",
                 vec![
-                    total("weights", 8 * MIB, 2),
-                    total("leak", MIB, 1),
-                    total("leak", MIB, 1),
+                    SiteTotal::new("weights", 8 * MIB, 2),
+                    SiteTotal::new("leak", MIB, 1),
+                    SiteTotal::new("leak", MIB, 1),
                 ],
             ),
             (
                 "s2",
-                vec![total("weights", 8 * MIB, 2), total("leak", 3 * MIB, 3)],
+                vec![
+                    SiteTotal::new("weights", 8 * MIB, 2),
+                    SiteTotal::new("leak", 3 * MIB, 3),
+                ],
             ),
         ];
         let analysis = analyze_steps(steps, GrowthSettings::default()).expect("valid settings");
