@@ -10,7 +10,9 @@ use blockpool::{
 };
 mod common;
 
-use common::{memtrace, scratch, stderr, stdout};
+use common::{
+    external_snapshot_names, fixture, memtrace, project_snapshot_names, scratch, stderr, stdout,
+};
 use serde_json::{json, Value};
 use std::sync::OnceLock;
 
@@ -247,4 +249,69 @@ fn zero_growth_steps_is_refused_with_one_line() {
         err.contains("--growth-steps") && err.contains("at least 1"),
         "{err}"
     );
+}
+
+const BEFORE: &str = "<allocated before _record_memory_history was enabled>";
+
+/// Checks that no device of fixture `name` has a growing site and returns its reports.
+fn nothing_grows(name: &str) -> Vec<Value> {
+    let reports = json_of(&["leaks", &fixture(name), "--json"]);
+    let reports = reports.as_array().expect("a report per device").clone();
+    for report in &reports {
+        assert_eq!(
+            report["growing"],
+            json!([]),
+            "{name}: device {}",
+            report["device"]
+        );
+    }
+    reports
+}
+
+#[test]
+fn the_project_fixtures_report_kept_memory_as_persistent_and_nothing_growing() {
+    for name in project_snapshot_names() {
+        nothing_grows(&name);
+    }
+    let flexgen = &nothing_grows("Yiyi_LLM-inference_oom_snapshot.pickle")[0];
+    assert_eq!(
+        persistent(flexgen),
+        [kept(
+            "/home/dingyiran/FlexGen/flexgen/pytorch_backend.py:190:allocate",
+            11_840_159_744,
+            460,
+            "start of the trace"
+        )],
+        "FlexGen's weights, allocated before recording began"
+    );
+    assert_eq!(flexgen["alive_at_end"], json!([]));
+    let training = &nothing_grows("bcrafton_assignment2-systems_memory_snapshot.pickle")[0];
+    assert_eq!(
+        persistent(training)[0],
+        kept(
+            BEFORE,
+            1_545_204_736,
+            225,
+            "before Optimizer.step#AdamW.step"
+        )
+    );
+    // A snapshot without events is measured once: it can tell nothing kept.
+    let segments = &nothing_grows("made_segment_list.pickle")[0];
+    assert_eq!(segments["measured_at"], json!(["end of the trace"]));
+    assert_eq!(segments["persistent"], json!([]));
+}
+
+#[test]
+#[ignore = "external suite: needs BLOCKPOOL_FIXTURES=../shared/fixtures (see README, Tests)"]
+fn external_fixtures_report_kept_memory_as_persistent_and_nothing_growing() {
+    for name in external_snapshot_names() {
+        nothing_grows(&name);
+    }
+    let forward = &nothing_grows("kkaitlyn111_cs336_memory_ctx128_forward.pickle")[0];
+    assert_eq!(
+        persistent(forward),
+        [kept(BEFORE, 13_763_491_840, 324, "start of the trace")],
+        "the model's weights; the forward pass's activations are alive at the end, not kept"
+    );
+    assert_eq!(forward["alive_at_end"].as_array().map(Vec::len), Some(20));
 }

@@ -8,7 +8,8 @@
 //! first step begins (the baseline: weights loaded before the loop are there) and at the end of
 //! each step. Inside a step a site is named without the step's own tag (`step3/forward/attn` is
 //! `forward/attn`), so the same code is one site in every step. A trace with no annotations is
-//! measured at its start and its end, which tells persistent memory apart but nothing grows.
+//! measured at its start and its end, which tells persistent memory apart but nothing grows (a
+//! snapshot without events only at its end, which tells neither).
 
 use super::frames::FrameView;
 use super::sites::{allocated_by_context, SiteName, SiteNames, BEFORE_RECORDING};
@@ -51,7 +52,8 @@ pub struct LeakReport {
     pub step_rule: StepsUsed,
     /// The points memory was measured at, in order: `before STEP` (the first step's start),
     /// then each step's end by its tag; `start of the trace` and `end of the trace` when there
-    /// are no steps. The `*_by_step` series follow this order.
+    /// are no steps (only the end when there are no events either). The `*_by_step` series
+    /// follow this order.
     pub measured_at: Vec<String>,
     /// The detector's rules: `min_growth_steps` (K) and `warmup_steps`.
     pub settings: GrowthSettings,
@@ -139,10 +141,11 @@ pub fn find_leaks(
     let mut walker = walker(snapshot, device)?;
     let mut points = measurement_names(&step_rule);
     if points.is_empty() {
-        points = vec![
-            ("start of the trace".to_string(), 0),
-            ("end of the trace".to_string(), walker.len()),
-        ];
+        points = vec![("end of the trace".to_string(), walker.len())];
+        // Without events the start is the end: one measurement, which judges nothing.
+        if walker.len() > 0 {
+            points.insert(0, ("start of the trace".to_string(), 0));
+        }
     }
     // Each label's name, for the JSON's site and autograd node.
     let mut labels: HashMap<String, SiteName> = HashMap::new();

@@ -81,8 +81,9 @@ pub fn render(report: &LeakReport, text: &mut String) {
     if measurements <= k as usize {
         let _ = writeln!(
             text,
-            "  growing: cannot tell from {measurements} measurements: {k} consecutive growing \
+            "  growing: cannot tell from {measurements} measurement{}: {k} consecutive growing \
              steps (--growth-steps) take {}",
+            if measurements == 1 { "" } else { "s" },
             u64::from(k) + 1
         );
     } else if report.growing.is_empty() {
