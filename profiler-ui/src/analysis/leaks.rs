@@ -143,7 +143,7 @@ pub fn find_leaks(
     if points.is_empty() {
         points = vec![("end of the trace".to_string(), walker.len())];
         // Without events the start is the end: one measurement, which judges nothing.
-        if walker.len() > 0 {
+        if !walker.is_empty() {
             points.insert(0, ("start of the trace".to_string(), 0));
         }
     }
