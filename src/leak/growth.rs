@@ -22,7 +22,11 @@
 //!
 //! The detector keeps a few numbers per site live at the last observation (no history), so a
 //! loop can call it for millions of steps; [`analyze_steps`](super::steps::analyze_steps) runs
-//! it over a whole recorded run and keeps the series too.
+//! it over a whole recorded run and keeps the series too. Its input is any source of per-site
+//! live totals: the allocator's live snapshot at the end of each iteration, or (as
+//! `memtrace leaks` does) the blocks a trace file says were allocated at each step's end,
+//! grouped with [`site_totals`]. A site label should not name the step itself (a tag such as
+//! `step12` makes each step's allocations a site of their own, which never grows).
 
 use super::findings::{GrowingSite, PersistentSite, StepFindings};
 use serde::Serialize;

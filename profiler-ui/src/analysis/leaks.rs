@@ -12,7 +12,9 @@
 //! snapshot without events only at its end, which tells neither).
 
 use super::frames::FrameView;
-use super::sites::{allocated_by_context, SiteName, SiteNames, BEFORE_RECORDING};
+use super::sites::{
+    allocated_by_context, sort_sites, Site, SiteName, SiteNames, SiteOrder, BEFORE_RECORDING,
+};
 use super::steps::{find_steps, StepSiteNames, StepsUsed, DEFAULT_STEP_PREFIX};
 use super::timeline::walker;
 use blockpool::leak::{analyze_steps, GrowthSettings, SiteSeries, SiteTotal};
@@ -65,7 +67,7 @@ pub struct LeakReport {
     pub persistent: Vec<Persistent>,
     /// Sites of the blocks allocated during the trace and still allocated at its end, the
     /// persistent sites left out, most bytes first.
-    pub alive_at_end: Vec<super::sites::Site>,
+    pub alive_at_end: Vec<Site>,
     /// Bytes still allocated at the end that were allocated before the trace began (long-lived
     /// state such as weights, or allocations whose event the ring buffer dropped).
     pub alive_from_before_bytes: u64,
@@ -243,7 +245,7 @@ fn alive_at_end(
     walker: &mut blockpool::trace::StateWalker,
     names: &StepSiteNames,
     kept: &HashSet<&str>,
-) -> anyhow::Result<(Vec<super::sites::Site>, u64)> {
+) -> anyhow::Result<(Vec<Site>, u64)> {
     // Addresses allocated during the trace and not yet freed.
     let mut allocated_here: HashSet<u64> = HashSet::new();
     for event in snapshot.device_events(device) {
@@ -259,7 +261,7 @@ fn alive_at_end(
     }
     walker.seek(walker.len())?;
     let end = walker.state();
-    let mut by_site: BTreeMap<&SiteName, super::sites::Site> = BTreeMap::new();
+    let mut by_site: BTreeMap<&SiteName, Site> = BTreeMap::new();
     let mut from_before = 0u64;
     let blocks = end.segments.iter().flat_map(|s| &s.blocks);
     for block in blocks.chain(&end.unsegmented) {
@@ -273,7 +275,7 @@ fn alive_at_end(
         let name = names.get(block.context);
         let site = by_site
             .entry(name)
-            .or_insert_with(|| super::sites::Site::new(name.clone()));
+            .or_insert_with(|| Site::new(name.clone()));
         site.bytes = site.bytes.saturating_add(block.size);
         site.requested_bytes = site.requested_bytes.saturating_add(block.requested);
         site.blocks = site.blocks.saturating_add(1);
@@ -282,6 +284,6 @@ fn alive_at_end(
         .into_values()
         .filter(|s| !kept.contains(s.label.as_str()))
         .collect();
-    super::sites::sort_sites(&mut sites, super::sites::SiteOrder::Bytes);
+    sort_sites(&mut sites, SiteOrder::Bytes);
     Ok((sites, from_before))
 }
