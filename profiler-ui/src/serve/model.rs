@@ -16,6 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// Leak reports with other than the default options a device keeps at once.
+const MAX_LEAK_REPORTS: usize = 16;
+
 /// One allocation: a block from its `alloc` event (or from before the trace) to its
 /// `free_completed` event (or past the end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,11 +186,15 @@ impl TraceModel {
         }
         // Computed outside the lock: other requests keep being answered meanwhile.
         let report = Arc::new(find_leaks(&self.snapshot, device.device, options)?);
-        device
+        let mut cache = device
             .leaks_by_options
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(options.clone(), Arc::clone(&report));
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Each prefix typed in the page's step box is a report: keep the memory bounded.
+        if cache.len() >= MAX_LEAK_REPORTS {
+            cache.clear();
+        }
+        cache.insert(options.clone(), Arc::clone(&report));
         Ok(report)
     }
 
