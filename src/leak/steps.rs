@@ -149,6 +149,59 @@ mod tests {
         assert_eq!(analysis.findings.persistent[0].since_step, "before");
     }
 
+    /// Whether going from `(b0, c0)` to `(b1, c1)` grows a site (the detector's rule).
+    fn grows(b0: u64, c0: u64, b1: u64, c1: u64) -> bool {
+        b1 >= b0 && c1 >= c0 && (b1, c1) != (b0, c0)
+    }
+
+    proptest::proptest! {
+        /// On any run of three sites, the findings are exactly what the rules say of the
+        /// series: growing iff the last K steps all grew, persistent iff flat and present from
+        /// one of the first two steps, never both.
+        #[test]
+        fn findings_follow_the_rules_on_any_run(
+            run in proptest::collection::vec(
+                proptest::collection::vec((0u64..4, 0u64..4), 3),
+                1..12,
+            ),
+            k in 1u32..5,
+        ) {
+            let sites = ["a", "b", "c"];
+            let steps = run.iter().enumerate().map(|(i, step)| {
+                let totals = step
+                    .iter()
+                    .zip(sites)
+                    .map(|(&(bytes, count), site)| SiteTotal::new(site, bytes * MIB, count))
+                    .collect();
+                (format!("s{i}"), totals)
+            });
+            let analysis = analyze_steps(steps, GrowthSettings::with_min_growth_steps(k))
+                .expect("k >= 1");
+            let last = run.len() - 1;
+            for (s, site) in sites.iter().enumerate() {
+                let series: Vec<(u64, u64)> =
+                    run.iter().map(|step| (step[s].0 * MIB, step[s].1)).collect();
+                let k = k as usize;
+                let growing = last >= k
+                    && series[last - k..]
+                        .windows(2)
+                        .all(|w| grows(w[0].0, w[0].1, w[1].0, w[1].1));
+                let flagged = analysis.findings.growing.iter().any(|g| g.site == *site);
+                proptest::prop_assert_eq!(flagged, growing, "{} in {:?}", site, series);
+                let now = series[last];
+                let flat_from = (0..=last)
+                    .rev()
+                    .take_while(|&i| series[i] == now)
+                    .last()
+                    .unwrap_or(last);
+                let kept = now != (0, 0) && flat_from <= 1 && flat_from < last;
+                let persistent = analysis.findings.persistent.iter().any(|p| p.site == *site);
+                proptest::prop_assert_eq!(persistent, kept, "{} in {:?}", site, series);
+                proptest::prop_assert!(!(flagged && persistent));
+            }
+        }
+    }
+
     #[test]
     fn bad_settings_are_refused_before_any_step() {
         let steps: Vec<(String, Vec<SiteTotal>)> = Vec::new();
