@@ -105,6 +105,7 @@
 //! | [`cuda`] | everything CUDA, and the only module that calls the driver (one path into it, which checks that libcuda has every function blockpool calls before calling any): `CudaBackend` over cudarc and `DeviceBuffer<T>` (cudarc's `DeviceSlice`/`DevicePtr`/`DevicePtrMut`/`PushKernelArg`), both with the `cuda` feature, and [`cuda::probe`] (what CUDA this machine has, and why not) |
 //! | [`global`] | the process-wide default allocator: CUDA when usable, else the simulated device (`BLOCKPOOL_BACKEND=cuda\|sim`) |
 //! | [`introspect`] | [`Introspect`](introspect::Introspect): bookkeeping access for replay tools and tests (segments, invariants, adopting a trace's segments); not needed to allocate |
+//! | [`leak`] | leak detection: the step detector ([`leak::StepDetector`]: sites whose live memory grows for K consecutive steps, and persistent memory apart), the same analysis `memtrace leaks` runs on files |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
 //! | [`leak`] | lifetime tracking on the live handles: each allocation's site (`#[track_caller]`, plus annotation tags with context capture), leak scopes ([`CachingAllocator::leak_scope`]), live snapshots and their difference ([`CachingAllocator::live_snapshot`], [`LiveSnapshot::compare_to`]), the teardown report and [`CachingAllocator::shutdown`] |
 //! | [`testing`] | [`testing::assert_no_leaks`]: fail a test when code leaves allocations live |

@@ -434,3 +434,36 @@ fn reports_span_devices_and_threads() {
     drop((on_0, on_1));
     assert!(alloc.shutdown().is_empty());
 }
+
+#[test]
+fn step_detector_on_live_snapshots_flags_the_growing_site_not_the_weights() {
+    use blockpool::leak::{GrowthSettings, StepDetector};
+    let (_, alloc) = new_allocator();
+    let line = line!() + 1;
+    let weights = alloc.allocate(0, 64 * MIB, StreamId::DEFAULT).unwrap();
+    let mut kept = Vec::new();
+    let mut detector = StepDetector::new(GrowthSettings::default()).unwrap();
+    let mut kept_line = 0;
+    for step in 0..6 {
+        let activation = alloc.allocate(0, 32 * MIB, StreamId::DEFAULT).unwrap();
+        kept_line = line!() + 1;
+        kept.push(alloc.allocate(0, 2 * MIB, StreamId::DEFAULT).unwrap());
+        drop(activation);
+        let snapshot = alloc.live_snapshot(0).unwrap();
+        detector.observe(format!("step {step}"), snapshot.site_totals());
+    }
+    let growing = detector.growing();
+    assert_eq!(growing.len(), 1, "{growing:?}");
+    assert_eq!(growing[0].site, site(kept_line, 25));
+    assert_eq!(
+        (growing[0].bytes_per_step, growing[0].count_per_step),
+        (2 * MIB as u64, 1)
+    );
+    let persistent = detector.persistent();
+    assert_eq!(persistent.len(), 1, "{persistent:?}");
+    assert_eq!(
+        (persistent[0].site.as_str(), persistent[0].bytes),
+        (site(line, 25).as_str(), 64 * MIB as u64)
+    );
+    drop(weights);
+}

@@ -633,7 +633,7 @@ function row(cells, header) {
 
 async function loadTables() {
   const frames = window.memtraceTree ? window.memtraceTree.param() : '';
-  view.leaks = await getJSON(`/api/leaks?device=${view.device}${frames}`);
+  view.leaks = await getJSON(`/api/leaks?device=${view.device}${frames}${leakStepParam()}`);
   view.breakdown = await getJSON(`/api/breakdown?device=${view.device}${frames}`);
   drawTables();
 }
@@ -645,6 +645,14 @@ function siteMatches(site) {
   return !q || site.toLowerCase().includes(q);
 }
 
+// The `step` parameter of /api/leaks: the prefix typed in the leak table's step box, none
+// (the server's default, `ProfilerStep#`) when it is empty.
+function leakStepParam() {
+  const box = $('leak-step');
+  const prefix = box ? box.value.trim() : '';
+  return prefix ? `&step=${encodeURIComponent(prefix)}` : '';
+}
+
 function drawTables() {
   const leaks = view.leaks;
   const b = view.breakdown;
@@ -652,18 +660,29 @@ function drawTables() {
   const body = $('leaks').tBodies[0];
   body.replaceChildren();
   const group = (title) => { const tr = el('tr', undefined, 'group'); const th = el('th', title); th.colSpan = 3; tr.append(th); body.append(tr); };
-  group('alive at the end of the trace, allocated during it');
+  const note = (text) => { const tr = el('tr', undefined, 'note'); const td = el('td', text, 'hint'); td.colSpan = 3; tr.append(td); body.append(tr); };
+  // What a step is here, as `memtrace leaks` says it.
+  note(`steps: ${leaks.step_rule.text}`);
+  const k = leaks.settings.min_growth_steps;
+  group(`growing: ${k}+ consecutive growing steps (${leaks.measured_at.length} measurements)`);
+  body.append(row([['site'], ['growth per step', true], ['by step', true]], true));
+  const growing = leaks.growing.filter((g) => siteMatches(g.label));
+  for (const g of growing.slice(0, 200)) {
+    body.append(row([[g.label], [`+${fmtBytes(g.growth_bytes_per_step)}, +${g.growth_blocks_per_step} blocks`, true],
+      [g.bytes_by_step.map(fmtBytes).join(' → '), true]]));
+  }
+  if (leaks.measured_at.length <= k) body.append(row([[`cannot tell: ${k} growing steps take ${k + 1} measurements`]]));
+  else if (!growing.length) body.append(row([['none']]));
+  group('persistent: allocated early and kept unchanged (weights, optimizer state)');
+  body.append(row([['site'], ['bytes', true], ['blocks', true]], true));
+  const persistent = leaks.persistent.filter((p) => siteMatches(p.label));
+  for (const p of persistent.slice(0, 200)) body.append(row([[`${p.label} (since ${p.since})`], [fmtBytes(p.bytes), true], [String(p.blocks), true]]));
+  if (!persistent.length) body.append(row([['none']]));
+  group('alive at the end of the trace, allocated during it (persistent sites apart)');
   body.append(row([['site'], ['bytes', true], ['blocks', true]], true));
   const alive = leaks.alive_at_end.filter((s) => siteMatches(s.label));
   for (const s of alive.slice(0, 200)) body.append(row([[s.label], [fmtBytes(s.bytes), true], [String(s.blocks), true]]));
   if (!alive.length) body.append(row([['none']]));
-  group(`growing across steps (${leaks.steps.length} steps)`);
-  body.append(row([['site'], ['growth', true], ['per step', true]], true));
-  const growing = leaks.growing.filter((g) => siteMatches(g.label));
-  for (const g of growing.slice(0, 200)) {
-    body.append(row([[g.label], [fmtBytes(g.growth_bytes), true], [g.bytes_per_step.map(fmtBytes).join(' → '), true]]));
-  }
-  if (!growing.length) body.append(row([['none']]));
 
   const bb = $('breakdown').tBodies[0];
   bb.replaceChildren();
@@ -865,6 +884,7 @@ async function main() {
   const refilter = debounce(refresh, 200);
   for (const id of ['search', 'min-size', 'max-size']) $(id).addEventListener('input', refilter);
   $('search').addEventListener('input', drawTables);
+  $('leak-step').addEventListener('input', debounce(loadTables, 300));
   $('stream').addEventListener('change', refresh);
   $('state-index').addEventListener('change', () => loadState(Number($('state-index').value)));
   $('state-peak').addEventListener('click', () => loadState(null));

@@ -79,7 +79,7 @@
     box.dataset.nodes = String(counter.n);
     box.dataset.index = String(data.index);
     if (caption) {
-      caption.textContent = `after event ${data.index}${data.is_peak ? ' (the allocated peak)' : ''}: ` +
+      caption.textContent = `${data.label}${data.is_peak ? ' (the allocated peak)' : ''}: ` +
         `${fmt(data.allocated_bytes)} in ${data.blocks} allocated blocks (block sizes, not requested sizes), ` +
         `${data.all_frames ? 'every frame memory_viz shows' : "the user's own frames"}; ` +
         `nodes under ${(100 * data.min_share).toFixed(1)} % are folded into "<N smaller>".`;

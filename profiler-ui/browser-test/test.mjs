@@ -95,9 +95,37 @@ try {
   });
   check('curves draw', curvesInked > 500, `${curvesInked} pixels drawn`);
 
-  // 2. The leak table lists the planted leak.
+  // 2. The leak table lists the planted leak as growing, with its growth per step, and the
+  // weights as persistent, not among the leaks; it says what a step is.
   const leaks = await page.textContent('#leaks');
   check('leak table lists leaky_cache', /leaky_cache/.test(leaks), leaks.slice(0, 300));
+  const leakGroups = () => page.evaluate(() => {
+    const groups = {};
+    let name = '';
+    for (const tr of document.querySelectorAll('#leaks tbody tr')) {
+      if (tr.classList.contains('group')) { name = tr.textContent.split(':')[0]; groups[name] = []; } else if (name && tr.children[0].tagName === 'TD') groups[name].push(tr.textContent);
+    }
+    return groups;
+  });
+  let groups = await leakGroups();
+  check('leak table: leaky_cache grows by 64 MiB a step',
+    groups.growing && groups.growing.length === 1 && /leaky_cache\+64\.0 MiB, \+1 blocks/.test(groups.growing[0]), JSON.stringify(groups));
+  check('leak table: the weights are persistent, not growing or alive',
+    groups.persistent && groups.persistent.length === 1 && /^weights \(since init\)512\.0 MiB4$/.test(groups.persistent[0]) &&
+    !groups['alive at the end of the trace, allocated during it (persistent sites apart)'].some((r) => r.includes('weights')), JSON.stringify(groups));
+  check('leak table says the outermost ranges are the steps',
+    /no `ProfilerStep#\*` annotation .*the outermost annotation ranges instead, 5 of them \(init \.\. step3\)/.test(leaks), leaks.slice(0, 300));
+  // Naming the step annotation: `step` (step0 .. step3) makes `init` no step, so the weights
+  // are there before the first step.
+  await page.fill('#leak-step', 'step');
+  await page.waitForFunction(() => /the `step\*` annotation ranges, 4 of them/.test(document.getElementById('leaks').textContent), null, { timeout: 10000 });
+  groups = await leakGroups();
+  check('a named step annotation measures from before its first range',
+    groups.persistent.length === 1 && /^init\/weights \(since before step0\)/.test(groups.persistent[0]) && /leaky_cache/.test(groups.growing[0]), JSON.stringify(groups));
+  await page.fill('#leak-step', '');
+  await page.waitForFunction(() => /5 of them/.test(document.getElementById('leaks').textContent), null, { timeout: 10000 });
+  // Filling the box scrolled the page to it; the clicks below aim at the timeline's place.
+  await page.evaluate(() => window.scrollTo(0, 0));
 
   // 3. Clicking an allocation shows its context (tags and frames).
   const rects = await page.evaluate(() => window.memtrace.bandRects());
@@ -134,6 +162,11 @@ try {
   const tree = await page.evaluate(() => ({ data: window.memtraceTree.data(), text: document.getElementById('tree').textContent }));
   check('stack tree panel draws', tree.data.tree.bytes === tree.data.allocated_bytes && tree.text.includes('all allocated blocks') &&
     tree.data.tree.children.length > 0, tree.text.slice(0, 300));
+  // Its caption names the state by the file's event numbers, as --at does (not the state index).
+  const treeCaption = await page.evaluate(() => document.getElementById('tree-caption').textContent);
+  check('stack tree caption names the state by event number', treeCaption.startsWith(tree.data.label) &&
+    /^(after event \d+|before event 0)/.test(treeCaption) &&
+    (tree.data.after_event === null ? tree.data.index === 0 : tree.data.after_event === tree.data.index - 1), treeCaption);
   const timelineBox = await page.locator('#timeline').boundingBox();
   const tipText = async (pattern) => {
     try {

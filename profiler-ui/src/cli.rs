@@ -47,6 +47,21 @@ memory_viz shows). A block with no recorded stack alive before the first event i
 before _record_memory_history was enabled>`; one allocated later without a stack is `<no stack
 recorded>`.";
 
+/// `memtrace leaks --help`'s epilogue: what a step is, growing, persistent, then sites.
+pub const LEAKS_HELP: &str = "\
+Memory is measured before the first step begins and at the end of each step: a step is a range
+of the annotation named by --step (default `ProfilerStep#`, the steps PyTorch's profiler marks).
+Without one, the outermost annotation ranges are the steps, and the report says so; without any
+annotation, memory is measured at the start and the end of the trace. A site is growing when its
+live bytes or blocks rose (and neither fell) at each of the last K measurements (--growth-steps,
+default 3), so a cache that fills in fewer steps and then stays flat is not. A site is persistent
+when its live bytes and blocks were the same at every measurement since one of the first two:
+weights, optimizer state. Inside a step a site is named without the step's own tag.
+
+A site is where a block was allocated: its annotation tags joined by `/`; else the innermost
+frame of the user's own code (see `memtrace top --help`). With --all-frames, torch's wrappers and
+the allocator can name sites.";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -82,9 +97,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Allocations made during the trace and alive at its end, by site, and the sites whose
-    /// live memory grows across annotated steps.
-    #[command(after_help = SITE_HELP)]
+    /// The sites whose live memory grows step after step, the persistent memory (weights,
+    /// optimizer state) apart, and what was allocated during the trace and is alive at its end.
+    #[command(after_help = LEAKS_HELP)]
     Leaks {
         /// The trace file.
         file: PathBuf,
@@ -95,6 +110,14 @@ pub enum Command {
         /// Only this device (default: every device).
         #[arg(long)]
         device: Option<u32>,
+        /// The prefix of the annotation that marks one step of the loop (PyTorch's profiler:
+        /// `ProfilerStep#N`; your own `record_function` or `annotate` name otherwise). Empty:
+        /// the outermost annotation ranges.
+        #[arg(long, value_name = "PREFIX", default_value = crate::analysis::steps::DEFAULT_STEP_PREFIX)]
+        step: String,
+        /// Consecutive growing steps that flag a site as growing (at least 1).
+        #[arg(long, value_name = "K", default_value_t = blockpool::leak::GrowthSettings::DEFAULT_MIN_GROWTH_STEPS)]
+        growth_steps: u32,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

@@ -73,35 +73,72 @@ fn leaks_lists_the_planted_leak_and_its_growth_across_steps() {
         .collect();
     assert_eq!(
         alive,
-        [
-            ("step0/cache", MIB, 1),
-            ("step1/cache", MIB, 1),
-            ("step2/cache", MIB, 1),
-            ("step3/cache", MIB, 1)
-        ]
+        [("cache", 4 * MIB, 4)],
+        "one site in every step: named without the step's tag"
     );
     assert_eq!(device["alive_from_before_bytes"], 0);
     assert_eq!(
         device["steps"],
         serde_json::json!(["step0", "step1", "step2", "step3"])
     );
+    assert_eq!(
+        device["measured_at"],
+        serde_json::json!(["before step0", "step0", "step1", "step2", "step3"])
+    );
+    assert_eq!(device["step_rule"]["kind"], "outermost");
     let growing = device["growing"].as_array().expect("growing");
     assert_eq!(growing.len(), 1, "{growing:?}");
-    assert_eq!(growing[0]["site"], "cache");
+    let cache = &growing[0];
+    assert_eq!(cache["site"], "cache");
     assert_eq!(
-        growing[0]["bytes_per_step"],
-        serde_json::json!([MIB, 2 * MIB, 3 * MIB, 4 * MIB])
+        cache["bytes_by_step"],
+        serde_json::json!([0, MIB, 2 * MIB, 3 * MIB, 4 * MIB])
     );
-    assert_eq!(growing[0]["growth_bytes"], 3 * MIB);
+    assert_eq!(cache["blocks_by_step"], serde_json::json!([0, 1, 2, 3, 4]));
+    assert_eq!(
+        (
+            &cache["growth_bytes"],
+            &cache["growth_bytes_per_step"],
+            &cache["growth_blocks_per_step"],
+            &cache["steps"],
+            &cache["since"]
+        ),
+        (
+            &serde_json::json!(4 * MIB),
+            &serde_json::json!(MIB),
+            &serde_json::json!(1),
+            &serde_json::json!(4),
+            &serde_json::json!("before step0")
+        )
+    );
+    assert_eq!(device["persistent"], serde_json::json!([]));
 
     let text =
         String::from_utf8_lossy(&memtrace(&["leaks", planted_leak_trace()]).stdout).into_owned();
-    assert!(
-        text.contains(
-            "    +  3.00 MiB  cache  (1024.00 KiB -> 2.00 MiB -> 3.00 MiB -> 4.00 MiB)\n"
-        ),
-        "{text}"
+    assert_eq!(
+        text,
+        "device 0\n  \
+         steps: no `ProfilerStep#*` annotation (--step names the step's annotation); the \
+         outermost annotation ranges instead, 4 of them (step0 .. step3)\n  \
+         measured: before step0, then at the end of each step\n  \
+         growing (3 or more consecutive growing steps): 1 site\n    \
+         +1024.00 KiB +1 blocks per step over 4 steps since before step0: cache  (0 bytes -> \
+         1024.00 KiB -> 2.00 MiB -> 3.00 MiB -> 4.00 MiB)\n  \
+         persistent (unchanged since one of the first 2 measurements): none\n  \
+         alive at the end, allocated during the trace (persistent sites apart): 4.00 MiB in 4 \
+         blocks\n      \
+         4.00 MiB       4 blocks  cache\n  \
+         alive at the end, allocated before the trace began: 0 bytes\n"
     );
+    // Four growing steps are fewer than five.
+    let strict = json(&[
+        "leaks",
+        planted_leak_trace(),
+        "--json",
+        "--growth-steps",
+        "5",
+    ]);
+    assert_eq!(strict[0]["growing"], serde_json::json!([]));
 }
 
 #[test]

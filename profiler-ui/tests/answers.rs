@@ -178,7 +178,8 @@ fn expandable_segments_on_adopted_segments_says_it_had_nothing_to_change() {
         "the recording's peak, as the note explains"
     );
     let notes = report["notes"].as_array().expect("notes");
-    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(notes[1], ASSUMED_CAPACITY, "{notes:?}");
     assert_eq!(
         notes[0],
         "expandable_segments: the 999 segments adopted from the start state (22.21 GiB) keep \
@@ -194,8 +195,8 @@ fn expandable_segments_on_adopted_segments_says_it_had_nothing_to_change() {
         "--fresh",
     ]);
     assert_eq!(
-        fresh["notes"].as_array().map(Vec::len),
-        Some(0),
+        fresh["notes"],
+        serde_json::json!([ASSUMED_CAPACITY]),
         "--fresh adopts nothing: {fresh}"
     );
     let plain = run_json(&["replay", &path]);
@@ -214,14 +215,59 @@ fn exact_on_expandable_segments_says_why_addresses_cannot_match() {
     let notes = report["notes"].as_array().expect("notes");
     assert_eq!(
         notes,
-        &[Value::from(
-            "--exact: the trace was recorded with expandable segments (0 segment_map events, \
+        &[
+            Value::from(
+                "--exact: the trace was recorded with expandable segments (0 segment_map events, \
              expandable segments at the start): PyTorch maps pages into one reserved address \
              range per stream and pool, which the simulated device does not reproduce, so \
              allocations there cannot get their recorded addresses; only segments of \
              segment_alloc events are placed as recorded"
-        )]
+            ),
+            Value::from(ASSUMED_CAPACITY)
+        ]
     );
+}
+
+/// The note of a `--config` replay at the assumed capacity that never ran short.
+const ASSUMED_CAPACITY: &str = "the capacity of 1024.00 GiB is assumed (the trace records no \
+     out-of-memory event, so it does not tell the device's memory) and the replay never ran \
+     short of it, so what the config does under memory pressure (freeing cached blocks, \
+     retrying) never happened; give --capacity, e.g. the GPU's memory, to see it";
+
+#[test]
+fn a_garbage_collection_threshold_without_a_memory_fraction_says_it_changed_nothing() {
+    let path = fixture(NOT_HANMIN);
+    let gc = run_json(&[
+        "replay",
+        &path,
+        "--config",
+        "garbage_collection_threshold:0.8",
+    ]);
+    // The header counts the events PyTorch numbers, not the 4 annotations added on import.
+    assert_eq!(gc["events"], 19_468);
+    assert_eq!(gc["numbered_events"], 19_464);
+    assert_eq!(
+        gc["notes"],
+        serde_json::json!([
+            "garbage_collection_threshold:0.8: as in PyTorch, it acts only under a memory \
+             fraction (it frees cached blocks once reserved memory passes that share of the \
+             fraction's limit), and the config sets none, so it changed nothing; add \
+             per_process_memory_fraction:F to --config",
+            ASSUMED_CAPACITY
+        ])
+    );
+    // With a fraction and a capacity the device could have, the threshold can act, and
+    // neither note is printed.
+    let acting = run_json(&[
+        "replay",
+        &path,
+        "--config",
+        "garbage_collection_threshold:0.8,per_process_memory_fraction:0.5",
+        "--capacity",
+        "80G",
+    ]);
+    assert_eq!(acting["notes"], serde_json::json!([]), "{acting}");
+    assert_eq!(acting["capacity_source"], "--capacity");
 }
 
 #[test]

@@ -71,6 +71,8 @@ fn info_reports_exact_counts_of_a_training_step() {
     assert_eq!(device["device"], 0);
     // 19,464 trace entries and the file's 4 external annotations.
     assert_eq!(device["events"], 19_468);
+    assert_eq!(device["numbered_events"], 19_464);
+    assert_eq!(device["inserted_annotations"], 4);
     assert_eq!(device["events_by_action"]["alloc"], 6_488);
     assert_eq!(device["events_by_action"]["free_requested"], 6_488);
     assert_eq!(device["events_by_action"]["free_completed"], 6_488);
@@ -94,9 +96,13 @@ fn info_text_names_format_devices_and_actions() {
         "{text}"
     );
     assert!(text.contains("device 0\n"), "{text}");
-    // 6,486 trace entries and the file's 2 external annotations.
+    // 6,486 trace entries, numbered as PyTorch indexes them, and the file's 2 external
+    // annotations, which have no index.
     assert!(
-        text.contains("  events:    6,488 over 0.050647 s\n"),
+        text.contains(
+            "  events:    6,486 over 0.050647 s, numbered 0 to 6,485 as in device_traces[0], \
+             and 2 annotations from external_annotations (no numbers)\n"
+        ),
         "{text}"
     );
     assert!(
@@ -507,7 +513,9 @@ fn summary_of_a_made_file_without_times_says_so_once() {
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     assert!(
-        text.contains("  events:    12 (no times recorded)\n"),
+        text.contains(
+            "  events:    12 (no times recorded), numbered 0 to 11 as in device_traces[0]\n"
+        ),
         "{text}"
     );
     assert!(!text.contains("0.000000 s"), "{text}");
@@ -532,6 +540,45 @@ fn summary_of_a_made_file_without_times_says_so_once() {
     );
     let timed = to_perfetto("bcrafton_assignment2-systems_memory_snapshot.pickle");
     assert!(!timed.contains("note:"), "{timed}");
+}
+
+#[test]
+fn timeline_of_a_file_without_times_names_its_events_by_their_numbers() {
+    let svg = scratch("untimed-timeline.svg");
+    let output = memtrace(&[
+        "timeline",
+        &fixture("made_four_device_traces_without_times.pickle"),
+        "--device",
+        "0",
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "wrote {} (device 0, 12 events, numbered 0 to 11)\n",
+            svg.display()
+        )
+    );
+    let chart = std::fs::read_to_string(&svg).expect("the chart is written");
+    assert!(
+        chart.contains(">events in order (no times recorded): 12 events, numbered 0 to 11</text>"),
+        "the x axis says it is not time and names the events: {chart}"
+    );
+    // A file with inserted annotations counts only the events the file numbers.
+    let output = memtrace(&[
+        "timeline",
+        &fixture("notHanmin_assignment2-systems_memory_snapshot.pickle"),
+        "--out",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).ends_with("(device 0, 19,464 events, numbered 0 to 19,463)\n"),
+        "{}",
+        stdout(&output)
+    );
 }
 
 #[test]

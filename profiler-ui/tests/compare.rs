@@ -5,12 +5,12 @@
 mod common;
 
 use common::scratch;
+use common::server::{self, serve};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -123,87 +123,22 @@ fn ranks() -> PathBuf {
     .clone()
 }
 
-/// A running `memtrace serve`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    banner: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `memtrace serve` with `args` (after `serve`, before `--port 0`) and waits for the
-/// line with its address.
-fn serve(args: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .arg("serve")
-        .args(args)
-        .args(["--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memtrace starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout);
-    let mut banner = String::new();
-    let mut line = String::new();
-    while !line.contains("http://127.0.0.1:") {
-        line.clear();
-        let read = lines.read_line(&mut line).expect("memtrace writes lines");
-        assert!(read > 0, "memtrace ended before serving: {banner}");
-        banner.push_str(&line);
-    }
-    let port = line
-        .rsplit_once("http://127.0.0.1:")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {line:?}"));
-    Server {
-        child,
-        port,
-        banner,
-    }
-}
-
 /// The status and body of `raw` sent on a fresh connection, read to its end.
 fn send(port: u16, raw: &[u8]) -> (u16, Vec<u8>) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    // A guard against a hang, not a timing assertion.
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    stream.write_all(raw).expect("request sent");
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    split_reply(&bytes)
+    let reply = server::send(port, raw);
+    (reply.status, reply.body)
 }
 
+/// The status and body of the reply in `bytes`.
 fn split_reply(bytes: &[u8]) -> (u16, Vec<u8>) {
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(bytes.len());
-    let head = String::from_utf8_lossy(&bytes[..split]);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, bytes.get(split + 4..).unwrap_or_default().to_vec())
+    let reply = server::split_reply(bytes);
+    (reply.status, reply.body)
 }
 
+/// The status and JSON body of `GET target`.
 fn get(port: u16, target: &str) -> (u16, Value) {
-    let (status, body) = send(
-        port,
-        format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes(),
-    );
-    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
-        panic!("{target}: {e}: {}", String::from_utf8_lossy(&body));
-    });
-    (status, json)
+    let reply = server::get(port, target);
+    (reply.status, reply.json())
 }
 
 /// Threads of process `pid`, from `/proc`.

@@ -7,12 +7,9 @@
 
 mod common;
 
+use common::server::{self, Server};
 use common::{fixture, memtrace, scratch, stderr, stdout};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 const MADE_OOM: &str = "made_oom_private_pool.pickle";
 
@@ -126,57 +123,13 @@ fn pickle_to_json_lines_and_back_keeps_the_numbers() {
     assert_eq!(actions[7], "oom");
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(file: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["serve", file, "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memtrace starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout);
-    let mut line = String::new();
-    while !line.starts_with("serving ") {
-        line.clear();
-        let read = lines.read_line(&mut line).expect("memtrace writes lines");
-        assert!(read > 0, "memtrace ended before serving");
-    }
-    let port = line
-        .rsplit_once("http://127.0.0.1:")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {line:?}"));
-    Server { child, port }
+    server::serve(&[file])
 }
 
+/// The body of `GET target` as JSON.
 fn get(server: &Server, target: &str) -> Value {
-    let port = server.port;
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    write!(
-        stream,
-        "GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n"
-    )
-    .expect("sent");
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head and a body");
-    serde_json::from_slice(&bytes[split + 4..]).unwrap_or_else(|e| panic!("{target}: {e}"))
+    server::get(server.port, target).json()
 }
 
 #[test]

@@ -8,12 +8,11 @@ use blockpool::{
 mod common;
 
 use common::scratch;
+use common::server::{get, send, start, Server};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 /// A trace: in `step0`, 1000 bytes (a 1024-byte block) and 3 MiB allocated and freed; then a
 /// 4096-byte block under `leak` that is never freed. Made once per test process: the tests run
@@ -44,104 +43,8 @@ fn make_recorded_trace() -> PathBuf {
     path
 }
 
-/// A running `memtrace serve`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    banner: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(file: &Path) -> Server {
-    start(&["serve", &file.to_string_lossy(), "--port", "0"], &[])
-}
-
-/// Starts `memtrace` with `args` and `env` and waits for the line that names the address it
-/// serves at (lines before it, such as the demo's report, are kept in `banner` too).
-fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(args)
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("memtrace starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout);
-    let mut banner = String::new();
-    let mut line = String::new();
-    while !line.starts_with("serving ") {
-        line.clear();
-        let read = lines.read_line(&mut line).expect("memtrace writes lines");
-        assert!(read > 0, "memtrace ended before serving: {banner}");
-        banner.push_str(&line);
-    }
-    let port = line
-        .rsplit_once("http://127.0.0.1:")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {line:?}"));
-    Server {
-        child,
-        port,
-        banner,
-    }
-}
-
-struct Reply {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            let body = String::from_utf8_lossy(&self.body);
-            panic!(
-                "{e}: not JSON: {}",
-                body.chars().take(300).collect::<String>()
-            )
-        })
-    }
-}
-
-/// Sends `raw` as is and reads the whole reply.
-fn send(port: u16, raw: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    // A guard against a hang, not a timing assertion.
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    stream.write_all(raw).expect("request sent");
-    // Nothing more will come: a server waiting for the rest of a request sees the end.
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(bytes.len());
-    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = bytes.get(split + 4..).unwrap_or_default().to_vec();
-    Reply { status, head, body }
-}
-
-fn get(port: u16, target: &str) -> Reply {
-    send(
-        port,
-        // HTTP/1.0: the whole body, never chunked, then the connection closes.
-        format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
-    )
+    common::server::serve(&[&file.to_string_lossy()])
 }
 
 #[test]
@@ -222,6 +125,24 @@ fn every_route_answers_with_exact_values() {
     let leaks = get(port, "/api/leaks").json();
     assert_eq!(leaks["alive_at_end"][0]["site"], "leak");
     assert_eq!(leaks["alive_at_end"][0]["bytes"], 4096);
+    assert_eq!(leaks["steps"], serde_json::json!(["step0", "leak"]));
+    assert_eq!(
+        leaks["growing"],
+        serde_json::json!([]),
+        "3 steps flag a site"
+    );
+    let k1 = get(port, "/api/leaks?growth_steps=1").json();
+    assert_eq!(k1["growing"][0]["label"], "leak");
+    assert_eq!(k1["growing"][0]["growth_bytes_per_step"], 4096);
+    assert_eq!(k1["growing"][0]["since"], "step0");
+    let named = get(port, "/api/leaks?step=step&growth_steps=1").json();
+    assert_eq!(named["step_rule"]["kind"], "named");
+    assert_eq!(named["steps"], serde_json::json!(["step0"]));
+    assert_eq!(
+        named["growing"],
+        serde_json::json!([]),
+        "the leak comes after the one step"
+    );
 
     let peak = device["peak_index"].as_u64().expect("peak");
     let breakdown = get(port, "/api/breakdown").json();
@@ -248,6 +169,7 @@ fn every_route_answers_with_exact_values() {
 fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
     let server = serve(&recorded_trace());
     let port = server.port;
+    let long_step = format!("/api/leaks?step={}", "x".repeat(201));
     for (target, status) in [
         ("/api/timeline?width=abc", 400),
         ("/api/timeline?axis=sideways", 400),
@@ -260,6 +182,9 @@ fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
         ("/api/allocation", 400),
         ("/api/allocation?id=99999", 404),
         ("/api/breakdown?index=18446744073709551615", 400),
+        ("/api/leaks?growth_steps=0", 400),
+        ("/api/leaks?growth_steps=4294967296", 400),
+        (&long_step, 400),
     ] {
         let reply = get(port, target);
         assert_eq!(

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::server::{self, get_json};
 use common::{fixture, memtrace, scratch, stderr, stdout};
 use serde_json::Value;
 
@@ -127,22 +128,23 @@ fn leaks_of_the_training_step_are_its_gradients_under_bmm_backward() {
                 51_200_000,
                 1
             ),
-            row(&format!("{CS336}/adapters.py:36:forward"), 40_960_000, 1),
             row("at::_sum_to<c10::SymInt>", 373_760, 73),
-            row(
-                &format!("{CS336}/benchmarking_script.py:101:run_benchmark_with_nvtx"),
-                512,
-                1
-            ),
-        ]
+        ],
+        "the gradients; what was there before the first step and stayed is persistent"
     );
-    let growth = &report["growing"][0];
+    // Before: `Optimizer.zero_grad` and `Optimizer.step` were two steps, and the gradients
+    // (0 -> 3.67 GiB between their ends) were growing.
+    assert_eq!(report["step_rule"]["kind"], "outermost");
+    assert_eq!(report["growing"], serde_json::json!([]));
     assert_eq!(
-        growth["label"],
-        "torch::autograd::generated::BmmBackward0::apply"
+        rows(&report["persistent"])[..3],
+        [
+            row(BEFORE, 3_990_901_760, 328),
+            row(&format!("{CS336}/adapters.py:887:step"), 3_989_844_992, 327),
+            row(&format!("{CS336}/adapters.py:888:step"), 3_989_844_992, 327),
+        ],
+        "the weights and AdamW's two moments"
     );
-    assert_eq!(growth["autograd_node"], "BmmBackward0");
-    assert_eq!(growth["growth_bytes"], 3_938_926_592_u64);
     let text = stdout(&memtrace(&["leaks", &fixture(TRAINING)]));
     assert!(
         text.contains(
@@ -530,72 +532,14 @@ fn the_stack_tree_places_each_block_under_its_frames() {
     );
 }
 
-/// A running `memtrace serve FILE --port 0`, killed when dropped.
-struct Server {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(file: &str) -> Server {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["serve", file, "--port", "0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("memtrace starts");
-    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-    let mut line = String::new();
-    while !line.starts_with("serving ") {
-        line.clear();
-        assert!(
-            lines.read_line(&mut line).expect("reads") > 0,
-            "ended before serving"
-        );
-    }
-    let port = line
-        .rsplit_once("http://127.0.0.1:")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    Server { child, port }
+fn serve(file: &str) -> server::Server {
+    server::serve(&[file])
 }
 
 /// GETs `target` over HTTP/1.0: the status and the body.
 fn get(port: u16, target: &str) -> (u16, Vec<u8>) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .ok();
-    let request = format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    stream.write_all(request.as_bytes()).expect("sent");
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or(bytes.len());
-    let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, bytes.get(split + 4..).unwrap_or_default().to_vec())
-}
-
-fn get_json(port: u16, target: &str) -> Value {
-    let (status, body) = get(port, target);
-    assert_eq!(status, 200, "{target}: {}", String::from_utf8_lossy(&body));
-    serde_json::from_slice(&body).expect("JSON")
+    let reply = server::get(port, target);
+    (reply.status, reply.body)
 }
 
 #[test]
@@ -606,6 +550,9 @@ fn the_viewer_serves_the_tree_and_names_sites_in_either_view() {
     // The tree at the end, as `top --tree` makes it.
     let tree = get_json(port, "/api/tree?device=0&index=6&min_share=0");
     assert_eq!(tree["index"], 6);
+    // Six events applied: the state after event 5, named as `--at 5` names it.
+    assert_eq!(tree["after_event"], 5);
+    assert_eq!(tree["label"], "after event 5");
     assert_eq!(tree["is_peak"], true);
     assert_eq!(tree["allocated_bytes"], 7_733_248);
     assert_eq!(tree["blocks"], 7);
@@ -616,6 +563,8 @@ fn the_viewer_serves_the_tree_and_names_sites_in_either_view() {
         "torch::autograd::generated::BmmBackward0::apply"
     );
     let start = get_json(port, "/api/tree?device=0&index=0");
+    assert_eq!(start["after_event"], Value::Null);
+    assert_eq!(start["label"], "before event 0");
     assert_eq!(start["allocated_bytes"], 512 * KIB);
     assert_eq!(start["tree"]["children"][0]["name"], BEFORE);
     let all = get_json(port, "/api/tree?device=0&all_frames=1&min_share=0");
@@ -744,7 +693,25 @@ fn a_reused_address_is_recorded_from_the_step_that_allocated_it() {
         rows(&leaks[0]["alive_at_end"]),
         [row("<no stack recorded>", MIB, 1)]
     );
+    assert_eq!(
+        leaks[0]["measured_at"],
+        serde_json::json!(["before step0", "step0", "step1"])
+    );
+    assert_eq!(
+        leaks[0]["growing"],
+        serde_json::json!([]),
+        "two steps are fewer than the 3 growing steps that flag a site"
+    );
+    let leaks = json(&["leaks", &path, "--json", "--growth-steps", "1"]);
     let growth = &leaks[0]["growing"][0];
     assert_eq!(growth["label"], "<no stack recorded>");
-    assert_eq!(growth["bytes_per_step"], serde_json::json!([0, MIB]));
+    assert_eq!(
+        growth["bytes_by_step"],
+        serde_json::json!([0, 0, MIB]),
+        "the block alive before recording is another site"
+    );
+    assert_eq!(
+        (growth["steps"].as_u64(), growth["since"].as_str()),
+        (Some(1), Some("step0"))
+    );
 }

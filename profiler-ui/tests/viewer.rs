@@ -10,12 +10,9 @@
 mod common;
 
 use common::scratch;
+use common::server::{self, Server};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -76,73 +73,14 @@ fn write_trace(name: &str, timed: bool) -> PathBuf {
     path
 }
 
-/// A running `memtrace serve`, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(file: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
-        .args(["serve", &file.to_string_lossy(), "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("memtrace starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout);
-    let mut line = String::new();
-    while !line.starts_with("serving ") {
-        line.clear();
-        let read = lines.read_line(&mut line).expect("memtrace writes lines");
-        if read == 0 {
-            let mut why = String::new();
-            if let Some(mut stderr) = child.stderr.take() {
-                let _ = stderr.read_to_string(&mut why);
-            }
-            panic!("memtrace ended before serving: {why}");
-        }
-    }
-    let port = line
-        .rsplit_once("http://127.0.0.1:")
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no 127.0.0.1 address in {line:?}"));
-    Server { child, port }
+    server::serve(&[&file.to_string_lossy()])
 }
 
 /// GETs `target`: the status and the body as JSON.
 fn get(server: &Server, target: &str) -> (u16, Value) {
-    let port = server.port;
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connects");
-    stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-    write!(
-        stream,
-        "GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n"
-    )
-    .expect("request sent");
-    let mut bytes = Vec::new();
-    let _ = stream.read_to_end(&mut bytes);
-    let split = bytes
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head and a body");
-    let head = String::from_utf8_lossy(&bytes[..split]);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = serde_json::from_slice(&bytes[split + 4..])
-        .unwrap_or_else(|e| panic!("{target}: {e}: not JSON"));
-    (status, body)
+    let reply = server::get(server.port, target);
+    (reply.status, reply.json())
 }
 
 fn ok(server: &Server, target: &str) -> Value {

@@ -3,22 +3,14 @@
 //! host memory (`Snapshot.compare_to`), here for device memory: take one before a step and one
 //! after, and the sites that grew come first.
 
+#[cfg(doc)]
+use super::growth::StepDetector;
+use super::growth::{site_totals, SiteTotal};
 use super::live::LiveAllocation;
 use crate::backend::DeviceIndex;
 use crate::error::format_size;
 use std::collections::BTreeMap;
 use std::fmt;
-
-/// Live bytes and allocations of one site.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LiveSite {
-    /// The site label ([`site_label`](super::site_label)).
-    pub site: String,
-    /// Live block bytes.
-    pub bytes: u64,
-    /// Live allocations.
-    pub count: u64,
-}
 
 /// One device's live allocations grouped by site, from
 /// [`CachingAllocator::live_snapshot`](crate::CachingAllocator::live_snapshot).
@@ -27,27 +19,22 @@ pub struct LiveSnapshot {
     /// The device.
     pub device: DeviceIndex,
     /// One row per site, by bytes (largest first), then by label.
-    pub sites: Vec<LiveSite>,
+    pub sites: Vec<SiteTotal>,
 }
 
 impl LiveSnapshot {
-    /// Groups `allocations` of `device` by site (allocations of other devices are skipped).
+    /// Groups `allocations` of `device` by site (allocations of other devices are skipped),
+    /// with [`site_totals`]: the grouping the step detector and `memtrace leaks` use.
     pub fn from_allocations(
         device: DeviceIndex,
         allocations: impl IntoIterator<Item = LiveAllocation>,
     ) -> Self {
-        let mut groups: BTreeMap<String, LiveSite> = BTreeMap::new();
-        for a in allocations.into_iter().filter(|a| a.device == device) {
-            let row = groups.entry(a.site).or_insert_with_key(|site| LiveSite {
-                site: site.clone(),
-                bytes: 0,
-                count: 0,
-            });
-            row.bytes += a.size;
-            row.count += 1;
-        }
-        let mut sites: Vec<LiveSite> = groups.into_values().collect();
-        sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+        let sites = site_totals(
+            allocations
+                .into_iter()
+                .filter(|a| a.device == device)
+                .map(|a| (a.site, a.size)),
+        );
         LiveSnapshot { device, sites }
     }
 
@@ -61,9 +48,9 @@ impl LiveSnapshot {
         self.sites.iter().map(|s| s.count).sum()
     }
 
-    /// The per-site totals, largest first: what a step detector observes once per step
-    /// (owned, as an observation keeps them).
-    pub fn site_totals(&self) -> impl Iterator<Item = LiveSite> + '_ {
+    /// The per-site totals, largest first: what [`StepDetector::observe`] takes once per
+    /// step.
+    pub fn site_totals(&self) -> impl Iterator<Item = SiteTotal> + '_ {
         self.sites.iter().cloned()
     }
 

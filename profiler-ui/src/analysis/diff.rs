@@ -63,10 +63,10 @@ fn peak_and_end(
     let peak = allocated_peak(&memory_series(snapshot, device)?);
     let mut walker = walker(snapshot, device)?;
     walker.seek(peak.index)?;
-    let at_peak = sites_named_by(&names, &walker, false);
+    let at_peak = sites_named_by(&names, &walker);
     let len = walker.len();
     walker.seek(len)?;
-    let at_end = sites_named_by(&names, &walker, false);
+    let at_end = sites_named_by(&names, &walker);
     Ok((peak.allocated, at_peak, at_end))
 }
 

@@ -1,6 +1,6 @@
 //! What the commands and the viewer compute from a trace: where memory was at a point
 //! ([`sites`], named from whose code each frame is, [`frames`]; as a stack tree, [`tree`]), how
-//! it moved over time ([`timeline`]), what was never given back ([`leaks`]), the peaks,
+//! it moved over time ([`timeline`]), what was never given back or grows step after step ([`leaks`], steps as [`steps`] finds them), the peaks,
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
 //! ([`summary`]), and two traces site by site ([`diff`]).
 
@@ -9,6 +9,7 @@ pub mod fragmentation;
 pub mod frames;
 pub mod leaks;
 pub mod sites;
+pub mod steps;
 pub mod summary;
 pub mod timeline;
 pub mod tree;

@@ -147,19 +147,6 @@ impl<'s> SiteNames<'s> {
         self.names.get(context.0 as usize).unwrap_or(&self.names[0])
     }
 
-    /// The site of `context` inside a step: the tags below the outermost one when there are
-    /// several (`step3/forward/attn` is `forward/attn`, so the same code in every step is one
-    /// site), else [`SiteNames::get`].
-    pub fn within_step(&self, context: ContextId) -> SiteName {
-        match self.snapshot.contexts.get(context) {
-            Some(c) if c.tags.len() > 1 => SiteName {
-                site: c.tags[1..].join("/"),
-                autograd_node: self.get(context).autograd_node.clone(),
-            },
-            _ => self.get(context).clone(),
-        }
-    }
-
     /// Whether `context` records neither tags nor frames.
     pub fn is_empty(&self, context: ContextId) -> bool {
         self.snapshot
@@ -269,7 +256,7 @@ pub enum SiteOrder {
 /// The allocated memory of every site at the walker's position, most bytes first (ties by
 /// name), sites named in `view`.
 pub fn sites_at(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> Vec<Site> {
-    sites_named_by(&SiteNames::new(snapshot, view), walker, false)
+    sites_named_by(&SiteNames::new(snapshot, view), walker)
 }
 
 /// What the allocated blocks of one context add up to ([`allocated_by_context`]).
@@ -306,9 +293,8 @@ pub fn allocated_by_context(
     by_context
 }
 
-/// As [`sites_at`], with names made once; `within_step` names sites as
-/// [`SiteNames::within_step`] does.
-pub fn sites_named_by(names: &SiteNames, walker: &StateWalker, within_step: bool) -> Vec<Site> {
+/// As [`sites_at`], with names made once.
+pub fn sites_named_by(names: &SiteNames, walker: &StateWalker) -> Vec<Site> {
     // Blocks of one context at addresses allocated during the trace share a name; add them up
     // per context first, then per name.
     let mut by_name: HashMap<SiteName, Site> = HashMap::new();
@@ -320,8 +306,6 @@ pub fn sites_named_by(names: &SiteNames, walker: &StateWalker, within_step: bool
         } = tally;
         let name = if before {
             SiteName::plain(BEFORE_RECORDING)
-        } else if within_step {
-            names.within_step(context)
         } else {
             names.get(context).clone()
         };

@@ -182,6 +182,7 @@ pub fn busiest_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
 }
 
 /// A top-level annotation: its tag and the state indices it spans.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     /// The outermost tag.
     pub tag: String,
@@ -194,30 +195,42 @@ pub struct Step {
 /// The outermost annotation tags of `device` as index ranges (the steps of a training loop
 /// annotated `step0`, `step1`, ...), in order; stretches with no tag are not steps.
 pub fn steps(snapshot: &Snapshot, device: u32) -> Vec<Step> {
+    steps_by(snapshot, device, |tags| tags.first())
+}
+
+/// The ranges of `device`'s events over which `step_tag` picks the same tag from the
+/// annotation stack (the stack after each `annotate` event, outermost first), in order; a
+/// stretch where it picks none is not a step.
+pub fn steps_by(
+    snapshot: &Snapshot,
+    device: u32,
+    step_tag: impl Fn(&[std::sync::Arc<str>]) -> Option<&std::sync::Arc<str>>,
+) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut open: Option<(String, usize)> = None;
-    let events: Vec<_> = snapshot.device_events(device).collect();
-    for (i, event) in events.iter().enumerate() {
+    let mut events = 0;
+    for (i, event) in snapshot.device_events(device).enumerate() {
+        events = i + 1;
         if event.action != Action::Annotate {
             continue;
         }
-        let outermost = snapshot
+        let tag = snapshot
             .contexts
             .get(event.context)
-            .and_then(|c| c.tags.first())
+            .and_then(|c| step_tag(&c.tags))
             .map(|t| t.to_string());
-        if open.as_ref().map(|o| &o.0) != outermost.as_ref() {
+        if open.as_ref().map(|o| &o.0) != tag.as_ref() {
             if let Some((tag, start)) = open.take() {
                 steps.push(Step { tag, start, end: i });
             }
-            open = outermost.map(|t| (t, i));
+            open = tag.map(|t| (t, i));
         }
     }
     if let Some((tag, start)) = open {
         steps.push(Step {
             tag,
             start,
-            end: events.len(),
+            end: events,
         });
     }
     steps

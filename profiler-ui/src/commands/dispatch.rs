@@ -25,8 +25,17 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             file,
             all_frames,
             device,
+            step,
+            growth_steps,
             json,
-        } => leaks::run(&file, device, FrameView::from_flag(all_frames), json, out),
+        } => {
+            let options = crate::analysis::leaks::LeakOptions {
+                view: FrameView::from_flag(all_frames),
+                step_prefix: step,
+                min_growth_steps: growth_steps,
+            };
+            leaks::run(&file, device, &options, json, out)
+        }
         Command::Top {
             file,
             at,

@@ -41,8 +41,14 @@ pub struct InfoReport {
 pub struct DeviceInfo {
     /// Device index.
     pub device: u32,
-    /// Recorded events.
+    /// Recorded events, inserted annotations included.
     pub events: u64,
+    /// Of them, the events the file numbers (for a PyTorch snapshot the entries of
+    /// `device_traces[device]`, numbered 0 to `numbered_events - 1`).
+    pub numbered_events: u64,
+    /// Of them, the annotations the import inserted from PyTorch's `external_annotations`;
+    /// they have no number of their own.
+    pub inserted_annotations: u64,
     /// Events by action name; actions that never occur are left out.
     pub events_by_action: BTreeMap<&'static str, u64>,
     /// Time of the first event, in microseconds since the origin.
@@ -91,6 +97,8 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
             let mut info = DeviceInfo {
                 device,
                 events: 0,
+                numbered_events: 0,
+                inserted_annotations: 0,
                 events_by_action: BTreeMap::new(),
                 first_time_us: None,
                 last_time_us: None,
@@ -118,6 +126,9 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                         .map_or(event.time_us, |t| t.max(event.time_us)),
                 );
             }
+            let numbers = snapshot.event_numbers(device);
+            info.numbered_events = numbers.count() as u64;
+            info.inserted_annotations = numbers.inserted().len() as u64;
             for segment in snapshot.device_segments(device) {
                 info.segments = info.segments.saturating_add(1);
                 if segment.expandable {
@@ -208,7 +219,11 @@ pub fn render(report: &InfoReport) -> String {
             (Some(_), Some(_)) => " (no times recorded)".to_owned(),
             _ => String::new(),
         };
-        let _ = writeln!(text, "  events:    {}{span}", count(device.events));
+        let _ = writeln!(
+            text,
+            "  events:    {}",
+            event_count(report.format, device, &span)
+        );
         let by_action: Vec<String> = Action::ALL
             .iter()
             .filter_map(|a| {
@@ -243,6 +258,35 @@ pub fn render(report: &InfoReport) -> String {
                 pool.pool_id.1,
                 count(pool.segments),
                 format_size(pool.reserved_bytes)
+            );
+        }
+    }
+    text
+}
+
+/// A device's events with the numbers they go by: "12 over 0.5 s, numbered 0 to 11", and the
+/// annotations the import inserted, which have none.
+fn event_count(format: &str, device: &DeviceInfo, span: &str) -> String {
+    let numbered = device.numbered_events;
+    let mut text = format!("{}{span}", count(numbered));
+    match numbered {
+        0 => {}
+        1 => text.push_str(", numbered 0"),
+        n => {
+            let _ = write!(text, ", numbered 0 to {}", count(n - 1));
+        }
+    }
+    if format == "pytorch" && numbered > 0 {
+        let _ = write!(text, " as in device_traces[{}]", device.device);
+    }
+    match device.inserted_annotations {
+        0 => {}
+        1 => text.push_str(", and 1 annotation from external_annotations (no number)"),
+        n => {
+            let _ = write!(
+                text,
+                ", and {} annotations from external_annotations (no numbers)",
+                count(n)
             );
         }
     }

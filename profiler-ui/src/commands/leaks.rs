@@ -1,8 +1,18 @@
-//! `memtrace leaks FILE [--device N] [--all-frames] [--json]`: allocations made during the trace and alive at
-//! its end, grouped by site, and the sites whose live memory grows across annotated steps.
+//! `memtrace leaks FILE [--device N] [--all-frames] [--step PREFIX] [--growth-steps K] [--json]`:
+//! the sites whose live memory grows step after step, the persistent memory apart, and what was
+//! allocated during the trace and is alive at its end, per device.
+//!
+//! `--json` prints one [`LeakReport`] per device, as the viewer's `/api/leaks` serves it:
+//! `device`; `steps` (the step tags) and `step_rule` (`kind`: `named`, `outermost` or `none`;
+//! `prefix`; `text`, the sentence below); `measured_at` (the measurement names: `before STEP`,
+//! then each step); `settings` (`min_growth_steps`, `warmup_steps`); `growing` (per site:
+//! `site`, `autograd_node`, `label`, `steps`, `since`, `bytes`, `blocks`, `growth_bytes`,
+//! `growth_blocks`, `growth_bytes_per_step`, `growth_blocks_per_step`, and the series
+//! `bytes_by_step` and `blocks_by_step` in `measured_at` order); `persistent` (`site`,
+//! `autograd_node`, `label`, `bytes`, `blocks`, `since`); `alive_at_end` (sites as `top` lists
+//! them, persistent ones left out); `alive_from_before_bytes`.
 
-use crate::analysis::frames::FrameView;
-use crate::analysis::leaks::{find_leaks_in, LeakReport};
+use crate::analysis::leaks::{find_leaks, LeakOptions, LeakReport};
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -14,23 +24,28 @@ use std::path::Path;
 pub fn run(
     file: &Path,
     device: Option<u32>,
-    view: FrameView,
+    options: &LeakOptions,
     json: bool,
     out: &mut Output,
 ) -> anyhow::Result<()> {
+    // Refuse bad settings before reading what may be a large file.
+    blockpool::leak::StepDetector::new(blockpool::leak::GrowthSettings::with_min_growth_steps(
+        options.min_growth_steps,
+    ))
+    .context("--growth-steps")?;
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let reports: Vec<anyhow::Result<_>> = match device {
-        Some(_) => vec![find_leaks_in(
+        Some(_) => vec![find_leaks(
             snapshot,
             crate::analysis::timeline::pick_device(snapshot, device)?,
-            view,
+            options,
         )],
         // Split once, so each device's pass reads its own events.
         None => snapshot
             .by_device()
             .into_iter()
-            .map(|(d, part)| find_leaks_in(&part, d, view))
+            .map(|(d, part)| find_leaks(&part, d, options))
             .collect(),
     };
     let reports = reports.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
@@ -49,14 +64,78 @@ pub fn run(
     Ok(())
 }
 
+/// `N sites` / `1 site`.
+fn sites(n: usize) -> String {
+    format!("{n} site{}", if n == 1 { "" } else { "s" })
+}
+
 /// One device's report as text.
-fn render(report: &LeakReport, text: &mut String) {
+pub fn render(report: &LeakReport, text: &mut String) {
     let _ = writeln!(text, "device {}", report.device);
+    let _ = writeln!(text, "  steps: {}", report.step_rule.text);
+    if let (false, Some(first)) = (report.steps.is_empty(), report.measured_at.first()) {
+        let _ = writeln!(text, "  measured: {first}, then at the end of each step");
+    }
+    let k = report.settings.min_growth_steps;
+    let measurements = report.measured_at.len();
+    if measurements <= k as usize {
+        let _ = writeln!(
+            text,
+            "  growing: cannot tell from {measurements} measurement{}: {k} consecutive growing \
+             steps (--growth-steps) take {}",
+            if measurements == 1 { "" } else { "s" },
+            u64::from(k) + 1
+        );
+    } else if report.growing.is_empty() {
+        let _ = writeln!(
+            text,
+            "  growing: none (no site grew at each of the last {k} measurements)"
+        );
+    } else {
+        let _ = writeln!(
+            text,
+            "  growing ({k} or more consecutive growing steps): {}",
+            sites(report.growing.len())
+        );
+    }
+    for g in &report.growing {
+        let series: Vec<String> = g.bytes_by_step.iter().map(|&b| format_size(b)).collect();
+        let _ = writeln!(
+            text,
+            "    +{:>10} +{} blocks per step over {} steps since {}: {}  ({})",
+            format_size(g.growth_bytes_per_step),
+            count(g.growth_blocks_per_step),
+            g.steps,
+            g.since,
+            g.label,
+            series.join(" -> ")
+        );
+    }
+    let persistent: u64 = report.persistent.iter().map(|p| p.bytes).sum();
+    let _ = write!(
+        text,
+        "  persistent (unchanged since one of the first {} measurements): ",
+        u64::from(report.settings.warmup_steps) + 1,
+    );
+    let _ = match report.persistent.len() {
+        0 => writeln!(text, "none"),
+        n => writeln!(text, "{} in {}", format_size(persistent), sites(n)),
+    };
+    for p in &report.persistent {
+        let _ = writeln!(
+            text,
+            "    {:>10}  {:>6} blocks  {}  (since {})",
+            format_size(p.bytes),
+            count(p.blocks),
+            p.label,
+            p.since
+        );
+    }
     let total: u64 = report.alive_at_end.iter().map(|s| s.bytes).sum();
     let blocks: u64 = report.alive_at_end.iter().map(|s| s.blocks).sum();
     let _ = writeln!(
         text,
-        "  alive at the end, allocated during the trace: {} in {} blocks",
+        "  alive at the end, allocated during the trace (persistent sites apart): {} in {} blocks",
         format_size(total),
         count(blocks)
     );
@@ -74,40 +153,4 @@ fn render(report: &LeakReport, text: &mut String) {
         "  alive at the end, allocated before the trace began: {}",
         format_size(report.alive_from_before_bytes)
     );
-    if report.steps.len() < 2 {
-        let _ = writeln!(
-            text,
-            "  growth across steps: needs two or more annotated steps (outermost annotate tags); \
-             found {}",
-            report.steps.len()
-        );
-        return;
-    }
-    let _ = writeln!(
-        text,
-        "  growth across {} steps ({} .. {}):",
-        report.steps.len(),
-        report.steps[0],
-        report.steps[report.steps.len() - 1]
-    );
-    if report.growing.is_empty() {
-        let _ = writeln!(
-            text,
-            "    none: no site's live memory grows from step to step"
-        );
-    }
-    for growth in &report.growing {
-        let per_step: Vec<String> = growth
-            .bytes_per_step
-            .iter()
-            .map(|&b| format_size(b))
-            .collect();
-        let _ = writeln!(
-            text,
-            "    +{:>10}  {}  ({})",
-            format_size(growth.growth_bytes),
-            growth.label,
-            per_step.join(" -> ")
-        );
-    }
 }

@@ -43,8 +43,10 @@ pub struct ReplayReport {
     pub format: &'static str,
     /// The device replayed.
     pub device: u32,
-    /// Its events.
+    /// Its events, inserted annotations included.
     pub events: u64,
+    /// Of them, the events the file numbers (see `memtrace --help`, Event numbers).
+    pub numbered_events: u64,
     /// The allocator settings replayed with, in config syntax (empty: the defaults).
     pub config: String,
     /// Where they came from: `--config`, `trace` or `default`.
@@ -164,13 +166,21 @@ pub fn replay(
         None
     };
     progress.finish_and_clear();
-    let notes = notes(args, &config, &start_state, events, &outcome);
+    let notes = notes(
+        args,
+        &config,
+        capacity_source,
+        &start_state,
+        events,
+        &outcome,
+    );
     let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
     Ok(ReplayReport {
         file: args.file.display().to_string(),
         format: format.as_str(),
         device,
         events: event_count,
+        numbered_events: workload.numbers.count() as u64,
         config: config.to_string(),
         config_source,
         config_note,
@@ -191,15 +201,29 @@ pub fn replay(
 }
 
 /// What the replay's settings could not act on: expandable segments on a start state of
-/// adopted fixed-size segments, and `--exact` on mapped ranges of expandable segments.
+/// adopted fixed-size segments, `--exact` on mapped ranges of expandable segments, a garbage
+/// collection threshold without a memory fraction, and an assumed capacity the replay never
+/// came near.
 fn notes(
     args: &ReplayArgs,
     config: &AllocatorConfig,
+    capacity_source: &str,
     start_state: &blockpool::trace::DeviceState,
     events: &[blockpool::trace::TraceEvent],
     outcome: &Outcome,
 ) -> Vec<String> {
     let mut notes = Vec::new();
+    if config.garbage_collection_threshold() > 0.0 && config.per_process_memory_fraction().is_none()
+    {
+        notes.push(format!(
+            "garbage_collection_threshold:{}: as in PyTorch, it acts only under a memory \
+             fraction (it frees cached blocks once reserved memory passes that share of the \
+             fraction's limit), and the config sets none, so it changed nothing; add \
+             per_process_memory_fraction:F to --config",
+            config.garbage_collection_threshold()
+        ));
+    }
+
     let start = &outcome.start;
     if config.expandable_segments() && start.adopted_segments > 0 {
         let adopted = format!(
@@ -252,6 +276,16 @@ fn notes(
              allocation freed at once (what the program did next is not in the trace), and {} \
              of them failed here too",
             count(outcome.recorded_oom_failed)
+        ));
+    }
+    if args.config.is_some() && capacity_source == "default" && outcome.out_of_memory_events() == 0
+    {
+        notes.push(format!(
+            "the capacity of {} is assumed (the trace records no out-of-memory event, so it \
+             does not tell the device's memory) and the replay never ran short of it, so what \
+             the config does under memory pressure (freeing cached blocks, retrying) never \
+             happened; give --capacity, e.g. the GPU's memory, to see it",
+            format_size(DEFAULT_CAPACITY)
         ));
     }
     notes
@@ -334,7 +368,7 @@ pub fn render(report: &ReplayReport) -> String {
         "replay of {}, device {}: {} events ({} allocations, {} frees)",
         report.file,
         report.device,
-        count(report.events),
+        count(report.numbered_events),
         count(outcome.allocations),
         count(outcome.frees)
     );

@@ -30,19 +30,48 @@ pub fn run(file: &Path, svg: &Path, device: Option<u32>, out: &mut Output) -> an
     let device = pick_device(snapshot, device)?;
     let series = memory_series(snapshot, device)?;
     let steps = steps(snapshot, device);
-    let chart = render(&file.display().to_string(), device, &series, &steps);
+    let numbered = snapshot.event_numbers(device).count();
+    let chart = render(
+        &file.display().to_string(),
+        device,
+        &series,
+        &steps,
+        numbered,
+    );
     std::fs::write(svg, chart).with_context(|| format!("cannot write {}", svg.display()))?;
     out.write(&format!(
-        "wrote {} (device {device}, {} events)\n",
+        "wrote {} (device {device}, {})\n",
         svg.display(),
-        count(series.len().saturating_sub(1) as u64)
+        numbered_events(numbered)
     ))?;
     out.flush()?;
     Ok(())
 }
 
-/// The chart. The x axis is time when the events carry distinct times, else the event index.
-pub fn render(title: &str, device: u32, series: &[Sample], steps: &[Step]) -> String {
+/// "12 events, numbered 0 to 11": how many events the file numbers on a device, and their
+/// numbers (see `memtrace --help`, Event numbers).
+fn numbered_events(numbered: usize) -> String {
+    match numbered {
+        0 => "no events".to_owned(),
+        1 => "1 event, numbered 0".to_owned(),
+        n => format!(
+            "{} events, numbered 0 to {}",
+            count(n as u64),
+            count(n as u64 - 1)
+        ),
+    }
+}
+
+/// The chart. The x axis is time when the events carry distinct times, else the events in
+/// order; `numbered` is how many events the file numbers on `device` (inserted annotations
+/// have no number), which the axis names.
+pub fn render(
+    title: &str,
+    device: u32,
+    series: &[Sample],
+    steps: &[Step],
+    numbered: usize,
+) -> String {
     let by_time = series.windows(2).any(|w| w[1].time_us > w[0].time_us);
     let x_of = |s: &Sample| {
         if by_time {
@@ -123,8 +152,8 @@ pub fn render(title: &str, device: u32, series: &[Sample], steps: &[Step]) -> St
         format!("time (µs), {}", duration(x_max - x_min))
     } else {
         format!(
-            "event (no times recorded), {} events",
-            series.len().saturating_sub(1)
+            "events in order (no times recorded): {}",
+            numbered_events(numbered)
         )
     };
     let _ = writeln!(

@@ -76,7 +76,7 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
         out.flush()?;
         return Ok(());
     }
-    let mut sites = sites_named_by(&names, &walker, false);
+    let mut sites = sites_named_by(&names, &walker);
     let allocated_bytes = sites.iter().map(|s| s.bytes).sum();
     sort_sites(&mut sites, options.order);
     sites.truncate(options.limit);

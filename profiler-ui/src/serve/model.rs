@@ -6,8 +6,7 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
-use crate::analysis::frames::FrameView;
-use crate::analysis::leaks::{find_leaks, LeakReport};
+use crate::analysis::leaks::{find_leaks, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
 use crate::analysis::summary::{summarize, SummaryReport};
 use crate::analysis::timeline::{allocated_peak, memory_series};
@@ -15,7 +14,10 @@ use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
 use blockpool::trace::{Action, ContextId, DeviceState, Snapshot, StateWalker, TraceEvent};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
+
+/// Leak reports with other than the default options a device keeps at once.
+const MAX_LEAK_REPORTS: usize = 16;
 
 /// One allocation: a block from its `alloc` event (or from before the trace) to its
 /// `free_completed` event (or past the end).
@@ -72,11 +74,11 @@ pub struct DeviceModel {
     pub numbers: blockpool::trace::EventNumbers,
     /// Annotation intervals, ordered by start.
     pub annotations: Vec<AnnotationInterval>,
-    /// Leaks: allocations alive at the end, and sites growing across steps (sites named by the
-    /// user's own code).
-    pub leaks: LeakReport,
-    /// The same with sites named by every frame, made when first asked for.
-    pub leaks_all_frames: OnceLock<LeakReport>,
+    /// Leaks with the default options ([`LeakOptions::default`]: sites named by the user's own
+    /// code, `ProfilerStep#` steps): growing, persistent, and alive at the end.
+    pub leaks: Arc<LeakReport>,
+    /// Leak reports with other options, made when first asked for.
+    pub leaks_by_options: Mutex<HashMap<LeakOptions, Arc<LeakReport>>>,
     /// Streams that allocations were made on, ascending.
     pub streams: Vec<u64>,
     /// Reserved memory as lifetimes, one per segment (or mapped range of an expandable
@@ -163,20 +165,37 @@ impl TraceModel {
         &self.context_text(allocation.context).site
     }
 
-    /// The leak report of `device` with sites named in `view`.
-    pub fn leaks<'d>(
+    /// The leak report of `device` with `options`, made once per options.
+    pub fn leaks(
         &self,
-        device: &'d DeviceModel,
-        view: FrameView,
-    ) -> anyhow::Result<&'d LeakReport> {
-        if view == FrameView::User {
-            return Ok(&device.leaks);
+        device: &DeviceModel,
+        options: &LeakOptions,
+    ) -> anyhow::Result<Arc<LeakReport>> {
+        if *options == LeakOptions::default() {
+            return Ok(Arc::clone(&device.leaks));
         }
-        if let Some(report) = device.leaks_all_frames.get() {
+        // A panic while the lock is held cannot leave the map half-written.
+        let cached = device
+            .leaks_by_options
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(options)
+            .cloned();
+        if let Some(report) = cached {
             return Ok(report);
         }
-        let report = crate::analysis::leaks::find_leaks_in(&self.snapshot, device.device, view)?;
-        Ok(device.leaks_all_frames.get_or_init(|| report))
+        // Computed outside the lock: other requests keep being answered meanwhile.
+        let report = Arc::new(find_leaks(&self.snapshot, device.device, options)?);
+        let mut cache = device
+            .leaks_by_options
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Each prefix typed in the page's step box is a report: keep the memory bounded.
+        if cache.len() >= MAX_LEAK_REPORTS {
+            cache.clear();
+        }
+        cache.insert(options.clone(), Arc::clone(&report));
+        Ok(report)
     }
 
     /// The texts of `context` (empty ones for an unknown id).
@@ -297,7 +316,7 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();
-    let leaks = find_leaks(snapshot, device)?;
+    let leaks = Arc::new(find_leaks(snapshot, device, &LeakOptions::default())?);
     let has_times = state_time_us.last() > state_time_us.first();
     // Leave the walker at the peak, where the page first asks for the segments.
     walker.seek(peak_index).map_err(failed)?;
@@ -311,7 +330,7 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
         numbers: snapshot.event_numbers(device),
         annotations: annotation_intervals(snapshot, device),
         leaks,
-        leaks_all_frames: OnceLock::new(),
+        leaks_by_options: Mutex::new(HashMap::new()),
         streams,
         segments,
         has_times,

@@ -16,7 +16,7 @@
 //! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
 //! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
-//! | `/api/leaks?device&all_frames` | the leak report |
+//! | `/api/leaks?device&all_frames&step&growth_steps` | the leak report (`memtrace leaks --json`'s, one device): steps are the `step` prefix's annotation ranges (default `ProfilerStep#`; empty: the outermost ranges), `growth_steps` is K (default 3) |
 //! | `/api/breakdown?device&index&limit&all_frames` | [`Breakdown`](super::tables::Breakdown) |
 //! | `/api/tree?device&index&all_frames&depth&min_share` | [`TreeView`](super::tree::TreeView) |
 //!
@@ -36,6 +36,7 @@ use super::query::Target;
 use super::set::TraceSet;
 use super::tables;
 use super::tree;
+use crate::analysis::leaks::LeakOptions;
 use blockpool::trace::ContextId;
 use serde::Serialize;
 
@@ -316,8 +317,8 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
         }
         "/api/leaks" => {
             let device = device(model, target)?;
-            match model.leaks(device, tree::view(target)?) {
-                Ok(report) => Reply::json(report),
+            match model.leaks(device, &leak_options(target)?) {
+                Ok(report) => Reply::json(&*report),
                 Err(e) => Reply::error(500, &format!("{e:#}")),
             }
         }
@@ -347,4 +348,34 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
         _ => return Ok(None),
     };
     Ok(Some(reply))
+}
+
+/// The longest `step` prefix `/api/leaks` takes.
+const MAX_STEP_PREFIX: usize = 200;
+
+/// `/api/leaks`' options: `all_frames`, `step` (present and empty: the outermost ranges) and
+/// `growth_steps` (at least 1).
+fn leak_options(target: &Target) -> Result<LeakOptions, RequestError> {
+    let mut options = LeakOptions {
+        view: tree::view(target)?,
+        ..LeakOptions::default()
+    };
+    if let Some(step) = target.params.get("step") {
+        if step.chars().count() > MAX_STEP_PREFIX {
+            return Err(RequestError::BadParameter {
+                name: "step",
+                reason: format!("longer than {MAX_STEP_PREFIX} characters"),
+            });
+        }
+        options.step_prefix = step.clone();
+    }
+    if let Some(k) = target.number("growth_steps")? {
+        options.min_growth_steps = u32::try_from(k).ok().filter(|&k| k >= 1).ok_or_else(|| {
+            RequestError::BadParameter {
+                name: "growth_steps",
+                reason: format!("{k} is not from 1 to {}", u32::MAX),
+            }
+        })?;
+    }
+    Ok(options)
 }

@@ -281,7 +281,7 @@ pub fn breakdown(
     let mut sites = {
         let mut walker = lock(device);
         walker.seek(index)?;
-        sites_named_by(&names, &walker, false)
+        sites_named_by(&names, &walker)
     };
     sites.truncate(limit);
     Ok(Breakdown {

@@ -16,8 +16,15 @@ pub const MAX_DEPTH: u64 = 64;
 /// The stack tree at one state.
 #[derive(Debug, Serialize)]
 pub struct TreeView {
-    /// The state index.
+    /// The state index: after this many of the device's events, inserted annotations
+    /// included (what `/api/tree?index=` takes, as every state route does; not an event
+    /// number).
     pub index: usize,
+    /// The state by event number: after this event (PyTorch's index in `device_traces`, as
+    /// `memtrace --at` takes it); `None` before event 0.
+    pub after_event: Option<usize>,
+    /// `after event 7` or `before event 0`, as the page prints it.
+    pub label: String,
     /// Whether it is the allocated peak.
     pub is_peak: bool,
     /// Bytes in allocated blocks there (block sizes, not requested sizes): the root's bytes.
@@ -85,6 +92,8 @@ pub fn tree_view(
     };
     Ok(TreeView {
         index,
+        after_event: device.numbers.state(index),
+        label: device.numbers.state_label(index),
         is_peak: index == device.peak_index,
         allocated_bytes: tree.bytes,
         blocks: tree.blocks,

@@ -35,7 +35,8 @@ pub fn serve(args: &[&str]) -> Server {
 }
 
 /// Starts `memtrace` with `args` and `env` and waits for the line that names the address it
-/// serves at (lines before it, such as the demo's report, are kept in the banner too).
+/// serves at, `http://127.0.0.1:PORT/` (lines before it, such as the demo's report, are kept
+/// in the banner too).
 pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_memtrace"))
         .args(args)
@@ -48,7 +49,7 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
     let mut lines = BufReader::new(stdout);
     let mut banner = String::new();
     let mut line = String::new();
-    while !line.starts_with("serving ") {
+    while !line.contains("http://127.0.0.1:") {
         line.clear();
         let read = lines.read_line(&mut line).expect("memtrace writes lines");
         if read == 0 {
@@ -117,6 +118,8 @@ pub fn send(port: u16, raw: &[u8]) -> Reply {
     // A guard against a hang, not a timing assertion.
     stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
     stream.write_all(raw).expect("request sent");
+    // Nothing more will come: a server waiting for the rest of a request sees the end.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
     let mut bytes = Vec::new();
     let _ = stream.read_to_end(&mut bytes);
     split_reply(&bytes)
@@ -128,4 +131,17 @@ pub fn get(port: u16, target: &str) -> Reply {
         port,
         format!("GET {target} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
     )
+}
+
+/// GETs `target` and parses its body as JSON; a status other than 200 fails the test with the
+/// body.
+pub fn get_json(port: u16, target: &str) -> Value {
+    let reply = get(port, target);
+    assert_eq!(
+        reply.status,
+        200,
+        "{target}: {}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    reply.json()
 }

@@ -1,0 +1,241 @@
+//! Columns, bands, the summarized band and curves on small devices built by hand.
+
+use super::*;
+use blockpool::trace::{Action, Context, ContextId, Snapshot, TraceEvent};
+use blockpool::StreamId;
+use std::path::Path;
+
+/// A(100) from event 0 until its free completes at 3, B(200) from 1 to 6, C(50) from 4
+/// on; A tagged `step0/attn`. Active bytes per state 0..=7: 0, 100, 300, 300, 200, 250,
+/// 250, 50 (allocated: 0, 100, 300, 200, 200, 250, 50, 50).
+fn model() -> TraceModel {
+    let mut snapshot = Snapshot::default();
+    let attn = snapshot.contexts.intern(Context {
+        tags: vec!["step0".into(), "attn".into()],
+        frames: Vec::new(),
+    });
+    let event = |action, addr, size, time_us, context| TraceEvent {
+        action,
+        device: 0,
+        stream: StreamId::DEFAULT,
+        addr,
+        size,
+        requested: size,
+        time_us,
+        context,
+    };
+    snapshot.events = vec![
+        event(Action::Alloc, 0x1000, 100, 10, attn),
+        event(Action::Alloc, 0x2000, 200, 20, ContextId::NONE),
+        event(Action::FreeRequested, 0x1000, 100, 30, attn),
+        event(Action::FreeCompleted, 0x1000, 100, 30, attn),
+        event(Action::Alloc, 0x3000, 50, 40, ContextId::NONE),
+        event(Action::FreeRequested, 0x2000, 200, 50, ContextId::NONE),
+        event(Action::FreeCompleted, 0x2000, 200, 50, ContextId::NONE),
+    ];
+    TraceModel::build(Path::new("t.jsonl"), "jsonl", snapshot).expect("the model builds")
+}
+
+fn window(axis: Axis, from: u64, to: u64, width: usize) -> Window {
+    Window {
+        axis,
+        from,
+        to,
+        width,
+    }
+}
+
+fn runs(timeline: &Timeline) -> Vec<(usize, Vec<[u64; 3]>)> {
+    timeline
+        .bands
+        .iter()
+        .map(|b| (b.id, b.runs.clone()))
+        .collect()
+}
+
+#[test]
+fn one_column_per_state_stacks_every_allocation_oldest_at_the_bottom() {
+    let model = model();
+    let device = &model.devices[0];
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, 8, 8),
+        &Filter::default(),
+        10,
+    );
+    assert_eq!(t.states, [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(t.total, [0, 100, 300, 300, 200, 250, 250, 50]);
+    assert_eq!(t.other, [0; 8], "every allocation is shown on its own");
+    assert_eq!(
+        runs(&t),
+        [
+            (0, vec![[1, 4, 0]]),
+            (1, vec![[2, 4, 100], [4, 7, 0]]),
+            (2, vec![[5, 7, 200], [7, 8, 0]]),
+        ],
+        "B sits on A until A's free completes, then drops to the floor"
+    );
+    assert_eq!(t.bands[0].site, "step0/attn");
+    assert_eq!(
+        (t.bands[2].start, t.bands[2].end),
+        (5, 8),
+        "C is alive at the end"
+    );
+}
+
+#[test]
+fn past_the_limit_the_rest_is_one_summarized_band() {
+    let model = model();
+    let device = &model.devices[0];
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, 8, 8),
+        &Filter::default(),
+        1,
+    );
+    assert_eq!(
+        runs(&t),
+        [(1, vec![[2, 7, 0]])],
+        "only the largest, B, on its own"
+    );
+    assert_eq!(t.other, [0, 100, 100, 100, 0, 50, 50, 50]);
+    assert_eq!(t.matched, 3);
+}
+
+#[test]
+fn a_column_shows_the_state_where_its_memory_peaks() {
+    let model = model();
+    let device = &model.devices[0];
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, 8, 2),
+        &Filter::default(),
+        10,
+    );
+    assert_eq!(t.states, [2, 5], "300 bytes first at 2, 250 first at 5");
+    assert_eq!(t.total, [300, 250]);
+    let c = curves(device, window(Axis::Event, 0, 8, 2));
+    assert_eq!(c.states, [2, 5]);
+    assert_eq!(c.allocated, [300, 250]);
+    assert_eq!(c.reserved, [0, 0]);
+    assert_eq!(
+        c.fragmentation,
+        [0.0, 0.0],
+        "nothing reserved: no fragmentation"
+    );
+}
+
+#[test]
+fn time_columns_without_events_show_the_state_in_effect() {
+    let model = model();
+    let device = &model.devices[0];
+    assert_eq!(device.state_time_us, [10, 10, 20, 30, 30, 40, 50, 50]);
+    let cols = columns(device, &window(Axis::Time, 0, 60, 6));
+    assert_eq!(cols, [(0, 1), (0, 2), (2, 3), (3, 5), (5, 6), (6, 8)]);
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Time, 0, 60, 6),
+        &Filter::default(),
+        10,
+    );
+    assert_eq!(t.states, [0, 1, 2, 3, 5, 6]);
+    let late = columns(device, &window(Axis::Time, 1000, 2000, 3));
+    assert_eq!(late, [(7, 8); 3], "after the last event: the end state");
+}
+
+#[test]
+fn a_filter_narrows_the_bands_and_the_total() {
+    let model = model();
+    let device = &model.devices[0];
+    let big = Filter {
+        min_size: Some(150),
+        ..Filter::default()
+    };
+    let t = timeline(&model, device, window(Axis::Event, 0, 8, 8), &big, 10);
+    assert_eq!(runs(&t), [(1, vec![[2, 7, 0]])]);
+    assert_eq!(t.total, [0, 0, 200, 200, 200, 200, 200, 0]);
+    let attn = Filter {
+        text: Some("attn".into()),
+        ..Filter::default()
+    };
+    let t = timeline(&model, device, window(Axis::Event, 0, 8, 8), &attn, 10);
+    assert_eq!(runs(&t), [(0, vec![[1, 4, 0]])]);
+    assert_eq!(t.matched, 1);
+}
+
+#[test]
+fn the_summarized_band_of_a_column_lists_what_is_not_drawn_by_site() {
+    let model = model();
+    let device = &model.devices[0];
+    let w = window(Axis::Event, 0, 8, 8);
+    let s = summarized(&model, device, w, &Filter::default(), 1, 2).expect("column 2 exists");
+    assert_eq!(
+        s,
+        Summarized {
+            column: 2,
+            state: 2,
+            allocations: 1,
+            bytes: 100,
+            sites: vec![SummarizedSite {
+                site: "step0/attn".into(),
+                bytes: 100,
+                allocations: 1,
+            }],
+            more_sites: 0,
+        },
+        "B is drawn; A is the grey band at state 2"
+    );
+    let t = timeline(&model, device, w, &Filter::default(), 1);
+    assert_eq!(t.other[2], s.bytes, "the band's height is what it holds");
+    assert_eq!(
+        summarized(&model, device, w, &Filter::default(), 1, 8),
+        None
+    );
+}
+
+#[test]
+fn a_band_is_stacked_only_over_the_columns_it_is_alive_in() {
+    // Two columns of four states each: A (100) is alive in the first column's peak state
+    // only; B and C keep their heights over A's gap.
+    let model = model();
+    let device = &model.devices[0];
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, 8, 4),
+        &Filter::default(),
+        10,
+    );
+    assert_eq!(t.states, [1, 2, 5, 6]);
+    assert_eq!(
+        runs(&t),
+        [
+            (0, vec![[0, 2, 0]]),
+            (1, vec![[1, 2, 100], [2, 4, 0]]),
+            (2, vec![[2, 4, 200]]),
+        ]
+    );
+    assert_eq!(t.limit, 10);
+}
+
+#[test]
+fn hostile_windows_are_clamped_not_panics() {
+    let model = model();
+    let device = &model.devices[0];
+    for w in [
+        window(Axis::Event, u64::MAX - 1, u64::MAX, 4000),
+        window(Axis::Event, 3, 4, 4000),
+        window(Axis::Time, u64::MAX - 1, u64::MAX, 7),
+        window(Axis::Time, 0, u64::MAX, 1),
+    ] {
+        let t = timeline(&model, device, w, &Filter::default(), 2000);
+        assert_eq!(t.states.len(), w.width, "{w:?}: one state per column");
+        assert!(t.states.iter().all(|&s| s <= 7), "{w:?}: states exist");
+        let c = curves(device, w);
+        assert_eq!(c.allocated.len(), w.width);
+    }
+}

@@ -1,0 +1,231 @@
+//! The events of an import: every device's `device_traces` entries and the
+//! `external_annotations` ranges, each turned into a [`TraceEvent`] and merged into one list
+//! ordered by time (see the parent module for what each field becomes).
+
+use super::super::convert::SeenShared;
+use super::super::error::SnapshotError;
+use super::super::extras::is_block_event;
+use super::super::fields::{list, Fields, Path};
+use super::super::model::PytorchTraceEntry;
+use super::{extras_of, item, Extras, Importer, Merged};
+use crate::backend::StreamId;
+use crate::pool::sizing::round_size;
+use crate::trace::pickle::Value;
+use crate::trace::{Action, Context, TraceEvent};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
+
+impl Importer<'_> {
+    /// Every device's events and the external annotations, merged by time, each with its
+    /// entry's `compile_context`, and the origin.
+    pub(super) fn events(&mut self) -> Result<(Vec<Merged>, Option<u64>), SnapshotError> {
+        let source = self.source;
+        let annotations = self.external_annotations()?;
+        let origin = match &self.table {
+            Some(table) => table.time_origin_unix_us,
+            None => source
+                .device_traces
+                .iter()
+                .flatten()
+                .filter_map(|e| e.time_us)
+                .chain(annotations.iter().map(|a| a.1))
+                .min(),
+        };
+        let since_origin = |t: u64| origin.map_or(t, |o| t.saturating_sub(o));
+        let root = Path::ROOT;
+        let traces_path = root.key("device_traces");
+        let mut streams: Vec<Vec<Merged>> = Vec::with_capacity(source.device_traces.len() + 1);
+        for (d, trace) in source.device_traces.iter().enumerate() {
+            let device = u32::try_from(d).unwrap_or(u32::MAX);
+            let trace_path = traces_path.index(d);
+            let raw_trace = item(self.raw, "device_traces", d);
+            let mut last = 0;
+            let mut events = Vec::with_capacity(trace.len());
+            for (i, entry) in trace.iter().enumerate() {
+                let path = trace_path.index(i);
+                let raw = match raw_trace {
+                    Some(Value::List(items)) | Some(Value::Tuple(items)) => items.get(i),
+                    _ => None,
+                };
+                let extras = extras_of(raw, &path)?;
+                // An entry without time_us (old files) takes the time of the one before it.
+                let time_us = entry.time_us.map_or(last, since_origin);
+                last = time_us;
+                let event = self.event(device, entry, &extras, time_us, &path)?;
+                events.push((event, entry.compile_context.clone(), false));
+            }
+            streams.push(events);
+        }
+        let mut annotation_events = Vec::with_capacity(annotations.len());
+        for (device, time_us, tags) in annotations {
+            let event = TraceEvent {
+                action: Action::Annotate,
+                device,
+                stream: StreamId::DEFAULT,
+                addr: 0,
+                size: 0,
+                requested: 0,
+                time_us: since_origin(time_us),
+                context: self.contexts.intern(Context {
+                    tags,
+                    frames: Vec::new(),
+                }),
+            };
+            annotation_events.push((event, None, true));
+        }
+        annotation_events.sort_by_key(|e| e.0.time_us);
+        streams.push(annotation_events);
+        Ok((merge_by_time(streams), origin))
+    }
+
+    pub(super) fn event(
+        &mut self,
+        device: u32,
+        entry: &PytorchTraceEntry,
+        extras: &Extras,
+        time_us: u64,
+        path: &Path<'_>,
+    ) -> Result<TraceEvent, SnapshotError> {
+        let (size, requested) = if is_block_event(entry.action) {
+            let block_size = extras
+                .block_size
+                .unwrap_or_else(|| self.block_size(entry.size));
+            (block_size, entry.size)
+        } else {
+            (entry.size, extras.requested.unwrap_or(0))
+        };
+        let context = if self.table.is_some() {
+            self.table_context(extras.context, path)?
+        } else {
+            self.frames_context(&entry.frames, extras.user_metadata.as_ref(), path)?
+        };
+        Ok(TraceEvent {
+            action: entry.action,
+            device,
+            stream: StreamId(entry.stream),
+            addr: entry.addr,
+            size,
+            requested,
+            time_us,
+            context,
+        })
+    }
+
+    /// The block size PyTorch's allocator gives a request of `requested` bytes: rounded up to
+    /// 512 bytes (or a `roundup_power2_divisions` step), as `round_size` does. A block can be
+    /// larger still (a remainder too small to split stays in it), which the file does not say.
+    pub(super) fn block_size(&self, requested: u64) -> u64 {
+        usize::try_from(requested)
+            .ok()
+            .and_then(|size| round_size(size, &self.rounding))
+            .and_then(|size| u64::try_from(size).ok())
+            .unwrap_or(requested)
+    }
+
+    /// `(device, time_us, tag stack)` of each well-formed external annotation, in time order.
+    /// PyTorch records `record_function` ranges as a `START` and an `END` entry per name; as
+    /// blockpool's own `annotate` events do, each becomes the device's tag stack after the
+    /// change: `START` pushes the name, `END` removes its innermost occurrence (an `END`
+    /// without its `START`, from a range begun before recording, changes nothing but is kept).
+    /// An entry of another stage gets the stack with `[name, stage]` on top. Entries without a
+    /// device or time are skipped, as PyTorch's viewer cannot place them either. An entry the
+    /// file references twice is refused, and every stack is charged to the budget before it
+    /// is copied: each event holds its whole stack, so the work grows as entries times depth.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn external_annotations(
+        &mut self,
+    ) -> Result<Vec<(u32, u64, Vec<Arc<str>>)>, SnapshotError> {
+        let Some(annotations) = &self.source.external_annotations else {
+            return Ok(Vec::new());
+        };
+        let root = Path::ROOT;
+        let Ok(items) = list(annotations, &root) else {
+            return Ok(Vec::new());
+        };
+        let annotations_path = root.key("external_annotations");
+        let mut seen = SeenShared::default();
+        for (i, item) in items.iter().enumerate() {
+            seen.check(item, &annotations_path.index(i), "external annotation")?;
+        }
+        let text = |fields: &Fields<'_, '_>, key: &str| match fields.get(key) {
+            Some(Value::Str(s)) => Some(Arc::clone(s)),
+            _ => None,
+        };
+        // (device, time_us, name, stage)
+        type Entry = (u32, u64, Option<Arc<str>>, Option<Arc<str>>);
+        let mut entries: Vec<Entry> = items
+            .iter()
+            .filter_map(|item| {
+                let fields = Fields::new(item, &root).ok()?;
+                let device = fields.u32("device").ok()?;
+                let time_us = fields.u64("time_us").ok()?;
+                Some((
+                    device,
+                    time_us,
+                    text(&fields, "name"),
+                    text(&fields, "stage"),
+                ))
+            })
+            .collect();
+        entries.sort_by_key(|e| e.1);
+        let mut stacks: HashMap<u32, Vec<Arc<str>>> = HashMap::new();
+        let budget = &mut self.budget;
+        entries
+            .into_iter()
+            .map(|(device, time_us, name, stage)| {
+                let stack = stacks.entry(device).or_default();
+                let text = stack.iter().map(|t| t.len()).sum::<usize>()
+                    + name.as_ref().map_or(0, |n| n.len());
+                budget
+                    .tags(stack.len() + 2, text)
+                    .map_err(|source| SnapshotError::Limit {
+                        path: annotations_path.to_string(),
+                        source,
+                    })?;
+                let tags = match (name, stage.as_deref()) {
+                    (Some(name), Some("START")) => {
+                        stack.push(name);
+                        stack.clone()
+                    }
+                    (Some(name), Some("END")) => {
+                        if let Some(at) = stack.iter().rposition(|t| *t == name) {
+                            stack.remove(at);
+                        }
+                        stack.clone()
+                    }
+                    (name, _) => {
+                        let mut tags = stack.clone();
+                        tags.extend(name);
+                        tags.extend(stage.clone());
+                        tags
+                    }
+                };
+                Ok((device, time_us, tags))
+            })
+            .collect()
+    }
+}
+
+/// Merges lists that are each in order into one ordered by time; ties go to the earlier list,
+/// and each list keeps its own order even where its times go back.
+fn merge_by_time(streams: Vec<Vec<Merged>>) -> Vec<Merged> {
+    let total = streams.iter().map(Vec::len).sum();
+    let mut merged = Vec::with_capacity(total);
+    let mut heads: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut cursors = vec![0usize; streams.len()];
+    for (s, stream) in streams.iter().enumerate() {
+        if let Some(first) = stream.first() {
+            heads.push(Reverse((first.0.time_us, s)));
+        }
+    }
+    while let Some(Reverse((_, s))) = heads.pop() {
+        let stream = &streams[s];
+        merged.push(stream[cursors[s]].clone());
+        cursors[s] += 1;
+        if let Some(next) = stream.get(cursors[s]) {
+            heads.push(Reverse((next.0.time_us, s)));
+        }
+    }
+    merged
+}
