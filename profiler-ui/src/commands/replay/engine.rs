@@ -13,7 +13,9 @@ use anyhow::Context as _;
 use blockpool::introspect::Introspect;
 use blockpool::pool::{AdoptError, AdoptSegment};
 use blockpool::trace::{Action, EventNumbers, TraceEvent};
-use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend};
+use blockpool::{
+    AllocatorConfig, CachingAllocator, Error, LeakTracking, SimBackend, TeardownReport,
+};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -185,6 +187,10 @@ pub fn run(
     let capacity = usize::try_from(settings.capacity_bytes).unwrap_or(usize::MAX);
     let sim = SimBackend::new(1, capacity);
     let allocator = CachingAllocator::new(sim.clone(), settings.config.clone());
+    // A replay asks what the allocator did, not who holds its memory: no live table, and no
+    // teardown report for what the trace leaves allocated.
+    allocator.set_leak_tracking(LeakTracking::Off);
+    allocator.set_teardown_report(TeardownReport::Off);
     let translation = settings
         .exact
         .then(|| Translation::new(workload.trace_span.as_ref()?, &sim.address_range(DEVICE)?))
