@@ -109,6 +109,7 @@
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
 //! | [`leak`] | lifetime tracking on the live handles: each allocation's site (`#[track_caller]`, plus annotation tags with context capture), leak scopes ([`CachingAllocator::leak_scope`]), live snapshots and their difference ([`CachingAllocator::live_snapshot`], [`LiveSnapshot::compare_to`]), the teardown report and [`CachingAllocator::shutdown`] |
 //! | [`testing`] | [`testing::assert_no_leaks`]: fail a test when code leaves allocations live |
+//! | [`checkpoint`] | trading recompute for memory: chain costs rounded as the allocator rounds, planners ([`checkpoint::StoreAll`], [`checkpoint::Uniform`] with `checkpoint_sequential`'s split, [`checkpoint::Sqrt`], [`checkpoint::Revolve`]) and the one simulator of the memory model that gives every [`checkpoint::Plan`]'s forward calls and peak bytes |
 //!
 //! ## Cargo features
 //!
@@ -129,6 +130,7 @@
 #![cfg_attr(not(feature = "trace-files"), allow(rustdoc::broken_intra_doc_links))]
 
 pub mod backend;
+pub mod checkpoint;
 pub mod config;
 pub mod cuda;
 pub mod error;
