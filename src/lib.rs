@@ -79,7 +79,8 @@
 //!
 //!  beside them: config (AllocatorConfig), stats (DeviceStats, memory_summary) and error,
 //!  which pool and allocator use; leak (live tables, reports, snapshots: plain data the
-//!  allocator fills, over event and backend); host (pinned host cache) over backend; global over cuda
+//!  allocator fills, over event and backend); host (pinned host cache) over backend; global over cuda;
+//!  checkpoint (recompute-for-memory planners) over pool's sizing rules and config
 //! ```
 //!
 //! In words: [`backend`] imports nothing of the crate; [`event`] only [`StreamId`]; [`pool`]

@@ -17,6 +17,14 @@ pub enum CheckpointError {
     /// `Revolve` was asked for zero slots; one slot is needed for the chain's input.
     #[error("Revolve needs at least 1 slot (the one holding the chain's input); got 0")]
     ZeroSlots,
+    /// Revolve's schedule would need more forward calls than a `u64` counts.
+    #[error("Revolve needs more than 2^64 forward calls for {stages} stages with {slots} slots; give it more slots")]
+    TooManyForwardCalls {
+        /// The chain's stage count.
+        stages: usize,
+        /// The slots asked for.
+        slots: usize,
+    },
     /// `Uniform` was asked for a segment count outside `1..=stages`.
     #[error("Uniform needs between 1 and {stages} segments for a chain of {stages} stages; got {segments}")]
     BadSegments {

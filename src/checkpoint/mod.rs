@@ -72,6 +72,8 @@ mod chain;
 mod error;
 mod plan;
 mod planner;
+#[cfg(test)]
+mod random_chain_tests;
 mod revolve;
 mod schedule;
 mod uniform;

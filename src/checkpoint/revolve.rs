@@ -88,7 +88,10 @@ impl Planner for Revolve {
         let n = chain.len();
         // Counts for chains the planner can hold in memory fit comfortably; the check keeps
         // an absurd chain a typed error rather than a wrong split.
-        Revolve::forward_calls(n, self.slots).ok_or(CheckpointError::TimeOverflow)?;
+        Revolve::forward_calls(n, self.slots).ok_or(CheckpointError::TooManyForwardCalls {
+            stages: n,
+            slots: self.slots,
+        })?;
         let mut ops = Vec::new();
         reverse(&mut ops, 0, n, self.slots.min(n));
         Plan::from_schedule(chain, ops)
