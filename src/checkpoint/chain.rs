@@ -50,10 +50,11 @@ impl StageCost {
 /// hands out a null handle with no device memory for it. The raw values are kept beside the
 /// rounded ones ([`ChainCosts::declared`]).
 ///
-/// Construction checks that the chain has at least one stage and that every buffer of every
-/// schedule the simulator can run stays countable: the sum of all rounded buffers (input, every
-/// output, two gradients and both workspaces per stage) fits in a `usize`, and the sum of all
-/// times, each counted once per stage for every stage, fits in a `u64`.
+/// Construction checks that the chain has at least one stage and that the planners' numbers
+/// stay countable: the sum of all rounded buffers (the input and its gradient; per stage its
+/// output, two gradients of that size and both workspaces) fits in a `usize`, and the sum of all
+/// times times `stages + 1` fits in a `u64`. A hand-written schedule that goes past either is
+/// refused when it is simulated.
 ///
 /// ```
 /// use blockpool::checkpoint::{ChainCosts, StageCost};
@@ -96,7 +97,10 @@ impl ChainCosts {
         };
         let rounded_input = round(input_bytes)?;
         let mut rounded = Vec::with_capacity(stages.len());
-        let mut total_bytes = rounded_input;
+        // The input and its gradient g_0.
+        let mut total_bytes = rounded_input
+            .checked_mul(2)
+            .ok_or(CheckpointError::BytesOverflow)?;
         let mut total_time = 0u64;
         for stage in &stages {
             let cost = StageCost {
@@ -124,8 +128,8 @@ impl ChainCosts {
                 .ok_or(CheckpointError::TimeOverflow)?;
             rounded.push(cost);
         }
-        // Every schedule evaluates each stage's forward at most once per backward step after
-        // it, so times up to `stages` times the sum stay countable.
+        // The planners evaluate each stage's forward at most once per later backward step, so
+        // their times stay below `stages + 1` times the sum.
         let count = u64::try_from(stages.len()).map_err(|_| CheckpointError::TimeOverflow)?;
         total_time
             .checked_mul(count.saturating_add(1))

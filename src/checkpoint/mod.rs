@@ -34,8 +34,8 @@
 //! throughout and are not counted. A schedule is a sequence of [`Op`]s; the live set starts as
 //! `{x_0}` (a snapshot: it fills one of Revolve's slots), and:
 //!
-//! - **Forward step** `Forward { stage: i }` (needs `x_i` alive, `i + 1 < n`, and some stage
-//!   from `i + 1` on still to reverse): alive during it are the live set, `x_{i+1}` and stage
+//! - **Forward step** `Forward { stage: i }` (needs `x_i` alive, `x_{i+1}` not alive, and
+//!   stage `i + 1`'s backward not yet run, so `i + 1 < n`): alive during it are the live set, `x_{i+1}` and stage
 //!   `i`'s forward workspace; after it, the live set plus `x_{i+1}`. It is one forward call.
 //! - **Store** / **Drop** `x_i`: a store marks an alive activation as a snapshot and changes no
 //!   bytes; a drop frees it (`x_0` is never dropped: the caller owns it). Peak: the live set.
@@ -47,7 +47,8 @@
 //!   to the end).
 //! - **The loss**, at the start of the last stage's backward step (`i = n - 1`): the step first
 //!   runs stage `n-1`'s forward (alive: the live set, `x_n` and the forward workspace), then the
-//!   loss gradient (alive: the live set, `x_n` and `g_n`), then frees `x_n`, then the backward
+//!   loss gradient (alive: the live set, `x_n` and `g_n`; the loss's own scratch memory is
+//!   not modelled), then frees `x_n`, then the backward
 //!   proper as above with `g_{i+1} = g_n`. This forward is inside a backward step and is not a
 //!   forward call; its time is in [`Plan::total_time`].
 //!

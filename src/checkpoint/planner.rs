@@ -122,6 +122,27 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_schedule_whose_time_overflows_is_refused_not_wrapped() {
+        let slow = StageCost {
+            forward_time: u64::MAX / 8,
+            ..StageCost::uniform(512)
+        };
+        let chain = ChainCosts::new(512, vec![slow; 2], &AllocatorConfig::default()).unwrap();
+        let mut ops = Vec::new();
+        for _ in 0..10 {
+            ops.push(Op::Forward { stage: 0 });
+            ops.push(Op::Drop { activation: 1 });
+        }
+        assert_eq!(
+            Plan::from_schedule(&chain, ops),
+            Err(CheckpointError::InvalidSchedule {
+                position: 16, // the ninth forward of MAX / 8
+                reason: ScheduleError::Overflow
+            })
+        );
+    }
+
+    #[test]
     fn broken_schedules_name_the_operation_and_rule() {
         let chain = ChainCosts::uniform(3, 512).unwrap();
         let cases = [
