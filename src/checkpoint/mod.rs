@@ -67,22 +67,31 @@
 //! | `planner.rs` | the [`Planner`] trait and [`StoreAll`] |
 //! | `uniform.rs` | [`Uniform`], [`Split`] and [`Sqrt`] |
 //! | `revolve.rs` | [`Revolve`] and its closed form |
+//! | `stage.rs` | [`Stage`], [`Loss`], [`StageContext`]: the user's side of a run |
+//! | `rng.rs` | [`StageRng`]: the (step, stage) counter-based random stream |
+//! | `executor.rs` | [`Executor`]: runs a plan, measures the allocator's peak, [`Executor::measure`] |
 //! | `error.rs` | [`CheckpointError`], [`ScheduleError`] |
 
 mod chain;
 mod error;
+mod executor;
 mod plan;
 mod planner;
 #[cfg(test)]
 mod random_chain_tests;
 mod revolve;
+mod rng;
 mod schedule;
+mod stage;
 mod uniform;
 
 pub use chain::{ChainCosts, StageCost};
 pub use error::{CheckpointError, ScheduleError};
+pub use executor::{Divergence, ExecError, Executor, Pass, Run};
 pub use plan::Plan;
 pub use planner::{Planner, StoreAll};
 pub use revolve::Revolve;
+pub use rng::StageRng;
 pub use schedule::{Op, OpMemory};
+pub use stage::{Loss, Stage, StageContext, StageError};
 pub use uniform::{Split, Sqrt, Uniform};

@@ -1,0 +1,326 @@
+//! The checkpoint executor on SimBackend: a small MLP of host f32 math whose activations,
+//! gradients and workspaces are allocated through the caching allocator, run under every
+//! planner. Gradients must be bit-identical to store-all's, every backward must run once, and
+//! the allocator's measured peak must equal the memory model's prediction (the sizes here are
+//! declared truly); a stage that lies about its sizes is exposed, and nothing is corrupted.
+
+use blockpool::checkpoint::{
+    ChainCosts, Executor, Loss, Plan, Planner, Revolve, Sqrt, Stage, StageContext, StageCost,
+    StageError, StoreAll, Uniform,
+};
+use blockpool::{Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+
+/// A host vector whose device footprint is an allocation from the caching allocator.
+#[derive(Debug)]
+struct Tensor {
+    data: Vec<f32>,
+    _memory: Allocation<SimBackend>,
+    _undeclared: Option<Allocation<SimBackend>>,
+}
+
+impl Tensor {
+    fn new(ctx: &StageContext<'_, SimBackend>, data: Vec<f32>) -> Result<Tensor, StageError> {
+        let memory = ctx.allocate(data.len() * 4)?;
+        Ok(Tensor {
+            data,
+            _memory: memory,
+            _undeclared: None,
+        })
+    }
+}
+
+/// y = dropout(tanh(W x + b)), with a (step, stage) dropout mask.
+struct Dense {
+    inputs: usize,
+    outputs: usize,
+    weights: Vec<f32>,
+    bias: Vec<f32>,
+    grad_weights: Vec<f32>,
+    grad_bias: Vec<f32>,
+    forward_workspace_bytes: usize,
+    backward_workspace_bytes: usize,
+    /// Bytes the forward keeps beside its output without declaring them.
+    undeclared_bytes: usize,
+}
+
+impl Dense {
+    fn new(inputs: usize, outputs: usize, seed: u64) -> Dense {
+        let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) / (inputs as f32).sqrt()
+        };
+        Dense {
+            inputs,
+            outputs,
+            weights: (0..inputs * outputs).map(|_| next()).collect(),
+            bias: (0..outputs).map(|_| next()).collect(),
+            grad_weights: vec![0.0; inputs * outputs],
+            grad_bias: vec![0.0; outputs],
+            forward_workspace_bytes: 0,
+            backward_workspace_bytes: 0,
+            undeclared_bytes: 0,
+        }
+    }
+
+    fn cost(&self) -> StageCost {
+        StageCost {
+            output_bytes: self.outputs * 4,
+            forward_workspace_bytes: self.forward_workspace_bytes,
+            backward_workspace_bytes: self.backward_workspace_bytes,
+            forward_time: (self.inputs * self.outputs) as u64,
+            backward_time: 2 * (self.inputs * self.outputs) as u64,
+        }
+    }
+
+    /// (tanh(W x + b), the dropout scale per output: 0 or 1/0.9).
+    fn activate(&self, ctx: &StageContext<'_, SimBackend>, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let mut rng = ctx.rng();
+        let mut tanh = Vec::with_capacity(self.outputs);
+        let mut mask = Vec::with_capacity(self.outputs);
+        for j in 0..self.outputs {
+            let row = &self.weights[j * self.inputs..(j + 1) * self.inputs];
+            let z: f32 = row.iter().zip(x).map(|(w, v)| w * v).sum::<f32>() + self.bias[j];
+            tanh.push(z.tanh());
+            mask.push(if rng.next_f32() < 0.1 { 0.0 } else { 1.0 / 0.9 });
+        }
+        (tanh, mask)
+    }
+}
+
+impl Stage<Tensor, SimBackend> for Dense {
+    fn forward(
+        &mut self,
+        ctx: &StageContext<'_, SimBackend>,
+        input: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        if input.data.len() != self.inputs {
+            return Err(StageError::Invalid(format!(
+                "expected {} inputs, got {}",
+                self.inputs,
+                input.data.len()
+            )));
+        }
+        let workspace = ctx.allocate(self.forward_workspace_bytes)?;
+        let (tanh, mask) = self.activate(ctx, &input.data);
+        // The output is allocated while the workspace is alive, as the memory model counts it.
+        let mut out = Tensor::new(ctx, tanh.iter().zip(&mask).map(|(t, m)| t * m).collect())?;
+        drop(workspace);
+        if self.undeclared_bytes > 0 {
+            out._undeclared = Some(ctx.allocate(self.undeclared_bytes)?);
+        }
+        Ok(out)
+    }
+
+    fn backward(
+        &mut self,
+        ctx: &StageContext<'_, SimBackend>,
+        input: &Tensor,
+        grad_output: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        let (tanh, mask) = self.activate(ctx, &input.data);
+        let mut grad_input = vec![0.0f32; self.inputs];
+        let workspace = ctx.allocate(self.backward_workspace_bytes)?;
+        for j in 0..self.outputs {
+            let dz = grad_output.data[j] * mask[j] * (1.0 - tanh[j] * tanh[j]);
+            self.grad_bias[j] += dz;
+            for k in 0..self.inputs {
+                self.grad_weights[j * self.inputs + k] += dz * input.data[k];
+                grad_input[k] += self.weights[j * self.inputs + k] * dz;
+            }
+        }
+        let grad = Tensor::new(ctx, grad_input)?;
+        drop(workspace);
+        Ok(grad)
+    }
+}
+
+/// 0.5 * |y - target|^2, so the gradient is y - target.
+struct SquaredError {
+    target: f32,
+}
+
+impl Loss<Tensor, SimBackend> for SquaredError {
+    fn gradient(
+        &mut self,
+        ctx: &StageContext<'_, SimBackend>,
+        output: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        Tensor::new(ctx, output.data.iter().map(|y| y - self.target).collect())
+    }
+}
+
+/// A chain description: widths in floats (multiples of 128, so every buffer is a whole
+/// number of 512-byte blocks) and per-stage workspaces in bytes.
+struct Mlp {
+    widths: Vec<usize>,
+    workspaces: Vec<(usize, usize)>,
+}
+
+impl Mlp {
+    fn random(seed: u64, stages: usize) -> Mlp {
+        let mut state = seed;
+        let mut next = move |modulus: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) % modulus) as usize
+        };
+        Mlp {
+            widths: (0..=stages).map(|_| 128 * (1 + next(3))).collect(),
+            workspaces: (0..stages)
+                .map(|_| (512 * next(4), 512 * next(5)))
+                .collect(),
+        }
+    }
+
+    fn stages(&self) -> Vec<Dense> {
+        (0..self.workspaces.len())
+            .map(|i| {
+                let mut layer = Dense::new(self.widths[i], self.widths[i + 1], i as u64 + 1);
+                (
+                    layer.forward_workspace_bytes,
+                    layer.backward_workspace_bytes,
+                ) = self.workspaces[i];
+                layer
+            })
+            .collect()
+    }
+
+    fn chain(&self) -> ChainCosts {
+        let costs = self.stages().iter().map(Dense::cost).collect();
+        ChainCosts::new(self.widths[0] * 4, costs, &AllocatorConfig::default()).unwrap()
+    }
+}
+
+fn allocator() -> CachingAllocator<SimBackend> {
+    CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default())
+}
+
+/// What one run left: the input gradient's bits, every parameter gradient's bits, the report.
+struct Outcome {
+    input_gradient: Vec<u32>,
+    parameter_gradients: Vec<u32>,
+    forward_calls: Vec<u64>,
+    backward_calls: Vec<u64>,
+    predicted_peak: usize,
+    measured_peak: usize,
+    diverged: bool,
+}
+
+fn run(mlp: &Mlp, mut layers: Vec<Dense>, plan: &Plan) -> Outcome {
+    let alloc = allocator();
+    let executor = Executor::new(&alloc, 0, StreamId(1)).seed(42).step(7);
+    let ctx_input: Vec<f32> = (0..mlp.widths[0])
+        .map(|k| (k as f32 * 0.37).sin())
+        .collect();
+    let input_memory = alloc.allocate(0, ctx_input.len() * 4, StreamId(1)).unwrap();
+    let input = Tensor {
+        data: ctx_input,
+        _memory: input_memory,
+        _undeclared: None,
+    };
+    let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
+    let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = Vec::new();
+    for layer in layers.iter_mut() {
+        stages.push(Box::new(LayerRef(layer)));
+    }
+    let report = executor
+        .run(
+            &mlp.chain(),
+            plan,
+            &mut stages,
+            &mut SquaredError { target: 0.25 },
+            &input,
+        )
+        .unwrap();
+    drop(stages);
+    let outcome = Outcome {
+        input_gradient: report
+            .input_gradient
+            .data
+            .iter()
+            .map(|v| v.to_bits())
+            .collect(),
+        parameter_gradients: layers
+            .iter()
+            .flat_map(|l| l.grad_weights.iter().chain(&l.grad_bias))
+            .map(|v| v.to_bits())
+            .collect(),
+        forward_calls: report.forward_calls_per_stage.clone(),
+        backward_calls: report.backward_calls_per_stage.clone(),
+        predicted_peak: report.predicted_peak_bytes,
+        measured_peak: report.measured_peak_bytes,
+        diverged: report.divergence.is_some(),
+    };
+    drop(report);
+    // Only the caller's input is left: the run freed every activation and gradient.
+    let after = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
+    assert_eq!(
+        after, before,
+        "the run and its report freed everything they allocated"
+    );
+    outcome
+}
+
+/// Lends a layer to the executor so the test can read its gradients afterwards.
+struct LayerRef<'a>(&'a mut Dense);
+
+impl Stage<Tensor, SimBackend> for LayerRef<'_> {
+    fn forward(
+        &mut self,
+        ctx: &StageContext<'_, SimBackend>,
+        input: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        self.0.forward(ctx, input)
+    }
+
+    fn backward(
+        &mut self,
+        ctx: &StageContext<'_, SimBackend>,
+        input: &Tensor,
+        grad_output: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        self.0.backward(ctx, input, grad_output)
+    }
+}
+
+fn planners(stages: usize) -> Vec<Box<dyn Planner>> {
+    let mut planners: Vec<Box<dyn Planner>> = vec![Box::new(StoreAll), Box::new(Sqrt)];
+    for segments in 1..=stages.min(4) {
+        planners.push(Box::new(Uniform::pytorch(segments)));
+        planners.push(Box::new(Uniform::balanced(segments)));
+    }
+    for slots in 1..=4 {
+        planners.push(Box::new(Revolve { slots }));
+    }
+    planners
+}
+
+#[test]
+fn every_planner_gives_store_alls_gradients_bit_for_bit_and_its_predicted_peak() {
+    for (seed, stages) in [(1u64, 1usize), (2, 2), (3, 5), (4, 8), (5, 11)] {
+        let mlp = Mlp::random(seed, stages);
+        let chain = mlp.chain();
+        let reference = run(&mlp, mlp.stages(), &StoreAll.plan(&chain).unwrap());
+        assert!(reference.input_gradient.iter().any(|&b| b != 0));
+        for planner in planners(stages) {
+            let plan = planner.plan(&chain).unwrap();
+            let what = format!("{} on seed {seed}, {stages} stages", planner.name());
+            let got = run(&mlp, mlp.stages(), &plan);
+            assert_eq!(got.input_gradient, reference.input_gradient, "{what}");
+            assert_eq!(
+                got.parameter_gradients, reference.parameter_gradients,
+                "{what}"
+            );
+            assert_eq!(got.backward_calls, vec![1; stages], "{what}");
+            assert_eq!(got.forward_calls, plan.forward_calls_per_stage(), "{what}");
+            assert_eq!(got.predicted_peak, plan.peak_bytes(), "{what}");
+            // The sizes are declared truly, so the model is exact at every operation.
+            assert_eq!(got.measured_peak, got.predicted_peak, "{what}");
+            assert!(!got.diverged, "{what}");
+        }
+    }
+}
