@@ -5,8 +5,8 @@
 //! declared truly); a stage that lies about its sizes is exposed, and nothing is corrupted.
 
 use blockpool::checkpoint::{
-    ChainCosts, Executor, Loss, Plan, Planner, Revolve, Sqrt, Stage, StageContext, StageCost,
-    StageError, StoreAll, Uniform,
+    ChainCosts, ExecError, Executor, Loss, Op, Pass, Plan, Planner, Revolve, Sqrt, Stage,
+    StageContext, StageCost, StageError, StoreAll, Uniform,
 };
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
 
@@ -213,15 +213,7 @@ struct Outcome {
 fn run(mlp: &Mlp, mut layers: Vec<Dense>, plan: &Plan) -> Outcome {
     let alloc = allocator();
     let executor = Executor::new(&alloc, 0, StreamId(1)).seed(42).step(7);
-    let ctx_input: Vec<f32> = (0..mlp.widths[0])
-        .map(|k| (k as f32 * 0.37).sin())
-        .collect();
-    let input_memory = alloc.allocate(0, ctx_input.len() * 4, StreamId(1)).unwrap();
-    let input = Tensor {
-        data: ctx_input,
-        _memory: input_memory,
-        _undeclared: None,
-    };
+    let input = input_tensor(&alloc, mlp.widths[0]);
     let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
     let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = Vec::new();
     for layer in layers.iter_mut() {
@@ -323,4 +315,216 @@ fn every_planner_gives_store_alls_gradients_bit_for_bit_and_its_predicted_peak()
             assert!(!got.diverged, "{what}");
         }
     }
+}
+
+#[test]
+fn a_stage_that_allocates_more_than_it_declares_is_exposed_and_nothing_is_corrupted() {
+    let mlp = Mlp::random(9, 6);
+    let chain = mlp.chain();
+    let liar = |stages: Vec<Dense>| -> Vec<Dense> {
+        let mut stages = stages;
+        stages[2].undeclared_bytes = 4096;
+        stages
+    };
+    for planner in planners(6) {
+        let plan = planner.plan(&chain).unwrap();
+        let what = planner.name();
+        let honest = run(&mlp, mlp.stages(), &plan);
+        let alloc = allocator();
+        let executor = Executor::new(&alloc, 0, StreamId(1)).seed(42).step(7);
+        let input = input_tensor(&alloc, mlp.widths[0]);
+        let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
+        let mut layers = liar(mlp.stages());
+        let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = layers
+            .iter_mut()
+            .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
+            .collect();
+        let report = executor
+            .run(
+                &chain,
+                &plan,
+                &mut stages,
+                &mut SquaredError { target: 0.25 },
+                &input,
+            )
+            .unwrap();
+        assert!(report.exceeds_prediction(), "{what}");
+        assert!(
+            report.measured_peak_bytes > report.predicted_peak_bytes,
+            "{what}"
+        );
+        let divergence = report.divergence.expect("the lie is located");
+        // The first operation that holds stage 2's output is stage 2's forward (or, when the
+        // plan never runs it outside a backward step, stage 2's backward).
+        let first_use = plan
+            .schedule()
+            .iter()
+            .position(|op| matches!(op, Op::Forward { stage: 2 } | Op::Backward { stage: 2 }))
+            .unwrap();
+        assert_eq!(divergence.position, first_use, "{what}");
+        assert!(divergence.measured_peak_bytes > divergence.predicted_peak_bytes);
+        // The gradients are those of the honest chain: the lie cost memory, not correctness.
+        let bits: Vec<u32> = report
+            .input_gradient
+            .data
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits, honest.input_gradient, "{what}");
+        drop(report);
+        drop(stages);
+        assert_eq!(
+            alloc.device_stats(0).unwrap().allocated_bytes.all.current,
+            before,
+            "{what}: every buffer was freed"
+        );
+    }
+}
+
+fn input_tensor(alloc: &CachingAllocator<SimBackend>, width: usize) -> Tensor {
+    let data: Vec<f32> = (0..width).map(|k| (k as f32 * 0.37).sin()).collect();
+    let memory = alloc.allocate(0, width * 4, StreamId(1)).unwrap();
+    Tensor {
+        data,
+        _memory: memory,
+        _undeclared: None,
+    }
+}
+
+#[test]
+fn measuring_a_chain_once_gives_its_declared_sizes() {
+    let mlp = Mlp::random(11, 7);
+    let alloc = allocator();
+    let executor = Executor::new(&alloc, 0, StreamId(1));
+    let input = input_tensor(&alloc, mlp.widths[0]);
+    let mut layers = mlp.stages();
+    let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = layers
+        .iter_mut()
+        .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
+        .collect();
+    let measured = executor
+        .measure(&mut stages, &mut SquaredError { target: 0.0 }, &input)
+        .unwrap();
+    let declared = mlp.chain();
+    assert_eq!(measured.input_bytes(), declared.input_bytes());
+    let bytes = |s: &StageCost| {
+        (
+            s.output_bytes,
+            s.forward_workspace_bytes,
+            s.backward_workspace_bytes,
+        )
+    };
+    assert_eq!(
+        measured.stages().iter().map(bytes).collect::<Vec<_>>(),
+        declared.stages().iter().map(bytes).collect::<Vec<_>>()
+    );
+    // The measured chain plans like the declared one.
+    let plan = Revolve { slots: 3 }.plan(&measured).unwrap();
+    assert_eq!(
+        plan.peak_bytes(),
+        Revolve { slots: 3 }.plan(&declared).unwrap().peak_bytes()
+    );
+}
+
+/// A stage that refuses its input.
+struct Refuses;
+
+impl Stage<Tensor, SimBackend> for Refuses {
+    fn forward(
+        &mut self,
+        _: &StageContext<'_, SimBackend>,
+        _: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        Err(StageError::Invalid("no".into()))
+    }
+
+    fn backward(
+        &mut self,
+        _: &StageContext<'_, SimBackend>,
+        _: &Tensor,
+        _: &Tensor,
+    ) -> Result<Tensor, StageError> {
+        Err(StageError::Invalid("no".into()))
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_frees_what_the_run_held() {
+    let mlp = Mlp::random(13, 4);
+    let chain = mlp.chain();
+    let alloc = allocator();
+    let executor = Executor::new(&alloc, 0, StreamId(1));
+    let input = input_tensor(&alloc, mlp.widths[0]);
+    let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
+    let plan = StoreAll.plan(&chain).unwrap();
+
+    // A plan for 4 stages given 3.
+    let mut layers = mlp.stages();
+    let mut three: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = layers
+        .iter_mut()
+        .take(3)
+        .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
+        .collect();
+    let err = executor
+        .run(
+            &chain,
+            &plan,
+            &mut three,
+            &mut SquaredError { target: 0.0 },
+            &input,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecError::StageCount {
+                planned: 4,
+                given: 3
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("plan this chain"), "{err}");
+    drop(three);
+
+    // A stage that fails midway: the error names it, and what was allocated is freed.
+    let mut layers = mlp.stages();
+    let (head, tail) = layers.split_at_mut(2);
+    let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = Vec::new();
+    for l in head.iter_mut() {
+        stages.push(Box::new(LayerRef(l)));
+    }
+    stages.push(Box::new(Refuses));
+    stages.push(Box::new(LayerRef(&mut tail[1])));
+    let err = executor
+        .run(
+            &chain,
+            &plan,
+            &mut stages,
+            &mut SquaredError { target: 0.0 },
+            &input,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExecError::Stage {
+                stage: 2,
+                pass: Pass::Forward,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        alloc.device_stats(0).unwrap().allocated_bytes.all.current,
+        before
+    );
+
+    // No stages to measure.
+    let mut none: Vec<Box<dyn Stage<Tensor, SimBackend>>> = Vec::new();
+    let err = executor
+        .measure(&mut none, &mut SquaredError { target: 0.0 }, &input)
+        .unwrap_err();
+    assert!(matches!(err, ExecError::NoStages), "{err}");
 }
