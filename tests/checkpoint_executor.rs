@@ -126,9 +126,13 @@ impl Stage<Tensor, SimBackend> for Dense {
         for j in 0..self.outputs {
             let dz = grad_output.data[j] * mask[j] * (1.0 - tanh[j] * tanh[j]);
             self.grad_bias[j] += dz;
-            for k in 0..self.inputs {
-                self.grad_weights[j * self.inputs + k] += dz * input.data[k];
-                grad_input[k] += self.weights[j * self.inputs + k] * dz;
+            let row = j * self.inputs..(j + 1) * self.inputs;
+            let rows = self.grad_weights[row.clone()]
+                .iter_mut()
+                .zip(&self.weights[row]);
+            for (((grad_w, w), x), grad_x) in rows.zip(&input.data).zip(&mut grad_input) {
+                *grad_w += dz * x;
+                *grad_x += w * dz;
             }
         }
         let grad = Tensor::new(ctx, grad_input)?;
