@@ -11,6 +11,14 @@
 //! split, or a balanced one), [`Sqrt`] (Chen et al. 2016) and [`Revolve`] (binomial
 //! checkpointing, optimal for uniform chains, with its closed form [`Revolve::forward_calls`]).
 //!
+//! Running: the user's stages implement [`Stage`] over their own tensor type (the chain's end
+//! is a [`Loss`]); an [`Executor`] runs them under any plan, allocating through the caching
+//! allocator, and returns the input gradient with the allocator's measured peak beside the
+//! plan's prediction ([`Run`]), locating the first operation where they differ
+//! ([`Divergence`]). Recomputed forwards draw the same random numbers ([`StageRng`], keyed by
+//! step and stage), so every plan gives store-all's gradients bit for bit.
+//! [`Executor::measure`] runs a chain once to find its [`ChainCosts`].
+//!
 //! ```
 //! use blockpool::checkpoint::{ChainCosts, Planner, Revolve, StoreAll, Uniform};
 //!

@@ -5,7 +5,10 @@
 //! The executor counts on one contract (the memory model of the [module docs](super)): a
 //! stage's `forward` allocates its output and at most its forward workspace (freed before it
 //! returns), its `backward` allocates the input gradient and at most its backward workspace,
-//! and parameter gradients live in buffers the caller allocated beforehand. A stage that
+//! and parameter gradients live in buffers the caller allocated beforehand. The model counts
+//! the output (or the input gradient) alive beside the workspace, so a stage that allocates its
+//! result before freeing its workspace holds exactly the predicted bytes, and one that frees
+//! the workspace first holds less (the prediction is then an upper bound). A stage that
 //! allocates more than it declared is not refused; the executor's measured peak exposes it.
 
 use super::rng::StageRng;
