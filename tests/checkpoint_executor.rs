@@ -5,7 +5,7 @@
 //! declared truly); a stage that lies about its sizes is exposed, and nothing is corrupted.
 
 use blockpool::checkpoint::{
-    ChainCosts, ExecError, Executor, Loss, Op, Pass, Plan, Planner, Revolve, Sqrt, Stage,
+    ChainCosts, ExecError, Executor, Loss, Op, Pass, Plan, Planner, Revolve, Run, Sqrt, Stage,
     StageContext, StageCost, StageError, StoreAll, Uniform,
 };
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
@@ -230,19 +230,8 @@ fn run(mlp: &Mlp, mut layers: Vec<Dense>, plan: &Plan) -> Outcome {
     let executor = Executor::new(&alloc, 0, StreamId(1)).seed(42).step(7);
     let input = input_tensor(&alloc, mlp.widths[0]);
     let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
-    let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = Vec::new();
-    for layer in layers.iter_mut() {
-        stages.push(Box::new(LayerRef(layer)));
-    }
-    let report = executor
-        .run(
-            &mlp.chain(),
-            plan,
-            &mut stages,
-            &mut SquaredError { target: 0.25 },
-            &input,
-        )
-        .unwrap();
+    let mut stages = lend(&mut layers);
+    let report = execute(&executor, &mlp.chain(), plan, &mut stages, &input).unwrap();
     drop(stages);
     let outcome = Outcome {
         input_gradient: report
@@ -270,6 +259,26 @@ fn run(mlp: &Mlp, mut layers: Vec<Dense>, plan: &Plan) -> Outcome {
         "the run and its report freed everything they allocated"
     );
     outcome
+}
+
+/// The layers as the executor takes them, lent so their gradients can be read afterwards.
+fn lend(layers: &mut [Dense]) -> Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> {
+    layers
+        .iter_mut()
+        .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
+        .collect()
+}
+
+/// One run of `stages` under `plan` with the tests' loss.
+fn execute(
+    executor: &Executor<'_, SimBackend>,
+    chain: &ChainCosts,
+    plan: &Plan,
+    stages: &mut [Box<dyn Stage<Tensor, SimBackend> + '_>],
+    input: &Tensor,
+) -> Result<Run<Tensor>, ExecError> {
+    let mut loss = SquaredError { target: 0.25 };
+    executor.run(chain, plan, stages, &mut loss, input)
 }
 
 /// Lends a layer to the executor so the test can read its gradients afterwards.
@@ -350,19 +359,8 @@ fn a_stage_that_allocates_more_than_it_declares_is_exposed_and_nothing_is_corrup
         let input = input_tensor(&alloc, mlp.widths[0]);
         let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
         let mut layers = liar(mlp.stages());
-        let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = layers
-            .iter_mut()
-            .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
-            .collect();
-        let report = executor
-            .run(
-                &chain,
-                &plan,
-                &mut stages,
-                &mut SquaredError { target: 0.25 },
-                &input,
-            )
-            .unwrap();
+        let mut stages = lend(&mut layers);
+        let report = execute(&executor, &chain, &plan, &mut stages, &input).unwrap();
         assert!(report.exceeds_prediction(), "{what}");
         assert!(
             report.measured_peak_bytes > report.predicted_peak_bytes,
@@ -413,10 +411,7 @@ fn measuring_a_chain_once_gives_its_declared_sizes() {
     let executor = Executor::new(&alloc, 0, StreamId(1));
     let input = input_tensor(&alloc, mlp.widths[0]);
     let mut layers = mlp.stages();
-    let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = layers
-        .iter_mut()
-        .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
-        .collect();
+    let mut stages = lend(&mut layers);
     let measured = executor
         .measure(&mut stages, &mut SquaredError { target: 0.0 }, &input)
         .unwrap();
@@ -475,20 +470,8 @@ fn bad_input_is_a_typed_error_and_frees_what_the_run_held() {
 
     // A plan for 4 stages given 3.
     let mut layers = mlp.stages();
-    let mut three: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = layers
-        .iter_mut()
-        .take(3)
-        .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
-        .collect();
-    let err = executor
-        .run(
-            &chain,
-            &plan,
-            &mut three,
-            &mut SquaredError { target: 0.0 },
-            &input,
-        )
-        .unwrap_err();
+    let mut three = lend(&mut layers[..3]);
+    let err = execute(&executor, &chain, &plan, &mut three, &input).unwrap_err();
     assert!(
         matches!(
             err,
@@ -511,15 +494,7 @@ fn bad_input_is_a_typed_error_and_frees_what_the_run_held() {
     }
     stages.push(Box::new(Refuses));
     stages.push(Box::new(LayerRef(&mut tail[1])));
-    let err = executor
-        .run(
-            &chain,
-            &plan,
-            &mut stages,
-            &mut SquaredError { target: 0.0 },
-            &input,
-        )
-        .unwrap_err();
+    let err = execute(&executor, &chain, &plan, &mut stages, &input).unwrap_err();
     assert!(
         matches!(
             err,
