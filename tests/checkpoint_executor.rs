@@ -265,7 +265,7 @@ fn run(mlp: &Mlp, mut layers: Vec<Dense>, plan: &Plan) -> Outcome {
 fn lend(layers: &mut [Dense]) -> Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> {
     layers
         .iter_mut()
-        .map(|l| Box::new(LayerRef(l)) as Box<dyn Stage<Tensor, SimBackend>>)
+        .map(|l| Box::new(l) as Box<dyn Stage<Tensor, SimBackend>>)
         .collect()
 }
 
@@ -279,28 +279,6 @@ fn execute(
 ) -> Result<Run<Tensor>, ExecError> {
     let mut loss = SquaredError { target: 0.25 };
     executor.run(chain, plan, stages, &mut loss, input)
-}
-
-/// Lends a layer to the executor so the test can read its gradients afterwards.
-struct LayerRef<'a>(&'a mut Dense);
-
-impl Stage<Tensor, SimBackend> for LayerRef<'_> {
-    fn forward(
-        &mut self,
-        ctx: &StageContext<'_, SimBackend>,
-        input: &Tensor,
-    ) -> Result<Tensor, StageError> {
-        self.0.forward(ctx, input)
-    }
-
-    fn backward(
-        &mut self,
-        ctx: &StageContext<'_, SimBackend>,
-        input: &Tensor,
-        grad_output: &Tensor,
-    ) -> Result<Tensor, StageError> {
-        self.0.backward(ctx, input, grad_output)
-    }
 }
 
 fn planners(stages: usize) -> Vec<Box<dyn Planner>> {
@@ -490,10 +468,10 @@ fn bad_input_is_a_typed_error_and_frees_what_the_run_held() {
     let (head, tail) = layers.split_at_mut(2);
     let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend> + '_>> = Vec::new();
     for l in head.iter_mut() {
-        stages.push(Box::new(LayerRef(l)));
+        stages.push(Box::new(l));
     }
     stages.push(Box::new(Refuses));
-    stages.push(Box::new(LayerRef(&mut tail[1])));
+    stages.push(Box::new(&mut tail[1]));
     let err = execute(&executor, &chain, &plan, &mut stages, &input).unwrap_err();
     assert!(
         matches!(

@@ -127,3 +127,20 @@ pub trait Loss<T, B: Backend> {
     /// `ctx`.
     fn gradient(&mut self, ctx: &StageContext<'_, B>, output: &T) -> Result<T, StageError>;
 }
+
+/// A borrowed stage is a stage: lend a chain to the executor and read its parameter gradients
+/// afterwards.
+impl<T, B: Backend, S: Stage<T, B> + ?Sized> Stage<T, B> for &mut S {
+    fn forward(&mut self, ctx: &StageContext<'_, B>, input: &T) -> Result<T, StageError> {
+        (**self).forward(ctx, input)
+    }
+
+    fn backward(
+        &mut self,
+        ctx: &StageContext<'_, B>,
+        input: &T,
+        grad_output: &T,
+    ) -> Result<T, StageError> {
+        (**self).backward(ctx, input, grad_output)
+    }
+}
