@@ -295,7 +295,7 @@ fn planners(stages: usize) -> Vec<Box<dyn Planner>> {
 
 #[test]
 fn every_planner_gives_store_alls_gradients_bit_for_bit_and_its_predicted_peak() {
-    for (seed, stages) in [(1u64, 1usize), (2, 2), (3, 5), (4, 8), (5, 11)] {
+    for (seed, stages) in [(1u64, 1usize), (2, 2), (3, 5), (4, 8), (5, 11), (6, 24)] {
         let mlp = Mlp::random(seed, stages);
         let chain = mlp.chain();
         let reference = run(&mlp, mlp.stages(), &StoreAll.plan(&chain).unwrap());
