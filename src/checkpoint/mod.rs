@@ -8,8 +8,9 @@
 //! every planner and for a schedule written by hand ([`Plan::from_schedule`]).
 //!
 //! Planners: [`StoreAll`] (no recompute), [`Uniform`] (PyTorch's `checkpoint_sequential`
-//! split, or a balanced one), [`Sqrt`] (Chen et al. 2016) and [`Revolve`] (binomial
-//! checkpointing, optimal for uniform chains, with its closed form [`Revolve::forward_calls`]).
+//! split, or a balanced one), [`Sqrt`] (Chen et al. 2016) [`Revolve`] (binomial
+//! checkpointing, optimal for uniform chains, with its closed form [`Revolve::forward_calls`])
+//! and [`Budget`] (the fastest schedule of a heterogeneous chain within a byte budget).
 //!
 //! ```
 //! use blockpool::checkpoint::{ChainCosts, Planner, Revolve, StoreAll, Uniform};
@@ -66,9 +67,13 @@
 //! | `plan.rs` | [`Plan`]: a schedule and what the simulator says of it |
 //! | `planner.rs` | the [`Planner`] trait and [`StoreAll`] |
 //! | `uniform.rs` | [`Uniform`], [`Split`] and [`Sqrt`] |
+//! | `budget.rs` | [`Budget`]: the fastest schedule within a byte budget |
 //! | `revolve.rs` | [`Revolve`] and its closed form |
 //! | `error.rs` | [`CheckpointError`], [`ScheduleError`] |
 
+mod budget;
+#[cfg(test)]
+mod budget_tests;
 mod chain;
 mod error;
 mod plan;
@@ -79,6 +84,7 @@ mod revolve;
 mod schedule;
 mod uniform;
 
+pub use budget::Budget;
 pub use chain::{ChainCosts, StageCost};
 pub use error::{CheckpointError, ScheduleError};
 pub use plan::Plan;
