@@ -312,6 +312,7 @@ impl Table {
             return (g + sizes.backward_peak[s] <= m).then_some((0, e));
         }
         let held = m.checked_sub(sizes.activation[s])?;
+        let floor = self.forward_prefix[e - 1] - self.forward_prefix[s];
         let mut best: Option<(u64, usize)> = None;
         let mut sweep = 0;
         for k in s + 1..e {
@@ -324,6 +325,11 @@ impl Table {
                 continue;
             }
             let time = self.forward_prefix[k] - self.forward_prefix[s] + upper + lower;
+            if time == floor {
+                // Every x_j of the segment computed once: nothing is faster, and an earlier
+                // split would have returned already, so this is still the first best split.
+                return Some((time, k));
+            }
             if best.map_or(true, |(t, _)| time < t) {
                 best = Some((time, k));
             }
