@@ -33,6 +33,14 @@ pub enum CheckpointError {
         /// The chain's stage count.
         stages: usize,
     },
+    /// No schedule of the memory model fits the budget given to `Budget`.
+    #[error("a budget of {budget} bytes is too small for this chain: the smallest that fits is {minimum} bytes")]
+    BudgetTooSmall {
+        /// The budget asked for.
+        budget: usize,
+        /// The smallest budget any schedule fits (of those `Budget` searches).
+        minimum: usize,
+    },
     /// A schedule broke a rule of the memory model; the plan that holds it is not valid.
     #[error("invalid schedule at operation {position}: {reason}")]
     InvalidSchedule {

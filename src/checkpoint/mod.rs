@@ -8,8 +8,9 @@
 //! every planner and for a schedule written by hand ([`Plan::from_schedule`]).
 //!
 //! Planners: [`StoreAll`] (no recompute), [`Uniform`] (PyTorch's `checkpoint_sequential`
-//! split, or a balanced one), [`Sqrt`] (Chen et al. 2016) and [`Revolve`] (binomial
-//! checkpointing, optimal for uniform chains, with its closed form [`Revolve::forward_calls`]).
+//! split, or a balanced one), [`Sqrt`] (Chen et al. 2016) [`Revolve`] (binomial
+//! checkpointing, optimal for uniform chains, with its closed form [`Revolve::forward_calls`])
+//! and [`Budget`] (the fastest schedule of a heterogeneous chain within a byte budget).
 //!
 //! Running: the user's stages implement [`Stage`] over their own tensor type (the chain's end
 //! is a [`Loss`]); an [`Executor`] runs them under any plan, allocating through the caching
@@ -74,12 +75,16 @@
 //! | `plan.rs` | [`Plan`]: a schedule and what the simulator says of it |
 //! | `planner.rs` | the [`Planner`] trait and [`StoreAll`] |
 //! | `uniform.rs` | [`Uniform`], [`Split`] and [`Sqrt`] |
+//! | `budget.rs` | [`Budget`]: the fastest schedule within a byte budget |
 //! | `revolve.rs` | [`Revolve`] and its closed form |
 //! | `stage.rs` | [`Stage`], [`Loss`], [`StageContext`]: the user's side of a run |
 //! | `rng.rs` | [`StageRng`]: the (step, stage) counter-based random stream |
 //! | `executor.rs` | [`Executor`]: runs a plan, measures the allocator's peak, [`Executor::measure`] |
 //! | `error.rs` | [`CheckpointError`], [`ScheduleError`] |
 
+mod budget;
+#[cfg(test)]
+mod budget_tests;
 mod chain;
 mod error;
 mod executor;
@@ -93,6 +98,7 @@ mod schedule;
 mod stage;
 mod uniform;
 
+pub use budget::Budget;
 pub use chain::{ChainCosts, StageCost};
 pub use error::{CheckpointError, ScheduleError};
 pub use executor::{Divergence, ExecError, Executor, Pass, Run};

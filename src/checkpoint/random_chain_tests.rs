@@ -7,7 +7,7 @@ use crate::checkpoint::{ChainCosts, Plan, Planner, Revolve, Sqrt, StageCost, Sto
 use crate::AllocatorConfig;
 
 /// A small deterministic generator (SplitMix64), so a failure names a reproducible seed.
-struct SplitMix(u64);
+pub(super) struct SplitMix(pub(super) u64);
 
 impl SplitMix {
     fn next(&mut self) -> u64 {
@@ -18,7 +18,7 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, bound: u64) -> u64 {
+    pub(super) fn below(&mut self, bound: u64) -> u64 {
         self.next() % bound
     }
 }
