@@ -239,7 +239,7 @@ impl<B: Backend> CachingAllocator<B> {
         site: &'static Location<'static>,
     ) -> Result<Allocation<B>> {
         let created = self.shared.recording_stamp(ContextLevel::State);
-        let origin = self.shared.origin(site, created, false);
+        let origin = self.shared.origin(site, name.clone(), created, false);
         let (created_ns, leak_context) = origin
             .as_ref()
             .map_or((0, ContextId::NONE), |o| (o.created_ns, o.context));
@@ -247,10 +247,6 @@ impl<B: Backend> CachingAllocator<B> {
             self.shared.check_device(device)?;
             None
         } else {
-            let origin = origin.map(|o| Origin {
-                name: name.clone(),
-                ..o
-            });
             Some(
                 self.shared
                     .malloc(device, size_bytes, stream, created, origin)?,
@@ -280,7 +276,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(0);
         }
         let stamp = self.shared.recording_stamp(ContextLevel::State);
-        let origin = self.shared.origin(Location::caller(), stamp, true);
+        let origin = self.shared.origin(Location::caller(), None, stamp, true);
         let block = self
             .shared
             .malloc(device, size_bytes, stream, stamp, origin)?;

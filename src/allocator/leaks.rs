@@ -39,26 +39,31 @@ pub(super) struct Origin {
 }
 
 impl<B: Backend> Shared<B> {
-    /// What the live table records of a call at `site` (stamped `stamp` for history), or
-    /// `None` with tracking off. At [`LeakTracking::Sites`] this is one load and a few moves.
+    /// What the live table records of a call at `site` named `name` (stamped `stamp` for
+    /// history), or `None` with tracking off. At [`LeakTracking::Sites`] this is one load and
+    /// a few moves.
     #[inline]
     pub(super) fn origin(
         &self,
         site: &'static Location<'static>,
+        name: Option<Arc<str>>,
         stamp: Option<EventStamp>,
         raw: bool,
     ) -> Option<Origin> {
-        // Indices of `LeakTracking`: 0 is `Off`, 1 `Sites`.
+        const OFF: u8 = LeakTracking::Off.index();
+        const SITES: u8 = LeakTracking::Sites.index();
         match self.leak_tracking.load(Ordering::Relaxed) {
-            0 => None,
-            1 => Some(Origin {
+            OFF => None,
+            SITES => Some(Origin {
                 site,
-                name: None,
+                name,
                 created_ns: 0,
                 context: ContextId::NONE,
                 raw,
             }),
-            level => Some(self.gather_origin(site, stamp, raw, LeakTracking::from_index(level))),
+            level => {
+                Some(self.gather_origin(site, name, stamp, raw, LeakTracking::from_index(level)))
+            }
         }
     }
 
@@ -69,6 +74,7 @@ impl<B: Backend> Shared<B> {
     fn gather_origin(
         &self,
         site: &'static Location<'static>,
+        name: Option<Arc<str>>,
         stamp: Option<EventStamp>,
         raw: bool,
         level: LeakTracking,
@@ -80,7 +86,7 @@ impl<B: Backend> Shared<B> {
         };
         Origin {
             site,
-            name: None,
+            name,
             // 0 means "not taken"; the first nanosecond after the clock base reads 1.
             created_ns: now_ns().max(1),
             context,
