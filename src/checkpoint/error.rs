@@ -38,8 +38,20 @@ pub enum CheckpointError {
     BudgetTooSmall {
         /// The budget asked for.
         budget: usize,
-        /// The smallest budget any schedule fits (of those `Budget` searches).
+        /// The smallest budget any schedule fits (of those `Budget` searches: every schedule
+        /// for chains of up to 16 stages, persistent ones above).
         minimum: usize,
+    },
+    /// `Budget` was given a chain longer than it plans ([`Budget::MAX_STAGES`]): its tables
+    /// grow with the square of the stages and its search with the cube.
+    ///
+    /// [`Budget::MAX_STAGES`]: super::Budget::MAX_STAGES
+    #[error("Budget plans chains of at most {max} stages; this one has {stages}: merge consecutive stages into blocks (or use Revolve or Uniform, which take any length)")]
+    TooManyStages {
+        /// The chain's stage count.
+        stages: usize,
+        /// The most `Budget` plans.
+        max: usize,
     },
     /// A schedule broke a rule of the memory model; the plan that holds it is not valid.
     #[error("invalid schedule at operation {position}: {reason}")]
