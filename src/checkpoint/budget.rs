@@ -13,9 +13,10 @@ use super::chain::ChainCosts;
 use super::error::CheckpointError;
 use super::plan::Plan;
 use super::planner::{Planner, StoreAll};
+use super::revolve::Revolve;
+use crate::{Backend, CachingAllocator, DeviceIndex};
 use search::Outcome;
 use segments::{LeastPeaks, Table};
-use crate::{Backend, CachingAllocator, DeviceIndex};
 
 /// Plans the schedule of least total time whose peak, under the memory model of the
 /// [module docs](super), is at most `bytes`.
@@ -34,11 +35,12 @@ use crate::{Backend, CachingAllocator, DeviceIndex};
 ///   heterogeneous chains), the fastest *persistent* schedule (each snapshot kept until its
 ///   segment is reversed). It is exact when `bytes` spans at most [`Budget::MAX_UNITS`] units
 ///   of the greatest common divisor of the chain's byte counts and the work stays small
-///   (chains of up to 96 stages); otherwise sizes are counted in coarser units rounded up,
-///   and chains of more than 96 stages split segments spanning several of 96 groups only at
-///   the groups' smallest activations. The plan then still fits the budget, but may
-///   recompute a little more than the optimum. A 1,000-stage chain plans in about a tenth of
-///   a second (`benches/README.md`).
+///   (every chain of up to 96 stages); otherwise sizes are counted in coarser units rounded
+///   up, and a long chain cut into groups (at least 96) splits segments spanning several only
+///   at the groups' smallest activations. The plan then still fits the budget, but may
+///   recompute a little more than the optimum; it is never slower than the [`Revolve`] plan
+///   with the most slots that fits (optimal for uniform chains), which is tried beside it.
+///   A 1,000-stage chain plans in well under a second (`benches/README.md`).
 ///
 /// A budget below the smallest peak of the schedules searched is
 /// [`CheckpointError::BudgetTooSmall`], which names that smallest budget exactly. A chain of
@@ -129,7 +131,14 @@ impl Planner for Budget {
                 Outcome::TooSmall { minimum } => Err(too_small(minimum)),
             };
         }
-        self.persistent(chain)
+        let persistent = self.persistent(chain)?;
+        // On long chains the segment recursion works in groups or coarse units; binomial
+        // checkpointing is optimal for uniform chains and costs little to lay out, so the
+        // faster of the two is the plan.
+        Ok(match self.revolve_within(chain) {
+            Some(revolve) if revolve.total_time() < persistent.total_time() => revolve,
+            _ => persistent,
+        })
     }
 }
 
@@ -152,5 +161,25 @@ impl Budget {
             None => least.emit(0, chain.len(), &mut ops),
         }
         Plan::from_schedule(chain, ops)
+    }
+
+    /// The Revolve plan with the most slots that fits the budget (found by bisection over the
+    /// slot count, whose peak grows with it), if one does.
+    fn revolve_within(&self, chain: &ChainCosts) -> Option<Plan> {
+        let (mut low, mut high) = (1, chain.len());
+        let mut best = None;
+        while low <= high {
+            let slots = low + (high - low) / 2;
+            match (Revolve { slots }).plan(chain) {
+                Ok(plan) if plan.peak_bytes() <= self.bytes => {
+                    best = Some(plan);
+                    low = slots + 1;
+                }
+                // Too many forward calls to count: more slots need fewer.
+                Err(_) => low = slots + 1,
+                Ok(_) => high = slots - 1,
+            }
+        }
+        best
     }
 }

@@ -211,8 +211,8 @@ fn total_time_equals_the_exhaustive_search_for_chains_up_to_8_stages() {
             let plan = Budget { bytes: budget }.plan(&chain).unwrap();
             assert_reverses_each_stage_once(&plan, chain.len(), &what);
             assert!(plan.peak_bytes() <= budget, "{what}: peak within {budget}");
-            let any = exhaustive_time(&chain, budget).expect("some schedule fits")
-                + fixed_time(&chain);
+            let any =
+                exhaustive_time(&chain, budget).expect("some schedule fits") + fixed_time(&chain);
             assert_eq!(
                 plan.total_time(),
                 any,
@@ -352,4 +352,118 @@ fn fit_is_free_memory_plus_the_cache_capped_by_the_fraction() {
         (0.25 * total as f64) as usize
     );
     assert!(Budget::fit(&alloc, 5).is_err(), "no device 5");
+}
+
+/// A heterogeneous chain of `stages` stages with activations of 512 B to 1 MiB, workspaces up
+/// to half that, and equal forward times (least time is fewest forward calls).
+fn long_chain(seed: u64, stages: usize) -> ChainCosts {
+    let mut rng = SplitMix(seed);
+    let costs = (0..stages)
+        .map(|_| StageCost {
+            output_bytes: 512 * (1 + rng.below(2048) as usize),
+            forward_workspace_bytes: 512 * rng.below(1024) as usize,
+            backward_workspace_bytes: 512 * rng.below(1024) as usize,
+            forward_time: 1,
+            backward_time: 2,
+        })
+        .collect();
+    ChainCosts::new(1 << 20, costs, &AllocatorConfig::default()).expect("a valid chain")
+}
+
+fn minimum_of(chain: &ChainCosts) -> usize {
+    match (Budget { bytes: 0 }).plan(chain) {
+        Err(CheckpointError::BudgetTooSmall { minimum, .. }) => minimum,
+        other => panic!("a zero budget is too small: {other:?}"),
+    }
+}
+
+#[test]
+fn long_chains_fit_every_budget_from_the_minimum_and_spend_more_memory_for_less_time() {
+    for (seed, stages) in [(1, 40), (2, 150), (3, 400)] {
+        let chain = long_chain(seed, stages);
+        let all = StoreAll.plan(&chain).unwrap();
+        let minimum = minimum_of(&chain);
+        let what = format!("seed {seed}, {stages} stages");
+        let tight = Budget { bytes: minimum }.plan(&chain).unwrap();
+        assert_eq!(tight.peak_bytes(), minimum, "{what}: the minimum is exact");
+        assert_reverses_each_stage_once(&tight, stages, &what);
+        let mut last = u64::MAX;
+        for step in 0..=8 {
+            let budget = minimum + (all.peak_bytes() - minimum) * step / 8;
+            let plan = Budget { bytes: budget }.plan(&chain).unwrap();
+            assert!(plan.peak_bytes() <= budget, "{what}: within {budget}");
+            assert_reverses_each_stage_once(&plan, stages, &what);
+            assert!(
+                plan.forward_calls() <= last,
+                "{what}, budget {budget}: {} forward calls after {last}",
+                plan.forward_calls()
+            );
+            last = plan.forward_calls();
+        }
+        assert_eq!(last, all.forward_calls(), "{what}: store-all once it fits");
+    }
+}
+
+#[test]
+fn on_long_uniform_chains_budget_is_revolve_or_better_in_the_same_bytes() {
+    for stages in [120, 600] {
+        let chain = ChainCosts::uniform(stages, 1 << 20).unwrap();
+        for slots in [3, 5, 9] {
+            let revolve = Revolve { slots }.plan(&chain).unwrap();
+            let budget = Budget {
+                bytes: revolve.peak_bytes(),
+            }
+            .plan(&chain)
+            .unwrap();
+            assert!(budget.peak_bytes() <= revolve.peak_bytes());
+            assert!(
+                budget.forward_calls() <= revolve.forward_calls(),
+                "{stages} stages, {slots} slots: {} against Revolve's {}",
+                budget.forward_calls(),
+                revolve.forward_calls()
+            );
+        }
+    }
+}
+
+#[test]
+fn on_a_heterogeneous_chain_budget_beats_revolve_and_uniform_in_their_bytes() {
+    // Revolve and Uniform place snapshots by position; Budget by size, so it keeps small
+    // activations and recomputes less in the same memory.
+    let chain = long_chain(7, 300);
+    for planner in [
+        Box::new(Revolve { slots: 8 }) as Box<dyn Planner>,
+        Box::new(crate::checkpoint::Uniform::pytorch(16)),
+    ] {
+        let fixed = planner.plan(&chain).unwrap();
+        let budget = Budget {
+            bytes: fixed.peak_bytes(),
+        }
+        .plan(&chain)
+        .unwrap();
+        assert!(
+            budget.total_time() < fixed.total_time(),
+            "{}: {} against {}",
+            planner.name(),
+            budget.total_time(),
+            fixed.total_time()
+        );
+    }
+}
+
+#[test]
+fn a_chain_longer_than_budget_plans_is_a_typed_error() {
+    let chain = ChainCosts::uniform(Budget::MAX_STAGES + 1, 512).unwrap();
+    let err = Budget { bytes: 1 << 30 }.plan(&chain).unwrap_err();
+    assert_eq!(
+        err,
+        CheckpointError::TooManyStages {
+            stages: Budget::MAX_STAGES + 1,
+            max: Budget::MAX_STAGES
+        }
+    );
+    assert!(
+        err.to_string().contains("merge consecutive stages"),
+        "{err}"
+    );
 }

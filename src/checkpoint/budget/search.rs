@@ -112,7 +112,10 @@ struct Graph<'a> {
 impl<'a> Graph<'a> {
     fn new(chain: &'a ChainCosts) -> Graph<'a> {
         let n = chain.len();
-        debug_assert!(n <= MAX_STAGES, "the exact search takes at most {MAX_STAGES} stages");
+        debug_assert!(
+            n <= MAX_STAGES,
+            "the exact search takes at most {MAX_STAGES} stages"
+        );
         let mut size: Vec<usize> = (0..n)
             .map(|i| chain.activation_bytes(i).unwrap_or(0))
             .collect();
@@ -127,7 +130,12 @@ impl<'a> Graph<'a> {
             .filter(|&i| state.has(i))
             .map(|i| self.size[i])
             .sum();
-        activations + if state.left < self.n { self.size[state.left] } else { 0 }
+        activations
+            + if state.left < self.n {
+                self.size[state.left]
+            } else {
+                0
+            }
     }
 
     /// Every move out of `state`, in a fixed order.
@@ -188,7 +196,11 @@ impl<'a> Graph<'a> {
 
     /// Dijkstra from the start to the end state by `key(time, peak)` of paths, using only
     /// moves whose peak is within `budget` when one is given.
-    fn search<K: Ord + Copy>(&self, key: impl Fn(u64, usize) -> K, budget: Option<usize>) -> Option<Path> {
+    fn search<K: Ord + Copy>(
+        &self,
+        key: impl Fn(u64, usize) -> K,
+        budget: Option<usize>,
+    ) -> Option<Path> {
         let states = 1usize << self.n;
         // Per state: the best (time, peak) reaching it and the move that did.
         let mut best: Vec<Option<(u64, usize)>> = vec![None; states];

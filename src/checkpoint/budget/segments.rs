@@ -14,11 +14,11 @@
 //!   plan still fits) when the budget holds more than [`MAX_UNITS`] of them.
 //!
 //! The time table costs one cell per segment and memory unit, and each cell tries every split:
-//! `n^3 / 6` splits per unit. To plan a thousand stages in well under a second, a chain of
-//! more than [`UNGROUPED_STAGES`] stages is cut into [`GROUPS`] groups at its smallest
-//! activations (one per stretch of equal length): a segment inside a group may split anywhere,
-//! a longer one only at group boundaries. The number of units is then chosen so the splits
-//! tried stay near [`WORK`].
+//! `n^3 / 6` splits per unit. To plan a thousand stages in well under a second, a long chain
+//! is cut into groups at its smallest activations (one per stretch of equal length): a segment
+//! inside a group may split anywhere, a longer one only at group boundaries. The chain keeps
+//! as many groups as [`WORK`] allows with exact units (all its stages when it can), and at
+//! least [`GROUPS`]; the number of units is then what the work allows, up to [`MAX_UNITS`].
 
 use super::super::chain::ChainCosts;
 use super::super::schedule::Op;
@@ -26,10 +26,8 @@ use super::super::schedule::Op;
 /// The most memory units the time table tracks.
 pub(super) const MAX_UNITS: usize = 4096;
 
-/// Chains up to this many stages may split any segment anywhere.
-pub(super) const UNGROUPED_STAGES: usize = 96;
-
-/// Groups of a longer chain; segments spanning several split only at group boundaries.
+/// The fewest groups a chain is cut into (when it has more stages); segments spanning several
+/// groups split only at group boundaries.
 pub(super) const GROUPS: usize = 96;
 
 /// About how many (segment, split, memory unit) triples the time table may try.
@@ -124,7 +122,11 @@ impl Sizes {
     /// `x_j` (when `j > s`), `x_{j+1}` and the workspace.
     fn sweep_peak(&self, s: usize, k: usize, g: usize) -> usize {
         let first = self.activation[s + 1] + self.forward_workspace[s];
-        let rest = if k > s + 1 { self.steps_max(s + 1, k) } else { 0 };
+        let rest = if k > s + 1 {
+            self.steps_max(s + 1, k)
+        } else {
+            0
+        };
         g + self.activation[s] + first.max(rest)
     }
 }
@@ -153,8 +155,8 @@ impl Boundaries {
         for g in 1..groups {
             let (from, to) = ((g * n / groups).max(1), ((g + 1) * n / groups).min(n));
             let last = *at.last().unwrap_or(&0);
-            let best = (from.max(last + 1)..to)
-                .min_by_key(|&i| chain.activation_bytes(i).unwrap_or(0));
+            let best =
+                (from.max(last + 1)..to).min_by_key(|&i| chain.activation_bytes(i).unwrap_or(0));
             if let Some(best) = best {
                 at.push(best);
             }
@@ -269,38 +271,41 @@ impl LeastPeaks {
         let n = sizes.n;
         let at = |s: usize, e: usize| s * (n + 1) + e;
         let mut least = vec![usize::MAX; (n + 1) * (n + 1)];
+        // The same numbers by end, `e * (n + 1) + s`, so both halves of a split are read
+        // along a row.
+        let mut by_end = vec![usize::MAX; (n + 1) * (n + 1)];
         let mut choice = vec![0; (n + 1) * (n + 1)];
         for len in 1..=n {
             for s in 0..=n - len {
                 let e = s + len;
                 let g = sizes.gradient(e);
-                if len == 1 {
-                    least[at(s, e)] = g + sizes.backward_peak[s];
-                    choice[at(s, e)] = e;
-                    continue;
-                }
                 let (mut best, mut best_k) = (usize::MAX, e);
-                let mut sweep = 0;
-                let held = sizes.activation[s];
-                for k in s + 1..e {
-                    let j = k - 1;
-                    let step = if j == s {
-                        sizes.activation[s + 1] + sizes.forward_workspace[s]
-                    } else {
-                        sizes.activation[j] + sizes.activation[j + 1] + sizes.forward_workspace[j]
-                    };
-                    sweep = sweep.max(g + held + step);
-                    if sweep >= best {
-                        break;
-                    }
-                    let peak = sweep
-                        .max(held + least[at(k, e)])
-                        .max(least[at(s, k)]);
-                    if peak < best {
-                        (best, best_k) = (peak, k);
+                if len == 1 {
+                    best = g + sizes.backward_peak[s];
+                } else {
+                    let held = sizes.activation[s];
+                    let lower = &least[at(s, s + 1)..at(s, e)];
+                    let upper = &by_end[at(e, s + 1)..at(e, e)];
+                    // The sweep's first step, to x_{s+1}, holds no x_j besides x_s.
+                    let mut sweep = g + held + sizes.activation[s + 1] + sizes.forward_workspace[s];
+                    let steps = &sizes.step_max[0][s..e - 1];
+                    for (k, ((&low, &up), &step)) in
+                        (s + 1..).zip(lower.iter().zip(upper).zip(steps))
+                    {
+                        if k > s + 1 {
+                            sweep = sweep.max(g + held + step);
+                        }
+                        if sweep >= best {
+                            break;
+                        }
+                        let peak = sweep.max(held + up).max(low);
+                        if peak < best {
+                            (best, best_k) = (peak, k);
+                        }
                     }
                 }
                 least[at(s, e)] = best;
+                by_end[at(e, s)] = best;
                 choice[at(s, e)] = best_k;
             }
         }
@@ -364,12 +369,6 @@ impl Table {
     /// fits (coarse units can lose one that fits in exact bytes).
     pub(super) fn solve(chain: &ChainCosts, budget: usize) -> Option<Table> {
         let n = chain.len();
-        let boundaries = if n <= UNGROUPED_STAGES {
-            Boundaries::everywhere(n)
-        } else {
-            Boundaries::at_small_activations(chain, GROUPS)
-        };
-        let segments = SegmentIndex::new(&boundaries, n);
         let mut unit = chain.input_bytes();
         for s in chain.stages() {
             for bytes in [
@@ -380,6 +379,19 @@ impl Table {
                 unit = gcd(unit, bytes);
             }
         }
+        // As many groups as the work allows with exact units, at least GROUPS.
+        let exact_units = (budget / unit.max(1)).clamp(1, MAX_UNITS);
+        let groups = [n, 768, 512, 384, 256, 192, 128]
+            .into_iter()
+            .find(|&g| g <= n && splits_estimate(n, g).saturating_mul(exact_units) <= WORK)
+            .unwrap_or(GROUPS)
+            .min(n);
+        let boundaries = if groups == n {
+            Boundaries::everywhere(n)
+        } else {
+            Boundaries::at_small_activations(chain, groups)
+        };
+        let segments = SegmentIndex::new(&boundaries, n);
         let by_work = WORK / segments.splits.max(1);
         let by_cells = MAX_CELLS / segments.order.len();
         let cap = by_work.min(by_cells).clamp(1, MAX_UNITS);
@@ -399,14 +411,65 @@ impl Table {
             segments,
             forward_prefix,
         };
+        let mut best = vec![NONE; width];
         for number in 0..table.segments.order.len() {
             let (s, e) = table.segments.order[number];
-            for m in 0..=units {
-                let best = table.best(s, e, m).map_or(NONE, |(time, _)| time);
-                table.time[number * width + m] = best;
-            }
+            table.fill(s, e, &mut best);
+            table.time[number * width..(number + 1) * width].copy_from_slice(&best);
         }
         (table.time(0, n, units) != NONE).then_some(table)
+    }
+
+    /// Computes row `s..e` of the table (every memory size) into `best`, split by split: for
+    /// each split the sums run along two rows already computed, and only over the sizes
+    /// where the split can still win. A row is nonincreasing in memory, so those sizes are a
+    /// stretch from the split's least memory (its sweep, and `x_s` held) up to the first size
+    /// whose best is at most the split's floor (it computes `x_s..x_{k-1}` twice): that
+    /// floor only rises with `k`, and the sweep too, so once the stretch is empty no later
+    /// split can win.
+    fn fill(&self, s: usize, e: usize, best: &mut [u64]) {
+        let sizes = &self.sizes;
+        let width = self.units + 1;
+        let g = sizes.gradient(e);
+        best.fill(NONE);
+        if e == s + 1 {
+            let need = g + sizes.backward_peak[s];
+            if need < width {
+                best[need..].fill(0);
+            }
+            return;
+        }
+        let held = sizes.activation[s];
+        let prefix = &self.forward_prefix;
+        let floor = prefix[e - 1] - prefix[s];
+        let mut cut = width;
+        for k in self.boundaries.splits(s, e) {
+            let least_time = floor + prefix[k - 1] - prefix[s];
+            while cut > 0 && best[cut - 1] <= least_time {
+                cut -= 1;
+            }
+            let start = sizes.sweep_peak(s, k, g).max(held);
+            if start >= cut {
+                break;
+            }
+            let sweep_time = prefix[k] - prefix[s];
+            let upper = self.row(k, e);
+            let lower = self.row(s, k);
+            let stretch = best[start..cut].iter_mut();
+            for ((slot, &up), &low) in stretch
+                .zip(&upper[start - held..cut - held])
+                .zip(&lower[start..cut])
+            {
+                let time = sweep_time.saturating_add(up).saturating_add(low);
+                *slot = (*slot).min(time);
+            }
+        }
+    }
+
+    fn row(&self, s: usize, e: usize) -> &[u64] {
+        let width = self.units + 1;
+        let at = self.segments.of(s, e) * width;
+        &self.time[at..at + width]
     }
 
     fn time(&self, s: usize, e: usize, m: usize) -> u64 {
@@ -460,6 +523,13 @@ impl Table {
             self.emit(a, b, room, ops);
         });
     }
+}
+
+/// About how many splits the table tries per memory unit for `n` stages in `groups` groups:
+/// every split of segments across groups, and of segments inside each group.
+fn splits_estimate(n: usize, groups: usize) -> usize {
+    let cube = |x: usize| x.saturating_mul(x).saturating_mul(x) / 6;
+    cube(groups).saturating_add(groups.saturating_mul(cube(n.div_ceil(groups))))
 }
 
 fn gcd(a: usize, b: usize) -> usize {
