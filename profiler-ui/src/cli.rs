@@ -247,7 +247,7 @@ pub enum Command {
     /// from the trace's first state, and set what it did beside what the trace's allocator did.
     Replay(ReplayArgs),
     /// Plan activation checkpointing for a chain of stages from its per-stage costs (a JSON
-    /// chain file, format below): the activations the plan keeps, its forward calls, predicted
+    /// chain file, its format in `memtrace plan --help`): the activations the plan keeps, its forward calls, predicted
     /// peak memory and time, set against keeping every activation (store-all).
     #[command(after_help = PLAN_HELP)]
     Plan(PlanArgs),
@@ -370,17 +370,17 @@ pub const PLAN_HELP: &str = concat!(
     "    ]\n",
     "  }\n\n",
     "Stage i maps activation x_i to x_{i+1}; x_0 is the chain's input.\n",
-    "  input_bytes               bytes of x_0 (required)\n",
-    "  stages                    the stages in order, 1 to 100000 (required), each with:\n",
-    "    output_bytes            bytes of its output x_{i+1}, also its gradient's (required)\n",
-    "    forward_time            time of one forward call (required)\n",
-    "    backward_time           time of its backward step, with whatever of the forward it\n",
-    "                            re-runs itself (required)\n",
-    "    forward_workspace_bytes scratch memory its forward allocates and frees (default 0)\n",
+    "  input_bytes                 bytes of x_0 (required)\n",
+    "  stages                      the stages in order, 1 to 100000 (required), each with:\n",
+    "    output_bytes              bytes of its output x_{i+1}, also its gradient's (required)\n",
+    "    forward_time              time of one forward call (required)\n",
+    "    backward_time             time of its backward step, with whatever of the forward it\n",
+    "                              re-runs itself (required)\n",
+    "    forward_workspace_bytes   scratch memory its forward allocates and frees (default 0)\n",
     "    backward_workspace_bytes  scratch memory its backward allocates and frees (default 0)\n",
-    "    name                    a label for reports (optional)\n",
-    "  time_unit                 the label of every time (optional); times are whole numbers,\n",
-    "                            so pick a unit fine enough (\"us\" rather than \"ms\")\n\n",
+    "    name                      a label for reports (optional)\n",
+    "  time_unit                   the label of every time (optional); times are whole\n",
+    "                              numbers, so pick a unit fine enough (\"us\" rather than \"ms\")\n\n",
     "Bytes are whole numbers or strings with a K, M, G or T suffix (powers of 1024: \"64MiB\", \
      \"1.5G\"), rounded as the caching allocator rounds them (to multiples of 512; 0 stays 0). \
      Parameters and their gradients are not counted. Any other field is refused; a file is at \
