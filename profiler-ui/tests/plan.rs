@@ -265,6 +265,10 @@ fn the_example_chain_plans_as_the_library_plans_it() {
     assert_eq!(budget["plan"]["forward_calls"], 45);
     assert_eq!(budget["store_all"]["peak_bytes"], 1_711_538_176);
     assert_eq!(budget["store_all"]["total_time"], 75_100);
+    let revolve = plan_json(&[&file, "--slots", "4"]);
+    assert_eq!(revolve["plan"]["forward_calls"], 57);
+    assert_eq!(revolve["plan"]["peak_bytes"], 654_573_568);
+    assert_eq!(revolve["plan"]["total_time"], 103_460);
 }
 
 #[test]
