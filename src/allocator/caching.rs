@@ -386,6 +386,23 @@ impl<B: Backend> CachingAllocator<B> {
         self.lock_device(device)?
             .set_memory_fraction(&self.shared.backend, fraction)
     }
+
+    /// The fraction of `device`'s capacity this allocator may reserve: the one
+    /// [`set_per_process_memory_fraction`](Self::set_per_process_memory_fraction) set last,
+    /// else the configuration's `per_process_memory_fraction`; `None` when neither caps it.
+    ///
+    /// ```
+    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend};
+    ///
+    /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
+    /// assert_eq!(alloc.memory_fraction(0)?, None);
+    /// alloc.set_per_process_memory_fraction(0.5, 0)?;
+    /// assert_eq!(alloc.memory_fraction(0)?, Some(0.5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn memory_fraction(&self, device: DeviceIndex) -> Result<Option<f64>> {
+        Ok(self.lock_device(device)?.fraction)
+    }
 }
 
 impl<B: Backend> Shared<B> {

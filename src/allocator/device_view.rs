@@ -181,6 +181,12 @@ impl<'a, B: Backend> DeviceView<'a, B> {
             .set_per_process_memory_fraction(fraction, self.index)
     }
 
+    /// The fraction of the device's capacity the allocator may reserve, as
+    /// [`CachingAllocator::memory_fraction`].
+    pub fn memory_fraction(&self) -> Option<f64> {
+        self.lock().fraction
+    }
+
     /// Waits for the device's pending deferred frees, then returns each of its wholly free
     /// segments to the device, as [`CachingAllocator::empty_cache`] does for every device.
     pub fn empty_cache(&self) -> Result<()> {

@@ -92,7 +92,7 @@ impl Budget {
         let reserved = count(stats.reserved_bytes.all.current);
         let allocated = count(stats.allocated_bytes.all.current);
         let mut may_reserve = info.free_bytes;
-        if let Some(fraction) = alloc.config().per_process_memory_fraction() {
+        if let Some(fraction) = alloc.memory_fraction(device)? {
             let limit = (fraction * info.total_bytes as f64) as usize;
             may_reserve = may_reserve.min(limit.saturating_sub(reserved));
         }

@@ -88,6 +88,8 @@ mod budget_tests;
 mod chain;
 mod error;
 mod executor;
+#[cfg(test)]
+mod fit_tests;
 mod plan;
 mod planner;
 #[cfg(test)]

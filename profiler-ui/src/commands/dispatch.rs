@@ -3,7 +3,7 @@
 //! it; `demo --serve` runs the demo and then the viewer on the trace it wrote.
 
 use super::{
-    convert, demo, diff, doctor, info, leaks, replay, segments, serve, summary, timeline, top,
+    convert, demo, diff, doctor, info, leaks, plan, replay, segments, serve, summary, timeline, top,
 };
 use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::Point;
@@ -109,6 +109,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
         }
         Command::Doctor { json } => doctor::run(json, out),
         Command::Replay(args) => replay::run(args, out),
+        Command::Plan(args) => plan::run(&args, out),
         Command::Serve(args) => {
             let limits = Limits {
                 max_connections: args.max_connections,

@@ -1,6 +1,7 @@
 //! The subcommands, one module each, named as on the command line; [`run`] (`dispatch.rs`)
 //! runs the one a command line names. Most read a trace (`load.rs`), take what they show from
-//! `analysis/` and print it as text or JSON; `serve` hands the trace to the viewer (`serve/`).
+//! `analysis/` and print it as text or JSON; `serve` hands the trace to the viewer (`serve/`);
+//! `plan` reads a chain file instead and plans checkpointing with `blockpool::checkpoint`.
 
 mod convert;
 mod demo;
@@ -9,6 +10,7 @@ mod dispatch;
 mod doctor;
 mod info;
 mod leaks;
+mod plan;
 mod replay;
 mod segments;
 mod serve;
