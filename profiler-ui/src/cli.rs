@@ -357,7 +357,7 @@ pub const PLAN_HELP: &str = concat!(
      workspace, as the caching allocator would hold them; forward calls count stage forwards \
      outside backward steps (store-all makes stages - 1); time adds every forward call, the last \
      stage's forward before the loss and every backward step, in the file's time_unit. Limits: \
-     at most 100000 stages, at most 1000 for the budget planner, at most 2000000 forward calls \
+     at most 100000 stages, at most 2048 for the budget planner, at most 2000000 forward calls \
      in a plan.\n\n",
     "Chain file: JSON, one object:\n\n",
     "  {\n",

@@ -381,7 +381,7 @@ fn hostile_sizes_are_refused_before_the_work_they_would_cause() {
     assert_refused(
         &memtrace(&["plan", &most, "--budget", "1T"]),
         &format!(
-            "{most}: 100,000 stages; the budget planner plans at most 1,000: use --slots N \
+            "{most}: 100,000 stages; the budget planner plans at most 2,048: use --slots N \
              (revolve) or --planner uniform --segments N"
         ),
     );

@@ -29,10 +29,9 @@ use blockpool::AllocatorConfig;
 use chain_file::ChainFile;
 use serde::Serialize;
 
-/// Most stages the budget planner is given. Its table is capped at 2^25 cells, so its memory
-/// stays near 270 MB, but its time grows with the stages: on the 2-core build machine
-/// (2026-12-02) a heterogeneous chain took 4 s at 100 stages and 37 s at 500.
-pub const MAX_BUDGET_STAGES: usize = 1_000;
+/// Most stages the budget planner is given: the library's own limit ([`Budget::MAX_STAGES`]),
+/// named here so the help can state it.
+pub const MAX_BUDGET_STAGES: usize = Budget::MAX_STAGES;
 
 /// Most forward calls a plan may make: its schedule and per-operation memory are kept whole,
 /// about 100 bytes per forward call.
