@@ -5,8 +5,8 @@
 //! declared truly); a stage that lies about its sizes is exposed, and nothing is corrupted.
 
 use blockpool::checkpoint::{
-    ChainCosts, ExecError, Executor, Loss, Op, Pass, Plan, Planner, Revolve, Run, Sqrt, Stage,
-    StageContext, StageCost, StageError, StoreAll, Uniform,
+    Budget, ChainCosts, CheckpointError, ExecError, Executor, Loss, Op, Pass, Plan, Planner,
+    Revolve, Run, Sqrt, Stage, StageContext, StageCost, StageError, StoreAll, Uniform,
 };
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
 
@@ -281,7 +281,9 @@ fn execute(
     executor.run(chain, plan, stages, &mut loss, input)
 }
 
-fn planners(stages: usize) -> Vec<Box<dyn Planner>> {
+/// Every planner, with the most bytes its plan may hold (a budget's, else no limit).
+fn planners(chain: &ChainCosts) -> Vec<(Box<dyn Planner>, usize)> {
+    let stages = chain.len();
     let mut planners: Vec<Box<dyn Planner>> = vec![Box::new(StoreAll), Box::new(Sqrt)];
     for segments in 1..=stages.min(4) {
         planners.push(Box::new(Uniform::pytorch(segments)));
@@ -290,17 +292,44 @@ fn planners(stages: usize) -> Vec<Box<dyn Planner>> {
     for slots in 1..=4 {
         planners.push(Box::new(Revolve { slots }));
     }
+    // Budget from its minimum to store-all's peak: up to 16 stages its schedules may drop a
+    // snapshot and recompute it, which the executor must run like any other.
+    let most = StoreAll.plan(chain).unwrap().peak_bytes();
+    let least = match (Budget { bytes: 0 }).plan(chain) {
+        Err(CheckpointError::BudgetTooSmall { minimum, .. }) => minimum,
+        other => panic!("a zero budget is too small: {other:?}"),
+    };
+    let mut planners: Vec<(Box<dyn Planner>, usize)> =
+        planners.into_iter().map(|p| (p, usize::MAX)).collect();
+    for step in 0..=4 {
+        let bytes = least + (most.max(least) - least) * step / 4;
+        planners.push((Box::new(Budget { bytes }), bytes));
+    }
     planners
+}
+
+/// Whether `plan` drops a stored activation before its stage's backward step (to recompute it
+/// later): what no persistent schedule does.
+fn drops_a_snapshot_early(plan: &Plan) -> bool {
+    let mut stored = std::collections::HashSet::new();
+    let mut reversed = std::collections::HashSet::new();
+    plan.schedule().iter().any(|op| match *op {
+        Op::Store { activation } => !stored.insert(activation),
+        Op::Backward { stage } => !reversed.insert(stage),
+        Op::Drop { activation } => stored.remove(&activation) && !reversed.contains(&activation),
+        Op::Forward { .. } => false,
+    })
 }
 
 #[test]
 fn every_planner_gives_store_alls_gradients_bit_for_bit_and_its_predicted_peak() {
+    let mut early_drops = 0;
     for (seed, stages) in [(1u64, 1usize), (2, 2), (3, 5), (4, 8), (5, 11), (6, 24)] {
         let mlp = Mlp::random(seed, stages);
         let chain = mlp.chain();
         let reference = run(&mlp, mlp.stages(), &StoreAll.plan(&chain).unwrap());
         assert!(reference.input_gradient.iter().any(|&b| b != 0));
-        for planner in planners(stages) {
+        for (planner, limit) in planners(&chain) {
             let plan = planner.plan(&chain).unwrap();
             let what = format!("{} on seed {seed}, {stages} stages", planner.name());
             let got = run(&mlp, mlp.stages(), &plan);
@@ -312,11 +341,17 @@ fn every_planner_gives_store_alls_gradients_bit_for_bit_and_its_predicted_peak()
             assert_eq!(got.backward_calls, vec![1; stages], "{what}");
             assert_eq!(got.forward_calls, plan.forward_calls_per_stage(), "{what}");
             assert_eq!(got.predicted_peak, plan.peak_bytes(), "{what}");
+            assert!(got.measured_peak <= limit, "{what}: within {limit} bytes");
+            early_drops += usize::from(drops_a_snapshot_early(&plan));
             // The sizes are declared truly, so the model is exact at every operation.
             assert_eq!(got.measured_peak, got.predicted_peak, "{what}");
             assert!(!got.diverged, "{what}");
         }
     }
+    assert!(
+        early_drops > 0,
+        "some Budget plan recomputes a dropped snapshot, so the executor ran one"
+    );
 }
 
 #[test]
@@ -328,7 +363,7 @@ fn a_stage_that_allocates_more_than_it_declares_is_exposed_and_nothing_is_corrup
         stages[2].undeclared_bytes = 4096;
         stages
     };
-    for planner in planners(6) {
+    for (planner, _) in planners(&chain) {
         let plan = planner.plan(&chain).unwrap();
         let what = planner.name();
         let honest = run(&mlp, mlp.stages(), &plan);
@@ -504,7 +539,7 @@ fn a_stage_that_holds_less_than_declared_stays_under_the_prediction() {
         workspaces: vec![(2048, 512), (4096, 0), (1024, 1536), (512, 512)],
     };
     let chain = mlp.chain();
-    for planner in planners(4) {
+    for (planner, _) in planners(&chain) {
         let plan = planner.plan(&chain).unwrap();
         let mut layers = mlp.stages();
         for layer in &mut layers {

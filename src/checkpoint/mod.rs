@@ -10,7 +10,8 @@
 //! Planners: [`StoreAll`] (no recompute), [`Uniform`] (PyTorch's `checkpoint_sequential`
 //! split, or a balanced one), [`Sqrt`] (Chen et al. 2016) [`Revolve`] (binomial
 //! checkpointing, optimal for uniform chains, with its closed form [`Revolve::forward_calls`])
-//! and [`Budget`] (the fastest schedule of a heterogeneous chain within a byte budget).
+//! and [`Budget`] (the fastest schedule of a heterogeneous chain within a byte budget: over
+//! every schedule for chains of up to 16 stages, over persistent ones above).
 //!
 //! Running: the user's stages implement [`Stage`] over their own tensor type (the chain's end
 //! is a [`Loss`]); an [`Executor`] runs them under any plan, allocating through the caching
@@ -75,7 +76,9 @@
 //! | `plan.rs` | [`Plan`]: a schedule and what the simulator says of it |
 //! | `planner.rs` | the [`Planner`] trait and [`StoreAll`] |
 //! | `uniform.rs` | [`Uniform`], [`Split`] and [`Sqrt`] |
-//! | `budget.rs` | [`Budget`]: the fastest schedule within a byte budget |
+//! | `budget.rs` | [`Budget`]: the fastest schedule within a byte budget, [`Budget::fit`] |
+//! | `budget/search.rs` | the exact search over every schedule of a short chain |
+//! | `budget/segments.rs` | Rotor's segment recursion for longer chains: least peaks, time table, groups |
 //! | `revolve.rs` | [`Revolve`] and its closed form |
 //! | `stage.rs` | [`Stage`], [`Loss`], [`StageContext`]: the user's side of a run |
 //! | `rng.rs` | [`StageRng`]: the (step, stage) counter-based random stream |
