@@ -119,6 +119,11 @@ pub enum Command {
         /// Consecutive growing steps that flag a site as growing (at least 1).
         #[arg(long, value_name = "K", default_value_t = blockpool::leak::GrowthSettings::DEFAULT_MIN_GROWTH_STEPS)]
         growth_steps: u32,
+        /// Steps after the first measurement by which memory must have reached its size to
+        /// count as persistent (weights loaded before the loop: 0; optimizer state made in the
+        /// first step: 1).
+        #[arg(long, value_name = "N", default_value_t = blockpool::leak::GrowthSettings::DEFAULT_WARMUP_STEPS)]
+        warmup_steps: u32,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

@@ -315,3 +315,30 @@ fn external_fixtures_report_kept_memory_as_persistent_and_nothing_growing() {
     );
     assert_eq!(forward["alive_at_end"].as_array().map(Vec::len), Some(20));
 }
+
+#[test]
+fn warmup_steps_set_how_late_persistent_memory_may_appear() {
+    // No warm-up: only what was there before the first step (the weights) is persistent; the
+    // optimizer state made in step 0 is then memory allocated during the trace.
+    let none = &json_of(&["leaks", profiler_trace(), "--warmup-steps", "0", "--json"])[0];
+    assert_eq!(none["settings"]["warmup_steps"], 0);
+    assert_eq!(
+        persistent(none),
+        [kept("model.to", 256 * MIB, 4, "before ProfilerStep#0")]
+    );
+    // Two steps: the cache filled in steps 0 and 1 counts as persistent too.
+    let two = &json_of(&["leaks", profiler_trace(), "--warmup-steps", "2", "--json"])[0];
+    assert_eq!(
+        persistent(two),
+        [
+            kept("model.to", 256 * MIB, 4, "before ProfilerStep#0"),
+            kept("Optimizer.step#SGD.step", 64 * MIB, 2, "ProfilerStep#0"),
+            kept("cache", 8 * MIB, 2, "ProfilerStep#1"),
+        ]
+    );
+    assert_eq!(
+        two["growing"].as_array().map(Vec::len),
+        Some(1),
+        "the warm-up does not hide the growing site"
+    );
+}

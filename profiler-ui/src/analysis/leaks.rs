@@ -31,6 +31,9 @@ pub struct LeakOptions {
     pub step_prefix: String,
     /// K: consecutive growing steps that flag a site.
     pub min_growth_steps: u32,
+    /// Steps after the first measurement by which memory must have reached its size to be
+    /// persistent.
+    pub warmup_steps: u32,
 }
 
 impl Default for LeakOptions {
@@ -39,6 +42,17 @@ impl Default for LeakOptions {
             view: FrameView::User,
             step_prefix: DEFAULT_STEP_PREFIX.to_string(),
             min_growth_steps: GrowthSettings::DEFAULT_MIN_GROWTH_STEPS,
+            warmup_steps: GrowthSettings::DEFAULT_WARMUP_STEPS,
+        }
+    }
+}
+
+impl LeakOptions {
+    /// The step detector's rules these options ask for.
+    pub fn growth_settings(&self) -> GrowthSettings {
+        GrowthSettings {
+            min_growth_steps: self.min_growth_steps,
+            warmup_steps: self.warmup_steps,
         }
     }
 }
@@ -176,7 +190,7 @@ pub fn find_leaks(
             .collect();
         measurements.push((name.clone(), totals));
     }
-    let settings = GrowthSettings::with_min_growth_steps(options.min_growth_steps);
+    let settings = options.growth_settings();
     let analysis = analyze_steps(measurements, settings)?;
     let name_of = |label: &str| labels.get(label).cloned().unwrap_or_default();
     let growing = analysis

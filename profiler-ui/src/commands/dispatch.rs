@@ -27,12 +27,14 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             device,
             step,
             growth_steps,
+            warmup_steps,
             json,
         } => {
             let options = crate::analysis::leaks::LeakOptions {
                 view: FrameView::from_flag(all_frames),
                 step_prefix: step,
                 min_growth_steps: growth_steps,
+                warmup_steps,
             };
             leaks::run(&file, device, &options, json, out)
         }

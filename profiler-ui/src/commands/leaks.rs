@@ -29,10 +29,7 @@ pub fn run(
     out: &mut Output,
 ) -> anyhow::Result<()> {
     // Refuse bad settings before reading what may be a large file.
-    blockpool::leak::StepDetector::new(blockpool::leak::GrowthSettings::with_min_growth_steps(
-        options.min_growth_steps,
-    ))
-    .context("--growth-steps")?;
+    blockpool::leak::StepDetector::new(options.growth_settings()).context("--growth-steps")?;
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let reports: Vec<anyhow::Result<_>> = match device {

@@ -16,7 +16,7 @@
 //! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
 //! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
-//! | `/api/leaks?device&all_frames&step&growth_steps` | the leak report (`memtrace leaks --json`'s, one device): steps are the `step` prefix's annotation ranges (default `ProfilerStep#`; empty: the outermost ranges), `growth_steps` is K (default 3) |
+//! | `/api/leaks?device&all_frames&step&growth_steps&warmup_steps` | the leak report (`memtrace leaks --json`'s, one device): steps are the `step` prefix's annotation ranges (default `ProfilerStep#`; empty: the outermost ranges), `growth_steps` is K (default 3), `warmup_steps` the warm-up of persistence (default 1) |
 //! | `/api/breakdown?device&index&limit&all_frames` | [`Breakdown`](super::tables::Breakdown) |
 //! | `/api/tree?device&index&all_frames&depth&min_share` | [`TreeView`](super::tree::TreeView) |
 //!
@@ -353,8 +353,8 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
 /// The longest `step` prefix `/api/leaks` takes.
 const MAX_STEP_PREFIX: usize = 200;
 
-/// `/api/leaks`' options: `all_frames`, `step` (present and empty: the outermost ranges) and
-/// `growth_steps` (at least 1).
+/// `/api/leaks`' options: `all_frames`, `step` (present and empty: the outermost ranges),
+/// `growth_steps` (at least 1) and `warmup_steps`.
 fn leak_options(target: &Target) -> Result<LeakOptions, RequestError> {
     let mut options = LeakOptions {
         view: tree::view(target)?,
@@ -375,6 +375,12 @@ fn leak_options(target: &Target) -> Result<LeakOptions, RequestError> {
                 name: "growth_steps",
                 reason: format!("{k} is not from 1 to {}", u32::MAX),
             }
+        })?;
+    }
+    if let Some(n) = target.number("warmup_steps")? {
+        options.warmup_steps = u32::try_from(n).map_err(|_| RequestError::BadParameter {
+            name: "warmup_steps",
+            reason: format!("{n} is not from 0 to {}", u32::MAX),
         })?;
     }
     Ok(options)
