@@ -136,7 +136,9 @@ int blockpool_leak_scope_free(uint64_t id);
 uint64_t blockpool_step_detector_new(size_t growth_steps);
 
 /* Observes the live allocations of device at the end of training step `step` and writes the
- * detector's findings so far as JSON (growing sites with growth per step, persistent ones). */
+ * detector's findings so far as JSON (growing sites with growth per step, persistent ones).
+ * The same step as the last one observed gives the same findings without observing again,
+ * so asking for the length with (NULL, 0) first still observes once. */
 ssize_t blockpool_step_detector_observe(uint64_t id, uint64_t step, int device, char *buf,
                                         size_t buf_len);
 int blockpool_step_detector_free(uint64_t id);

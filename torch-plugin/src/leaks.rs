@@ -8,12 +8,14 @@
 //!
 //! JSON shapes (every number an integer):
 //! - a leak report: `{"sites": [{"device", "site", "count", "bytes", "requested_bytes",
-//!   "streams": [stream handle values], "oldest_id", "oldest_age_us" (null when not
-//!   measured), "names": [...], "raw"}], "bytes", "count", "summary"}`, sites largest first;
+//!   "streams": [stream handle values], "oldest_id", "names": [...], "raw"}], "bytes",
+//!   "count", "summary"}`, sites largest first. Nothing in it changes while the allocations
+//!   do not (no ages), so a length asked for with `(NULL, 0)` is the length written next;
 //! - a scope's report: `{"name", "peak_bytes": [per device], "clean", "leaks": <leak report>}`;
 //! - a detector's findings: `blockpool::leak::StepFindings` as serde writes it
 //!   (`steps_observed`, `first_step`, `last_step`, `settings`, `growing`, `persistent`), steps
-//!   named by their number in decimal.
+//!   named by their number in decimal. Observing the step last observed again gives the same
+//!   findings without a second observation, so `(NULL, 0)` then a buffer observes once.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int};
@@ -37,10 +39,16 @@ enum Scope {
     Finished(String),
 }
 
+/// A step detector and its last observation: the step and the findings written then.
+struct Detector {
+    detector: StepDetector,
+    last: Option<(u64, String)>,
+}
+
 /// What an id names.
 enum Handle {
     Scope(Scope),
-    Detector(StepDetector),
+    Detector(Detector),
 }
 
 static HANDLES: Mutex<BTreeMap<u64, Handle>> = Mutex::new(BTreeMap::new());
@@ -71,9 +79,6 @@ pub fn leak_report_to_json(report: &LeakReport) -> Value {
                 "requested_bytes": site.requested_bytes,
                 "streams": site.streams.iter().map(|s| s.0).collect::<Vec<u64>>(),
                 "oldest_id": site.oldest_id,
-                "oldest_age_us": site
-                    .oldest_age
-                    .map(|age| u64::try_from(age.as_micros()).unwrap_or(u64::MAX)),
                 "names": site.names,
                 "raw": site.raw,
             })
@@ -174,12 +179,16 @@ pub extern "C" fn blockpool_step_detector_new(growth_steps: usize) -> u64 {
         // K is at least 1 here, the detector's one condition.
         let detector =
             StepDetector::new(settings).map_err(|_| Error::InvalidGrowthSteps { growth_steps })?;
-        Ok(insert(Handle::Detector(detector)))
+        Ok(insert(Handle::Detector(Detector {
+            detector,
+            last: None,
+        })))
     })
 }
 
 /// Feeds detector `id` the live allocations of `device` at the end of step `step`, and writes
-/// its findings so far as JSON.
+/// its findings so far as JSON. The same `step` as the last observed one gives the findings
+/// written then, without observing again (so asking for the length first observes once).
 ///
 /// # Safety
 ///
@@ -195,18 +204,25 @@ pub unsafe extern "C" fn blockpool_step_detector_observe(
     // SAFETY: the caller upholds `text`'s contract on `buf` (this function's # Safety).
     unsafe {
         text("blockpool_step_detector_observe", buf, buf_len, || {
-            let unknown = Error::UnknownDetector { id: detector_id };
-            if !matches!(handles().get(&detector_id), Some(Handle::Detector(_))) {
-                return Err(unknown);
+            let unknown = || Error::UnknownDetector { id: detector_id };
+            match handles().get(&detector_id) {
+                Some(Handle::Detector(Detector {
+                    last: Some((last, findings)),
+                    ..
+                })) if *last == step => return Ok(findings.clone()),
+                Some(Handle::Detector(_)) => {}
+                _ => return Err(unknown()),
             }
             // Taken outside the table's lock: it waits for the device's.
             let live = allocator()?.live_snapshot(device_index(device)?)?;
             let mut handles = handles();
-            let Some(Handle::Detector(detector)) = handles.get_mut(&detector_id) else {
-                return Err(unknown);
+            let Some(Handle::Detector(state)) = handles.get_mut(&detector_id) else {
+                return Err(unknown());
             };
-            detector.observe(step.to_string(), live.site_totals());
-            Ok(serde_json::to_string(&detector.findings())?)
+            state.detector.observe(step.to_string(), live.site_totals());
+            let findings = serde_json::to_string(&state.detector.findings())?;
+            state.last = Some((step, findings.clone()));
+            Ok(findings)
         })
     }
 }
