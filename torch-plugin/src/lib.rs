@@ -62,7 +62,7 @@
 //! line of the allocating call (`#[track_caller]`); through C every allocation is made on the
 //! same line of this crate, so the plugin turns on context capture
 //! ([`blockpool::LeakTracking::Context`]): a site is then the thread's annotation tags
-//! followed by that line, `forward/layer3 @ torch-plugin/src/memory.rs:58:12`, and
+//! followed by that line, `forward/layer3 @ torch-plugin/src/memory.rs:<line>:<column>`, and
 //! `blockpool_annotate_push("forward")` is what tells PyTorch's allocations apart. The cost is
 //! one clock read per allocation (the tag stack's id is cached per thread until it changes).
 //! Without tags every allocation has one site, and the step detector still sees the total
@@ -72,10 +72,18 @@
 //! ## JSON
 //!
 //! `blockpool_memory_stats_json` writes the 122 keys of `torch.cuda.memory_stats()`, sorted,
-//! every value an integer. The leak reports' shapes are in the [`leaks`](leak_report_to_json)
-//! functions' docs: a leak report is `{"sites": [...], "bytes", "count", "summary"}`, a scope's
-//! `{"name", "peak_bytes", "clean", "leaks"}`, a detector's findings
-//! [`blockpool::leak::StepFindings`] as serde writes it, steps named by their number.
+//! every value an integer (`max_split_size` is -1 when unlimited, as in PyTorch). A leak
+//! report ([`leak_report_to_json`]) is `{"sites": [{"device", "site", "count", "bytes",
+//! "requested_bytes", "streams", "oldest_id", "names", "raw"}], "bytes", "count", "summary"}`;
+//! a scope's report ([`scope_report_to_json`]) `{"name", "peak_bytes": [per device], "clean",
+//! "leaks": <leak report>}`; a detector's findings are [`blockpool::leak::StepFindings`] as
+//! serde writes it, steps named by their number in decimal.
+//!
+//! A text can change between the `(NULL, 0)` call and the next one when other threads
+//! allocate meanwhile (statistics, the leak report): a return value of `buf_len` or more
+//! means it did not fit, and the call can be made again with more room. Two outputs never
+//! change by being read: a finished scope's report, and a step detector's findings when the
+//! same step is given again (it is observed once).
 //!
 //! ## History
 //!
