@@ -24,8 +24,8 @@
 //!
 //! ## Choosing the device
 //!
-//! The allocator is made on the first call of any function (except the two message
-//! functions and the annotation stack, which need none), from the environment:
+//! The allocator is made on the first call that needs it (every function but the two message
+//! functions, the annotation stack and a zero-byte `blockpool_malloc`), from the environment:
 //!
 //! | variable | values | meaning |
 //! |---|---|---|
