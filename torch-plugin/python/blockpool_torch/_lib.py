@@ -20,7 +20,7 @@ wrong width is silent memory corruption in ctypes, so nothing is called undeclar
 import ctypes
 import os
 import threading
-from typing import Callable, Optional, Tuple
+from typing import Callable, Optional
 
 from . import _errors
 
@@ -149,16 +149,6 @@ class Library:
             f"{name} kept growing between calls ({length} bytes last)", _errors.ERR_PANIC
         )
 
-    def text_once(self, function: Callable, *args, capacity: int) -> Tuple[Optional[str], int]:
-        """For a call with an effect that must happen once (an observation): one call with a
-        buffer of ``capacity`` bytes. Returns (text, length), text None when it did not fit;
-        asking again would repeat the effect, so the caller sizes the next buffer instead."""
-        buffer = ctypes.create_string_buffer(capacity)
-        written = self.check(function(*args, buffer, capacity))
-        if written < capacity:
-            return buffer.raw[:written].decode("utf-8"), written
-        return None, written
-
     def _text_unchecked(self, function: Callable) -> str:
         # For the error text itself: a negative length here cannot be explained further.
         length = function(None, 0)
@@ -234,17 +224,10 @@ class Library:
     def step_detector_new(self, growth_steps: int) -> int:
         return self._handle(self.cdll.blockpool_step_detector_new(growth_steps))
 
-    def step_detector_observe(
-        self, detector: int, step: int, device: int, capacity: int
-    ) -> Tuple[Optional[str], int]:
-        """(findings, length), findings None when longer than ``capacity`` bytes.
-
-        Each call is an observation, so the (NULL, 0) length query of ``text`` would observe
-        the step twice (a flat step in every growth run); the caller sizes the buffer.
-        """
-        return self.text_once(
-            self.cdll.blockpool_step_detector_observe, detector, step, device, capacity=capacity
-        )
+    def step_detector_observe(self, detector: int, step: int, device: int) -> str:
+        # The C side observes a step once: the fill after the length query repeats the
+        # findings of the step it just observed.
+        return self.text(self.cdll.blockpool_step_detector_observe, detector, step, device)
 
     def step_detector_free(self, detector: int) -> None:
         self.check(self.cdll.blockpool_step_detector_free(detector))

@@ -12,7 +12,6 @@ import threading
 from typing import Any, Dict, Optional
 
 from . import _lib, _torch
-from ._errors import BlockpoolError
 
 
 class LeakScope:
@@ -61,42 +60,23 @@ class StepDetector:
     Close it with close() or a ``with`` block; it is also closed when collected.
     """
 
-    # The findings' buffer: a megabyte (thousands of sites) at first, then twice the longest
-    # findings seen, so it grows ahead of them; see observe() for what happens when it is
-    # outgrown in one step anyway.
-    INITIAL_BUFFER_BYTES = 1 << 20
-
     def __init__(self, growth_steps: int = 0):
         if isinstance(growth_steps, bool) or growth_steps < 0:
             raise ValueError(f"growth_steps must be 0 (the default) or more, not {growth_steps!r}")
         self._lock = threading.Lock()
         self._library = _lib.get()
-        self._capacity = self.INITIAL_BUFFER_BYTES
         self._id: Optional[int] = self._library.step_detector_new(int(growth_steps))
 
     def observe(self, step: int, device: Any = None) -> Dict[str, Any]:
-        """Observes what is live on ``device`` at the end of step number ``step``.
-
-        In the rare case the findings outgrow the buffer in one step (more than doubling past
-        a megabyte), the step is still observed, once, and BlockpoolError says so; the next
-        observe() returns the findings with a buffer large enough.
-        """
+        """Observes what is live on ``device`` at the end of step number ``step``. Asking
+        again for the step just observed repeats its findings without observing again."""
         if isinstance(step, bool) or step < 0:
             raise ValueError(f"step must be a step number (0 or more), not {step!r}")
         device_index = _torch.device_index(device)
         with self._lock:
             if self._id is None:
                 raise RuntimeError("this StepDetector is closed")
-            text, length = self._library.step_detector_observe(
-                self._id, int(step), device_index, self._capacity
-            )
-            self._capacity = max(self._capacity, 2 * (length + 1))
-        if text is None:
-            raise BlockpoolError(
-                f"step {step} was observed, but its findings ({length} bytes) outgrew the "
-                "buffer; the next observe() returns them",
-                None,
-            )
+            text = self._library.step_detector_observe(self._id, int(step), device_index)
         return json.loads(text)
 
     def close(self) -> None:

@@ -67,7 +67,11 @@ class oom_errors(contextlib.ContextDecorator):
             return False
         if isinstance(error, _errors.OutOfMemoryError) and torch_oom is None:
             return False
-        after = _oom_state()
+        try:
+            after = _oom_state()
+        except Exception:
+            # Asking blockpool failed too: the error the block raised is the one to see.
+            return False
         if after == self._before or not after[1]:
             return False
         if torch_oom is not None:

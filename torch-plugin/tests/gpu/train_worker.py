@@ -178,9 +178,10 @@ def main():
         for _ in range(RECORDED_STEPS):
             step(no_tags)
         torch.cuda.synchronize()
-        torch.cuda.memory._dump_snapshot(args.snapshot)
+        # PyTorch's own dump has no "{rank}": this single process is rank 0.
+        result["snapshot"] = args.snapshot.replace("{rank}", "0")
+        torch.cuda.memory._dump_snapshot(result["snapshot"])
         torch.cuda.memory._record_memory_history(enabled=None)
-        result["snapshot"] = args.snapshot
 
     with open(args.result, "w") as out:
         json.dump(result, out, indent=1)
@@ -205,8 +206,13 @@ def blockpool_checks(torch, blockpool):
     try:
         torch.cuda.memory_stats()
         checks["torch_memory_stats"] = "works"
-    except RuntimeError as error:
-        checks["torch_memory_stats"] = f"RuntimeError: {str(error).splitlines()[0]}"
+    except Exception as error:
+        checks["torch_memory_stats"] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    # A 256 MiB block freed (larger than any block these small models cache, so it gets a
+    # segment of its own): that segment is wholly free and cached, so empty_cache() has
+    # something to give back whatever the model left in the other segments.
+    probe = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    del probe
     reserved_before = blockpool.memory_reserved()
     torch.cuda.empty_cache()
     checks["torch_empty_cache_released"] = reserved_before - blockpool.memory_reserved()

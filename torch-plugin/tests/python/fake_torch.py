@@ -195,10 +195,9 @@ class FakeLibrary:
         self._log("step_detector_new", growth_steps)
         return self._new_handle()
 
-    def step_detector_observe(self, detector: int, step: int, device: int, capacity: int):
+    def step_detector_observe(self, detector: int, step: int, device: int) -> str:
         self._log("step_detector_observe", detector, step, device)
-        text = json.dumps({"steps_observed": step + 1, "growing": [], "persistent": []})
-        return (text if len(text) < capacity else None), len(text)
+        return json.dumps({"steps_observed": step + 1, "growing": [], "persistent": []})
 
     def step_detector_free(self, detector: int) -> None:
         self._log("step_detector_free", detector)

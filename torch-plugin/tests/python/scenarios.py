@@ -234,7 +234,9 @@ def leaks():
             transient = cdll.blockpool_malloc(2 * MIB, 0, None)
             cdll.blockpool_free(transient, 2 * MIB, 0, None)
             findings.append(detector.observe(step))
+        repeated = detector.observe(5)
     return {
+        "repeated": repeated,
         "scope": scope.report,
         "findings": findings,
         "report": blockpool_torch.leak_report(),

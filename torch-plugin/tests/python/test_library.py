@@ -192,7 +192,8 @@ class LibraryTest(unittest.TestCase):
         self.assertEqual(scope["peak_bytes"], [1024 + 3072], "both tagged blocks were live at once")
 
         findings = data["findings"]
-        self.assertEqual([f["steps_observed"] for f in findings], [1, 2, 3, 4, 5, 6], "one observation per call")
+        self.assertEqual([f["steps_observed"] for f in findings], [1, 2, 3, 4, 5, 6], "one observation per step")
+        self.assertEqual(data["repeated"], findings[-1], "the last step asked again is not observed again")
         self.assertEqual([len(f["growing"]) for f in findings], [0, 0, 0, 1, 1, 1], "flagged after 3 growing steps")
         [growing] = findings[-1]["growing"]
         self.assertTrue(growing["site"].startswith("history.push"), growing["site"])

@@ -99,16 +99,6 @@ class TextProtocolTest(unittest.TestCase):
             library_with_last_error("").check(-8)
         self.assertIn("-8", str(caught.exception))
 
-    def test_a_one_shot_call_is_made_once_fitting_or_not(self):
-        library = library_with_last_error("")
-        log = []
-        text = library.text_once(snprintf_like(['{"growing": []}'], log), capacity=64)
-        self.assertEqual(text, ('{"growing": []}', 15))
-        log = []
-        text = library.text_once(snprintf_like(['{"growing": []}'], log), capacity=15)
-        self.assertEqual(text, (None, 15), "15 bytes and the NUL do not fit in 15")
-        self.assertEqual(log, [15], "an observation must not be repeated for its length")
-
     def test_every_header_function_is_declared_with_its_parameter_count(self):
         path = support.os.path.join(support.PLUGIN_DIR, "include", "blockpool_torch.h")
         with open(path) as header:
