@@ -59,7 +59,12 @@ MIB = 1 << 20
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lib", default=os.environ.get("BLOCKPOOL_TORCH_LIB", os.path.join(REPO, "target", "release", "libblockpool_torch.so")))
+    parser.add_argument(
+        "--lib",
+        default=os.environ.get(
+            "BLOCKPOOL_TORCH_LIB", os.path.join(REPO, "target", "release", "libblockpool_torch.so")
+        ),
+    )
     parser.add_argument("--memtrace", default=os.path.join(REPO, "target", "release", "memtrace"))
     parser.add_argument("--out", default="train-compare")
     parser.add_argument("--steps", type=int, default=50)
@@ -97,7 +102,11 @@ def main():
     with open(os.path.join(args.out, "results.md"), "w") as out:
         out.write(table)
     with open(os.path.join(args.out, "results.json"), "w") as out:
-        json.dump({"runs": {f"{m}/{n}": r for (m, n), r in runs.items()}, "oom": oom, "checks": checks}, out, indent=1)
+        json.dump(
+            {"runs": {f"{m}/{n}": r for (m, n), r in runs.items()}, "oom": oom, "checks": checks},
+            out,
+            indent=1,
+        )
     print(table)
     return 1 if failures else 0
 
@@ -115,7 +124,12 @@ def run_worker(args, model, name, allocator, conf):
     result_path = os.path.join(args.out, f"{model}-{name}.json")
     log_path = os.path.join(args.out, f"{model}-{name}.log")
     env = dict(os.environ)
-    for variable in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "BLOCKPOOL_ALLOC_CONF", "RANK"):
+    for variable in (
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+        "BLOCKPOOL_ALLOC_CONF",
+        "RANK",
+    ):
         env.pop(variable, None)
     env["BLOCKPOOL_TORCH_LIB"] = os.path.abspath(args.lib)
     env["BLOCKPOOL_BACKEND"] = "cuda"
@@ -125,10 +139,19 @@ def run_worker(args, model, name, allocator, conf):
     if model != "oom":
         # "{rank}": the worker is rank 0 (no RANK, no torch.distributed), so "-rank0".
         snapshot = os.path.join(args.out, f"{model}-{name}-rank{{rank}}.pickle")
-        command += ["--snapshot", snapshot, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+        command += [
+            "--snapshot",
+            snapshot,
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+        ]
     with open(log_path, "w") as log:
         try:
-            completed = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S)
+            completed = subprocess.run(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=WORKER_TIMEOUT_S
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {WORKER_TIMEOUT_S} s (see {log_path})"}
     if completed.returncode != 0 or not os.path.isfile(result_path):
@@ -159,7 +182,13 @@ def compare_model(args, model, runs):
             )
         )
     own = compatible["blockpool"]
-    checks.append(check(f"{model}: blockpool's functions agree with memory_stats()", all(own["functions_agree"]), str(own["functions_agree"])))
+    checks.append(
+        check(
+            f"{model}: blockpool's functions agree with memory_stats()",
+            all(own["functions_agree"]),
+            str(own["functions_agree"]),
+        )
+    )
     checks.append(
         check(
             f"{model}: the driver sees blockpool's reserved memory",
@@ -170,7 +199,8 @@ def compare_model(args, model, runs):
     checks.append(
         check(
             f"{model}: blockpool_torch.empty_cache() releases, torch.cuda.empty_cache() cannot",
-            own["blockpool_empty_cache_released"] >= 256 * MIB and own["torch_empty_cache_released"] == 0,
+            own["blockpool_empty_cache_released"] >= 256 * MIB
+            and own["torch_empty_cache_released"] == 0,
             f"blockpool released {own['blockpool_empty_cache_released']} bytes, torch's {own['torch_empty_cache_released']}; "
             f"torch.cuda.memory_stats(): {own['torch_memory_stats']}",
         )
@@ -192,18 +222,40 @@ def snapshot_checks(args, model, name, run, native):
         _memory_viz.segsum(data)
         _memory_viz.trace(data)
         html = _memory_viz.trace_plot(data)
-        loaded, detail = len(html) > 0, f"segsum, trace, trace_plot ({len(data['device_traces'][0])} events on device 0)"
+        loaded, detail = (
+            len(html) > 0,
+            f"segsum, trace, trace_plot ({len(data['device_traces'][0])} events on device 0)",
+        )
     except Exception as error:  # any failure of PyTorch's reader is the finding
         loaded, detail = False, f"{type(error).__name__}: {error}"
-    checks.append(check(f"{model}/{name}: snapshot loads in torch.cuda._memory_viz", loaded, detail))
-    cli = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", path], capture_output=True, text=True, timeout=120)
-    checks.append(check(f"{model}/{name}: python -m torch.cuda._memory_viz stats", cli.returncode == 0, (cli.stdout or cli.stderr).strip().splitlines()[-1:] or "no output"))
+    checks.append(
+        check(f"{model}/{name}: snapshot loads in torch.cuda._memory_viz", loaded, detail)
+    )
+    cli = subprocess.run(
+        [sys.executable, "-m", "torch.cuda._memory_viz", "stats", path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    checks.append(
+        check(
+            f"{model}/{name}: python -m torch.cuda._memory_viz stats",
+            cli.returncode == 0,
+            (cli.stdout or cli.stderr).strip().splitlines()[-1:] or "no output",
+        )
+    )
     ours, native_info = memtrace_info(args, path), memtrace_info(args, native["snapshot"])
     if isinstance(ours, str):
         checks.append(check(f"{model}/{name}: memtrace info", False, ours))
         return checks
     allocs = ours["devices"][0]["events_by_action"].get("alloc", 0)
-    checks.append(check(f"{model}/{name}: memtrace info", True, f"{ours['devices'][0]['events']} events, {allocs} allocs"))
+    checks.append(
+        check(
+            f"{model}/{name}: memtrace info",
+            True,
+            f"{ours['devices'][0]['events']} events, {allocs} allocs",
+        )
+    )
     if not isinstance(native_info, str):
         native_allocs = native_info["devices"][0]["events_by_action"].get("alloc", 0)
         checks.append(
@@ -217,7 +269,9 @@ def snapshot_checks(args, model, name, run, native):
 
 
 def memtrace_info(args, path):
-    completed = subprocess.run([args.memtrace, "info", "--json", path], capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [args.memtrace, "info", "--json", path], capture_output=True, text=True, timeout=120
+    )
     if completed.returncode != 0:
         return f"exit {completed.returncode}: {completed.stderr.strip()}"
     return json.loads(completed.stdout)
@@ -227,7 +281,11 @@ def oom_check(oom):
     name = "an impossible allocation inside oom_errors() is torch.cuda.OutOfMemoryError"
     if "error" in oom:
         return check(name, False, oom["error"])
-    return check(name, oom.get("is_torch_oom") and oom.get("message") == oom.get("last_oom_message"), json.dumps(oom))
+    return check(
+        name,
+        oom.get("is_torch_oom") and oom.get("message") == oom.get("last_oom_message"),
+        json.dumps(oom),
+    )
 
 
 def ratio(value, base):
@@ -237,8 +295,14 @@ def ratio(value, base):
 def render(runs, checks, failures, torch):
     lines = ["# PyTorch with blockpool against its native allocator", ""]
     any_run = next((r for r in runs.values() if "error" not in r), {})
-    lines.append(f"torch {torch.__version__} on {any_run.get('device', 'unknown GPU')}, {any_run.get('steps', '?')} timed steps after warmup.")
-    lines += ["", "| model | allocator | mean step ms | vs native | peak reserved MiB | vs native | peak allocated MiB |", "|---|---|---|---|---|---|---|"]
+    lines.append(
+        f"torch {torch.__version__} on {any_run.get('device', 'unknown GPU')}, {any_run.get('steps', '?')} timed steps after warmup."
+    )
+    lines += [
+        "",
+        "| model | allocator | mean step ms | vs native | peak reserved MiB | vs native | peak allocated MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     targets = []
     for model in MODELS:
         native = runs[(model, "native")]
@@ -254,10 +318,25 @@ def render(runs, checks, failures, torch):
                 f"{run['peak_reserved'] / MIB:.1f} | {ratio(run['peak_reserved'], base_reserved)} | {run['peak_allocated'] / MIB:.1f} |"
             )
             if name == "blockpool" and "error" not in native:
-                targets.append((f"{model}: step time within 2% of native", run["mean_step_ms"] <= base_ms * (1 + STEP_TIME_TOLERANCE)))
-                targets.append((f"{model}: peak reserved no higher than native (compatible)", run["peak_reserved"] <= base_reserved))
+                targets.append(
+                    (
+                        f"{model}: step time within 2% of native",
+                        run["mean_step_ms"] <= base_ms * (1 + STEP_TIME_TOLERANCE),
+                    )
+                )
+                targets.append(
+                    (
+                        f"{model}: peak reserved no higher than native (compatible)",
+                        run["peak_reserved"] <= base_reserved,
+                    )
+                )
             if name == "blockpool-expandable" and "error" not in native:
-                targets.append((f"{model}: peak reserved lower than native (expandable segments)", run["peak_reserved"] < base_reserved))
+                targets.append(
+                    (
+                        f"{model}: peak reserved lower than native (expandable segments)",
+                        run["peak_reserved"] < base_reserved,
+                    )
+                )
     lines += ["", "| target | met |", "|---|---|"]
     lines += [f"| {name} | {'yes' if met else 'NOT MET'} |" for name, met in targets]
     lines += ["", "| check | result | detail |", "|---|---|---|"]

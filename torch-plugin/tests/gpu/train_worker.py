@@ -151,7 +151,9 @@ def main():
     result = {
         "model": args.model,
         "allocator": args.allocator,
-        "alloc_conf": os.environ.get("BLOCKPOOL_ALLOC_CONF" if blockpool else "PYTORCH_CUDA_ALLOC_CONF", ""),
+        "alloc_conf": os.environ.get(
+            "BLOCKPOOL_ALLOC_CONF" if blockpool else "PYTORCH_CUDA_ALLOC_CONF", ""
+        ),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(0),
         "steps": args.steps,

@@ -48,7 +48,9 @@ class FakeTorch:
 
         class CUDAPluggableAllocator:
             def __init__(self, path_to_so_file: str, alloc_fn_name: str, free_fn_name: str):
-                calls.append(("CUDAPluggableAllocator", path_to_so_file, alloc_fn_name, free_fn_name))
+                calls.append(
+                    ("CUDAPluggableAllocator", path_to_so_file, alloc_fn_name, free_fn_name)
+                )
                 self.args = (path_to_so_file, alloc_fn_name, free_fn_name)
 
         def change_current_allocator(allocator: Any) -> None:

@@ -193,7 +193,9 @@ def out_of_memory():
     try:
         with blockpool_torch.oom_errors():
             if cdll.blockpool_malloc(40 * MIB, 0, None) is None:
-                raise RuntimeError("The tensor has a non-zero number of elements, but its data is not allocated yet.")
+                raise RuntimeError(
+                    "The tensor has a non-zero number of elements, but its data is not allocated yet."
+                )
     except Exception as error:
         result["raised"] = [type(error).__name__, str(error), type(error.__cause__).__name__]
     cdll.blockpool_free(held, 40 * MIB, 0, None)

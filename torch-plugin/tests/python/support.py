@@ -62,7 +62,9 @@ class ScenarioResult:
             self.data = json.loads(last) if last else None
 
 
-def run_scenario(name: str, env: dict = None, args: list = (), timeout: float = 120) -> ScenarioResult:
+def run_scenario(
+    name: str, env: dict = None, args: list = (), timeout: float = 120
+) -> ScenarioResult:
     """Runs scenarios.py's ``name`` in a fresh process over the simulated device.
 
     A fresh process per scenario: the library keeps one allocator per process, so exact

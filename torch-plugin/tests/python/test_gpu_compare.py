@@ -79,7 +79,9 @@ class CompareTest(unittest.TestCase):
     def test_torch_empty_cache_releasing_memory_would_be_noticed(self):
         runs = all_runs()
         runs[("conv", "blockpool")]["blockpool"]["torch_empty_cache_released"] = MIB
-        failed = [c["check"] for c in train_compare.compare_model(self.args, "conv", runs) if not c["ok"]]
+        failed = [
+            c["check"] for c in train_compare.compare_model(self.args, "conv", runs) if not c["ok"]
+        ]
         self.assertEqual(len(failed), 1)
         self.assertIn("empty_cache", failed[0])
 
@@ -98,12 +100,18 @@ class CompareTest(unittest.TestCase):
         self.assertIn("| conv | blockpool | 10.100 | 1.010x | 100.0 | 1.000x | 40.0 |", table)
         self.assertIn("| conv: step time within 2% of native | yes |", table)
         self.assertIn("| transformer: step time within 2% of native | NOT MET |", table)
-        self.assertIn("| conv: peak reserved lower than native (expandable segments) | yes |", table)
+        self.assertIn(
+            "| conv: peak reserved lower than native (expandable segments) | yes |", table
+        )
         self.assertIn("| x | ok | a/b |", table, "a pipe in a detail must not break the table")
         self.assertTrue(table.rstrip().endswith("result: ok"))
 
     def test_oom_check(self):
-        good = {"is_torch_oom": True, "message": "out of memory: tried", "last_oom_message": "out of memory: tried"}
+        good = {
+            "is_torch_oom": True,
+            "message": "out of memory: tried",
+            "last_oom_message": "out of memory: tried",
+        }
         self.assertTrue(train_compare.oom_check(good)["ok"])
         self.assertFalse(train_compare.oom_check(dict(good, is_torch_oom=False))["ok"])
         self.assertFalse(train_compare.oom_check({"error": "timed out"})["ok"])

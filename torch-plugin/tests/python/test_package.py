@@ -53,14 +53,18 @@ class EnableTest(WithFakeLibrary):
         )
         swapped = [c for c in torch.calls if c[0] == "change_current_allocator"]
         self.assertEqual(len(swapped), 1, "the allocator must be installed exactly once")
-        self.assertEqual(swapped[0][1].args, constructed[0][1:], "the constructed allocator is the one installed")
+        self.assertEqual(
+            swapped[0][1].args, constructed[0][1:], "the constructed allocator is the one installed"
+        )
         self.assertTrue(blockpool_torch.is_enabled())
 
     def test_enable_loads_the_v0_free_on_torch_2_0(self):
         with FakeTorch(version="2.0.1") as torch:
             blockpool_torch.enable()
         constructed = [c for c in torch.calls if c[0] == "CUDAPluggableAllocator"]
-        self.assertEqual(constructed[0][3], "blockpool_free_v0", "PyTorch 2.0's free has no device argument")
+        self.assertEqual(
+            constructed[0][3], "blockpool_free_v0", "PyTorch 2.0's free has no device argument"
+        )
 
     def test_enable_twice_installs_once(self):
         with FakeTorch() as torch:
@@ -100,7 +104,11 @@ class EnableTest(WithFakeLibrary):
     def test_enable_asks_for_the_gpu_backend_when_none_is_named(self):
         with FakeTorch():
             blockpool_torch.enable()
-        self.assertEqual(os.environ.get("BLOCKPOOL_BACKEND"), "cuda", "auto could fall back to simulated addresses")
+        self.assertEqual(
+            os.environ.get("BLOCKPOOL_BACKEND"),
+            "cuda",
+            "auto could fall back to simulated addresses",
+        )
 
     def test_enable_keeps_a_named_backend(self):
         os.environ["BLOCKPOOL_BACKEND"] = "cuda"
@@ -127,7 +135,9 @@ class DeviceTest(WithFakeLibrary):
     def test_default_device_does_not_initialize_cuda(self):
         with FakeTorch(cuda_initialized=False, current_device=3) as torch:
             blockpool_torch.memory_allocated()
-        self.assertNotIn("cuda.current_device", torch.names(), "current_device() would initialize CUDA")
+        self.assertNotIn(
+            "cuda.current_device", torch.names(), "current_device() would initialize CUDA"
+        )
         self.assertEqual(self.library.calls, [("memory_stats_json", 0)])
 
     def test_default_device_is_torchs_current_device_once_initialized(self):
@@ -147,7 +157,13 @@ class DeviceTest(WithFakeLibrary):
     def test_bad_devices_are_refused(self):
         cpu = type("device", (), {"type": "cpu", "index": None})()
         with no_torch():
-            for device, error in ((cpu, ValueError), ("cpu", ValueError), (-1, ValueError), (True, TypeError), (1.5, TypeError)):
+            for device, error in (
+                (cpu, ValueError),
+                ("cpu", ValueError),
+                (-1, ValueError),
+                (True, TypeError),
+                (1.5, TypeError),
+            ):
                 with self.subTest(device=device), self.assertRaises(error):
                     blockpool_torch.memory_stats(device)
         self.assertEqual(self.library.calls, [], "no bad index may reach the library")
@@ -197,7 +213,9 @@ class RankTest(WithFakeLibrary):
 
 class OutOfMemoryTest(WithFakeLibrary):
     devices = 2
-    message = "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 8.00 GiB"
+    message = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 8.00 GiB"
+    )
     null_data = "The tensor has a non-zero number of elements, but its data is not allocated yet."
 
     def test_error_after_a_failed_allocation_becomes_torchs_out_of_memory_error(self):
@@ -244,7 +262,9 @@ class OutOfMemoryTest(WithFakeLibrary):
                     self.library.fail_allocation(0, self.message)
                     raise RuntimeError(self.null_data)
         self.assertEqual(str(caught.exception), self.message)
-        self.assertIsInstance(caught.exception, RuntimeError, "callers catching RuntimeError still do")
+        self.assertIsInstance(
+            caught.exception, RuntimeError, "callers catching RuntimeError still do"
+        )
 
     def test_torch_without_the_class_gets_blockpools(self):
         with FakeTorch(has_out_of_memory_error=False):
@@ -265,14 +285,18 @@ class OutOfMemoryTest(WithFakeLibrary):
                 step(True)
             with self.assertRaises(RuntimeError) as caught:
                 step(False)
-        self.assertIs(type(caught.exception), RuntimeError, "the earlier failure is not this call's")
+        self.assertIs(
+            type(caught.exception), RuntimeError, "the earlier failure is not this call's"
+        )
 
     def test_a_library_failing_while_translating_leaves_the_original_error(self):
         with FakeTorch():
             with self.assertRaises(RuntimeError) as caught:
                 with blockpool_torch.oom_errors():
                     self.library.fail_allocation(0, self.message)
-                    self.library.memory_stats_json = mock.Mock(side_effect=blockpool_torch.PanicError("bug", -8))
+                    self.library.memory_stats_json = mock.Mock(
+                        side_effect=blockpool_torch.PanicError("bug", -8)
+                    )
                     raise RuntimeError(self.null_data)
         self.assertEqual(str(caught.exception), self.null_data)
 
@@ -323,20 +347,29 @@ class ReturnTypesTest(WithFakeLibrary):
         self.assertEqual(results, (None, None, None))
         self.assertEqual(
             self.library.calls[1:],
-            [("reset_peak_memory_stats", 0), ("reset_accumulated_memory_stats", 0), ("empty_cache",)],
+            [
+                ("reset_peak_memory_stats", 0),
+                ("reset_accumulated_memory_stats", 0),
+                ("empty_cache",),
+            ],
         )
         self.assertEqual(self.library.calls[0], ("memory_summary", 0, True))
 
     def test_memory_fraction(self):
         with no_torch():
-            self.assertEqual(blockpool_torch.get_per_process_memory_fraction(), 1.0, "unset is all of it")
+            self.assertEqual(
+                blockpool_torch.get_per_process_memory_fraction(), 1.0, "unset is all of it"
+            )
             self.assertIsNone(blockpool_torch.set_per_process_memory_fraction(0.25))
             self.assertEqual(blockpool_torch.get_per_process_memory_fraction(0), 0.25)
             with self.assertRaises(TypeError):
                 blockpool_torch.set_per_process_memory_fraction(1)
             with self.assertRaises(ValueError):
                 blockpool_torch.set_per_process_memory_fraction(1.5)
-        self.assertEqual([c for c in self.library.calls if c[0] == "set_memory_fraction"], [("set_memory_fraction", 0.25, 0)])
+        self.assertEqual(
+            [c for c in self.library.calls if c[0] == "set_memory_fraction"],
+            [("set_memory_fraction", 0.25, 0)],
+        )
 
     def test_record_stream_takes_a_tensors_storage_and_a_streams_handle(self):
         class Storage:
@@ -380,11 +413,23 @@ class HistoryTest(WithFakeLibrary):
         blockpool_torch.record_memory_history(False)
         self.assertEqual(
             self.recorded(),
-            [(True, 0, 2), (True, 0, 0), (True, 5000, 1), (False, 0, 2), (True, 0, 2), (False, 0, 2)],
+            [
+                (True, 0, 2),
+                (True, 0, 0),
+                (True, 5000, 1),
+                (False, 0, 2),
+                (True, 0, 2),
+                (False, 0, 2),
+            ],
         )
 
     def test_bad_arguments_are_refused_before_c(self):
-        for kwargs in ({"enabled": "some"}, {"context": "python"}, {"stacks": "cpp"}, {"max_entries": 0}):
+        for kwargs in (
+            {"enabled": "some"},
+            {"context": "python"},
+            {"stacks": "cpp"},
+            {"max_entries": 0},
+        ):
             with self.subTest(**kwargs), self.assertRaises(ValueError):
                 blockpool_torch.record_memory_history(**kwargs)
         self.assertEqual(self.recorded(), [])

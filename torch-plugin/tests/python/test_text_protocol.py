@@ -108,9 +108,14 @@ class TextProtocolTest(unittest.TestCase):
             name: 0 if params.strip() in ("", "void") else len(params.split(","))
             for name, params in prototypes
         }
-        self.assertEqual(set(parameters), set(_lib.SIGNATURES), "argtypes must cover the header exactly")
+        self.assertEqual(
+            set(parameters), set(_lib.SIGNATURES), "argtypes must cover the header exactly"
+        )
         for name, (_, argtypes) in _lib.SIGNATURES.items():
-            self.assertEqual(len(argtypes), parameters[name], f"{name}: argtypes disagree with the header")
+            self.assertEqual(
+                len(argtypes), parameters[name], f"{name}: argtypes disagree with the header"
+            )
+
 
 if __name__ == "__main__":
     unittest.main()
