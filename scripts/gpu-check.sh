@@ -4,19 +4,25 @@
 #
 #   scripts/gpu-check.sh build   # here: compile in release, copy the binaries into .gpu/
 #   scripts/gpu-check.sh run     # there: run .gpu/*, logs and a results table into $OUT
-#                                # (or .gpu/results/ when OUT is unset)
+#                                # (or .gpu/results/ when OUT is unset); where torch is
+#                                # importable, also PyTorch trained with its own allocator and
+#                                # with blockpool's plugin (torch-plugin/tests/gpu/)
 #   scripts/gpu-check.sh selftest  # here, no GPU: `run` against the fake driver library
 #                                  # (.gpu/fake/libcuda.so), to check this script end to end;
 #                                  # the kernel tests are skipped and the timings are not a GPU's
 #
-# `run` takes under 5 minutes: the tests are capped at 150 s and the benchmark at 110 s.
-# It exits 0 only when every GPU test passed and the benchmark ran on a GPU.
+# `run` takes under 9 minutes: the tests are capped at 150 s, the benchmark at 110 s and the
+# PyTorch comparison at 240 s. It exits 0 only when every GPU test passed, the benchmark ran
+# on a GPU and the PyTorch comparison passed or could not run for want of torch.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GPU_DIR="$ROOT/.gpu"
 TESTS_BIN="$GPU_DIR/gpu-tests"
 BENCH_BIN="$GPU_DIR/bench-cuda"
+TORCH_LIB="$GPU_DIR/libblockpool_torch.so"
+MEMTRACE_BIN="$GPU_DIR/memtrace"
+TORCH_COMPARE="$ROOT/torch-plugin/tests/gpu/train_compare.py"
 
 die() {
     echo "gpu-check: $*" >&2
@@ -80,15 +86,26 @@ build() {
     mkdir -p "$GPU_DIR/fake"
     cp "$out_dir/driver/libcuda.so" "$GPU_DIR/fake/libcuda.so"
 
+    echo "gpu-check: building the PyTorch plugin and memtrace (release)..."
+    cargo build --release --locked -p blockpool-torch
+    cargo build --release --locked -p profiler-ui --bin memtrace
+    local target_dir
+    target_dir="$(cargo metadata --format-version 1 --no-deps |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    [[ -f "$target_dir/release/libblockpool_torch.so" && -x "$target_dir/release/memtrace" ]] ||
+        die "cargo built no libblockpool_torch.so or memtrace in $target_dir/release"
+    cp "$target_dir/release/libblockpool_torch.so" "$TORCH_LIB"
+    cp "$target_dir/release/memtrace" "$MEMTRACE_BIN"
+
     # Debug info is of no use on the GPU machine and makes the copy large.
     if command -v strip >/dev/null 2>&1; then
-        strip --strip-debug "$TESTS_BIN" "$BENCH_BIN"
+        strip --strip-debug "$TESTS_BIN" "$BENCH_BIN" "$TORCH_LIB" "$MEMTRACE_BIN"
     fi
     {
         echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with local changes)')"
         echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -sm)"
         echo "rustc: $(rustc --version 2>/dev/null || echo unknown)"
-        echo "needs: $(needed_glibc "$TESTS_BIN" "$BENCH_BIN") or newer (built against $(glibc_here))"
+        echo "needs: $(needed_glibc "$TESTS_BIN" "$BENCH_BIN" "$TORCH_LIB" "$MEMTRACE_BIN") or newer (built against $(glibc_here))"
     } >"$GPU_DIR/BUILD"
     echo "gpu-check: ready in .gpu/:"
     ls -l "$GPU_DIR"
@@ -196,6 +213,31 @@ run() {
         --warm-up-time 0.3 --measurement-time 1 --sample-size 10 >"$out/bench-cuda.log" 2>&1 ||
         bench_rc=$?
 
+    # PyTorch with its allocator and with blockpool's (where torch is importable). Not under
+    # the fake driver: torch's CUDA runtime would meet a driver that runs no kernels.
+    local torch_rc=0 torch_status
+    if [[ -n "${GPU_CHECK_SELFTEST:-}" ]]; then
+        torch_status="not run (selftest: the fake driver runs no kernels)"
+    elif ! command -v python3 >/dev/null 2>&1; then
+        torch_status="not run: no python3 here, so no torch"
+    elif [[ ! -f "$TORCH_LIB" || ! -x "$MEMTRACE_BIN" ]]; then
+        torch_status="NOT RUN: no libblockpool_torch.so or memtrace in .gpu/ (rebuild with 'scripts/gpu-check.sh build')"
+        torch_rc=2
+    else
+        echo "gpu-check: PyTorch with and without blockpool..."
+        timeout 240 python3 "$TORCH_COMPARE" --lib "$TORCH_LIB" --memtrace "$MEMTRACE_BIN" \
+            --out "$out/torch" >"$out/torch-compare.log" 2>&1 || torch_rc=$?
+        if [[ $torch_rc -eq 0 ]] && grep -q '^train_compare: skipped:' "$out/torch-compare.log"; then
+            torch_status="not run: $(sed -n 's/^train_compare: skipped: //p' "$out/torch-compare.log" | head -n 1)"
+        elif [[ $torch_rc -eq 0 ]]; then
+            torch_status="ok (table below; logs in torch/)"
+        elif [[ $torch_rc -eq 124 ]]; then
+            torch_status="TIMED OUT after 240 s (see torch-compare.log)"
+        else
+            torch_status="FAILED (exit $torch_rc; see torch-compare.log and the table below)"
+        fi
+    fi
+
     local test_summary failed bench_status status=0 expected
     test_summary="$(grep -E '^test result:' "$out/gpu-tests.log" | tail -n 1 || true)"
     [[ -n "$test_summary" ]] || test_summary="no result (exit $tests_rc; see gpu-tests.log)"
@@ -228,6 +270,7 @@ run() {
     else
         bench_status="ok"
     fi
+    [[ $torch_rc -eq 0 ]] || status=1
 
     {
         echo "# GPU check results"
@@ -241,6 +284,7 @@ run() {
         [[ -z "$failed" ]] || echo "| failed tests | $failed |"
         echo "| cuBLAS gemm test | $cublas |"
         echo "| benchmark | $bench_status |"
+        echo "| PyTorch comparison | $torch_status |"
         echo
         if grep -q '^ratio ' "$out/bench-cuda.log"; then
             echo "Allocate+free pair, median ns (ratio = driver time / blockpool time; targets: sync >= 100x, async >= 2x):"
@@ -260,7 +304,12 @@ run() {
                 's/^lock release_lock_on_cudamalloc=([^ ]+) pair_ns=([^ ]+) other_thread_segments_per_s=([^ ]+).*$/| \1 | \2 | \3 |/'
             echo
         fi
-        echo "Full logs: gpu-tests.log, bench-cuda.log, nvidia-smi.log (when nvidia-smi exists), BUILD"
+        if [[ -f "$out/torch/results.md" ]] && grep -q '^| model |' "$out/torch/results.md"; then
+            # The comparison's own table, one heading level down.
+            sed 's/^# /## /' "$out/torch/results.md"
+            echo
+        fi
+        echo "Full logs: gpu-tests.log, bench-cuda.log, torch-compare.log and torch/ (where torch ran), nvidia-smi.log (when nvidia-smi exists), BUILD"
     } >"$out/results.md"
     cat "$out/results.md"
     return $status
