@@ -108,8 +108,11 @@ int blockpool_record_memory_history(int enabled, size_t max_entries, int context
  * unset). */
 int blockpool_dump_snapshot(const char *path);
 
-/* The message of the last out-of-memory failure in this process (any thread), PyTorch's
- * wording plus blockpool's numbers; length 0 when there has been none. */
+/* The message of the last out-of-memory failure in this process (any thread), laid out as
+ * PyTorch's ("out of memory: tried to allocate 12.00 MiB. Device 0 has a total capacity of
+ * ... of which ... is free. ... allocated by blockpool, and ... reserved by blockpool but
+ * unallocated. If reserved but unallocated memory is large try setting max_split_size_mb or
+ * expandable_segments:True ..."); length 0 when there has been none. */
 ssize_t blockpool_last_oom_message(char *buf, size_t buf_len);
 
 /* Why the last failing call on this thread failed; length 0 when none has. */

@@ -7,8 +7,9 @@ use std::ffi::c_char;
 use crate::boundary::text;
 use crate::error::{last_error, last_oom_message};
 
-/// The message of the last out-of-memory failure in the process, PyTorch's wording plus
-/// blockpool's numbers; length 0 when there has been none.
+/// The message of the last out-of-memory failure in the process, laid out as PyTorch's
+/// (request, capacity, free, allocated, reserved but unallocated, the settings that help);
+/// length 0 when there has been none.
 ///
 /// # Safety
 ///

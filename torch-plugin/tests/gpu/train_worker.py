@@ -191,7 +191,7 @@ def main():
 
 def blockpool_checks(torch, blockpool):
     """blockpool's counters against each other and against the driver, and what torch.cuda's
-    own allocator functions do with a pluggable allocator (the table of PYTHON.md)."""
+    own allocator functions do with a pluggable allocator (the table in the README's PyTorch section)."""
     stats = blockpool.memory_stats()
     free, total = torch.cuda.mem_get_info()
     checks = {
