@@ -7,12 +7,11 @@ use super::device_state::DeviceState;
 #[cfg(doc)]
 use super::device_view::DeviceView;
 use super::handle::Allocation;
-use super::leaks::Origin;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::event::{ContextId, ContextLevel, EventStamp};
-use crate::leak::{LeakTracking, TeardownReport};
+use crate::event::{ContextLevel, EventStamp};
+use crate::leak::{LeakTracking, Origin, TeardownReport};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
 use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
@@ -239,10 +238,8 @@ impl<B: Backend> CachingAllocator<B> {
         site: &'static Location<'static>,
     ) -> Result<Allocation<B>> {
         let created = self.shared.recording_stamp(ContextLevel::State);
-        let origin = self.shared.origin(site, name.clone(), created, false);
-        let (created_ns, leak_context) = origin
-            .as_ref()
-            .map_or((0, ContextId::NONE), |o| (o.created_ns, o.context));
+        let tracking = self.shared.tracking(name.as_ref(), created);
+        let origin = tracking.origin(site, false);
         let block = if size_bytes == 0 {
             self.shared.check_device(device)?;
             None
@@ -252,6 +249,7 @@ impl<B: Backend> CachingAllocator<B> {
                     .malloc(device, size_bytes, stream, created, origin)?,
             )
         };
+        let (created_ns, leak_context) = tracking.time_and_context();
         Ok(Allocation {
             shared: Arc::clone(&self.shared),
             device,
@@ -276,7 +274,8 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(0);
         }
         let stamp = self.shared.recording_stamp(ContextLevel::State);
-        let origin = self.shared.origin(Location::caller(), None, stamp, true);
+        let tracking = self.shared.tracking(None, stamp);
+        let origin = tracking.origin(Location::caller(), true);
         let block = self
             .shared
             .malloc(device, size_bytes, stream, stamp, origin)?;
@@ -423,7 +422,7 @@ impl<B: Backend> Shared<B> {
         size: usize,
         stream: StreamId,
         stamp: Option<EventStamp>,
-        origin: Option<Origin>,
+        origin: Option<Origin<'_>>,
     ) -> Result<AllocatedBlock> {
         let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
@@ -445,7 +444,7 @@ impl<B: Backend> Shared<B> {
         size: usize,
         stream: StreamId,
         stamp: EventStamp,
-        origin: Option<Origin>,
+        origin: Option<Origin<'_>>,
     ) -> Result<AllocatedBlock> {
         // A miss. Free-memory callbacks run first (unless there are none, or this allocation
         // is made inside one); as in PyTorch, the cache is searched again only if one of them
@@ -518,7 +517,7 @@ impl<B: Backend> Shared<B> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
-        dev.live.remove(id.index());
+        dev.untrack(id);
         dev.free(&self.backend, id)
     }
 

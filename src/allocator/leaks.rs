@@ -1,5 +1,5 @@
-//! Leak tracking on the [`CachingAllocator`]: what each allocation call records in its
-//! device's live table ([`Origin`]), named allocations
+//! Leak tracking on the [`CachingAllocator`]: what each allocation call gathers for its
+//! device's live table ([`Tracking`]), named allocations
 //! ([`CachingAllocator::allocate_named`]), the settings ([`CachingAllocator::set_leak_tracking`],
 //! [`CachingAllocator::set_teardown_report`]), reading the tables back (flat, grouped into a
 //! [`LiveSnapshot`] or a [`LeakReport`]), and the teardown report made when the last
@@ -19,7 +19,8 @@ use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
 use crate::event::{ContextId, EventStamp};
 use crate::leak::{
-    site_label, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
+    site_label, Details, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, Origin,
+    TeardownReport,
 };
 use std::collections::HashMap;
 use std::panic::Location;
@@ -27,70 +28,84 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where an allocation call came from, as its device's live table records it.
-#[derive(Clone, Debug)]
-pub(super) struct Origin {
-    pub(super) site: &'static Location<'static>,
-    pub(super) name: Option<Arc<str>>,
-    /// Nanoseconds since the clock base; 0 when not taken.
-    pub(super) created_ns: u64,
-    pub(super) context: ContextId,
-    pub(super) raw: bool,
+/// What leak tracking gathers for one allocation call before the device lock is taken.
+#[derive(Debug)]
+pub(super) enum Tracking {
+    /// [`LeakTracking::Off`]: nothing is recorded.
+    Off,
+    /// An unnamed allocation at [`LeakTracking::Sites`]: its slot is all there is to record,
+    /// and nothing was gathered.
+    Site,
+    /// A named allocation, or one made with context capture.
+    Details(Details),
+}
+
+impl Tracking {
+    /// What the live table records of a call at `site` (`raw` for the raw-pointer API), or
+    /// `None` when tracking is off.
+    #[inline(always)]
+    pub(super) fn origin(&self, site: &'static Location<'static>, raw: bool) -> Option<Origin<'_>> {
+        let details = match self {
+            Tracking::Off => return None,
+            Tracking::Site => None,
+            Tracking::Details(details) => Some(details),
+        };
+        Some(Origin { site, raw, details })
+    }
+
+    /// Creation time in nanoseconds since the clock base (0 when not taken) and the context
+    /// gathered, for the handle.
+    #[inline]
+    pub(super) fn time_and_context(&self) -> (u64, ContextId) {
+        match self {
+            Tracking::Details(d) => (d.created_ns, d.context),
+            Tracking::Off | Tracking::Site => (0, ContextId::NONE),
+        }
+    }
 }
 
 impl<B: Backend> Shared<B> {
-    /// What the live table records of a call at `site` named `name` (stamped `stamp` for
-    /// history), or `None` with tracking off. At [`LeakTracking::Sites`] this is one load and
-    /// a few moves.
+    /// What leak tracking gathers for a call named `name` (stamped `stamp` for history). At
+    /// [`LeakTracking::Sites`] this is one load: an unnamed allocation gathers nothing.
     #[inline]
-    pub(super) fn origin(
-        &self,
-        site: &'static Location<'static>,
-        name: Option<Arc<str>>,
-        stamp: Option<EventStamp>,
-        raw: bool,
-    ) -> Option<Origin> {
+    pub(super) fn tracking(&self, name: Option<&Arc<str>>, stamp: Option<EventStamp>) -> Tracking {
         const OFF: u8 = LeakTracking::Off.index();
         const SITES: u8 = LeakTracking::Sites.index();
         match self.leak_tracking.load(Ordering::Relaxed) {
-            OFF => None,
-            SITES => Some(Origin {
-                site,
-                name,
-                created_ns: 0,
-                context: ContextId::NONE,
-                raw,
-            }),
+            OFF => Tracking::Off,
+            SITES => match name {
+                None => Tracking::Site,
+                Some(name) => Tracking::Details(Details {
+                    name: Some(Arc::clone(name)),
+                    ..Details::default()
+                }),
+            },
             level => {
-                Some(self.gather_origin(site, name, stamp, raw, LeakTracking::from_index(level)))
+                Tracking::Details(self.gather_details(name, stamp, LeakTracking::from_index(level)))
             }
         }
     }
 
-    /// [`Shared::origin`] with context capture: the clock and the thread's tags (and the call
-    /// stack for [`LeakTracking::Backtraces`]), reusing the history stamp's context when it
-    /// has one that is enough.
+    /// [`Shared::tracking`] with context capture: the clock and the thread's tags (and the
+    /// call stack for [`LeakTracking::Backtraces`]), reusing the history stamp's context when
+    /// it has one that is enough.
     #[inline(never)]
-    fn gather_origin(
+    fn gather_details(
         &self,
-        site: &'static Location<'static>,
-        name: Option<Arc<str>>,
+        name: Option<&Arc<str>>,
         stamp: Option<EventStamp>,
-        raw: bool,
         level: LeakTracking,
-    ) -> Origin {
+    ) -> Details {
         let frames = level >= LeakTracking::Backtraces;
         let context = match stamp {
             Some(s) if s.context != ContextId::NONE && !frames => s.context,
             _ => crate::event::current_context(frames),
         };
-        Origin {
-            site,
-            name,
+        Details {
             // 0 means "not taken"; the first nanosecond after the clock base reads 1.
             created_ns: now_ns().max(1),
             context,
-            raw,
+            name: name.cloned(),
         }
     }
 
@@ -183,10 +198,16 @@ impl<B: Backend> CachingAllocator<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_leak_tracking(&self, tracking: LeakTracking) {
-        self.shared
-            .leak_tracking
-            .store(tracking.index(), Ordering::Relaxed);
-        if tracking == LeakTracking::Off {
+        let old = LeakTracking::from_index(
+            self.shared
+                .leak_tracking
+                .swap(tracking.index(), Ordering::Relaxed),
+        );
+        // Turning tracking on again forgets too: a call that read the old level just before
+        // it was turned off may have recorded its allocation after the table was emptied,
+        // and once freed that record must not read as an untracked allocation's made in the
+        // same block meanwhile (`leak::live` module docs).
+        if (tracking == LeakTracking::Off) != (old == LeakTracking::Off) {
             for device in self.shared.devices.iter() {
                 device.lock().live.clear();
             }
