@@ -35,13 +35,11 @@ pub(super) struct LiveRecord {
 }
 
 impl<E> DeviceState<E> {
-    /// Records `block` in the live table when `origin` is known (tracking on).
-    #[inline]
-    pub(super) fn track(&mut self, block: &AllocatedBlock, origin: Option<Origin<'_>>) {
-        if let Some(origin) = origin {
-            self.live
-                .insert(block.id.index(), block.alloc_id, block.size as u64, origin);
-        }
+    /// Records `block`, allocated by a call made at `origin`, in the live table.
+    #[inline(always)]
+    pub(super) fn track(&mut self, block: &AllocatedBlock, origin: Origin<'_>) {
+        self.live
+            .insert(block.id.index(), block.alloc_id, block.size as u64, origin);
     }
 
     /// Tells the live table that block `id` is about to be freed. Usually nothing to do: once

@@ -1,5 +1,5 @@
 //! Leak tracking on the [`CachingAllocator`]: what each allocation call gathers for its
-//! device's live table ([`Tracking`]), named allocations
+//! device's live table (`Shared::details`), named allocations
 //! ([`CachingAllocator::allocate_named`]), the settings ([`CachingAllocator::set_leak_tracking`],
 //! [`CachingAllocator::set_teardown_report`]), reading the tables back (flat, grouped into a
 //! [`LiveSnapshot`] or a [`LeakReport`]), and the teardown report made when the last
@@ -19,8 +19,7 @@ use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
 use crate::event::{ContextId, EventStamp};
 use crate::leak::{
-    site_label, Details, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, Origin,
-    TeardownReport,
+    site_label, Details, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
 };
 use std::collections::HashMap;
 use std::panic::Location;
@@ -28,67 +27,38 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What leak tracking gathers for one allocation call before the device lock is taken.
-#[derive(Debug)]
-pub(super) enum Tracking {
-    /// [`LeakTracking::Off`]: nothing is recorded.
-    Off,
-    /// An unnamed allocation at [`LeakTracking::Sites`]: its slot is all there is to record,
-    /// and nothing was gathered.
-    Site,
-    /// A named allocation, or one made with context capture.
-    Details(Details),
-}
-
-impl Tracking {
-    /// What the live table records of a call at `site` (`raw` for the raw-pointer API), or
-    /// `None` when tracking is off.
-    #[inline(always)]
-    pub(super) fn origin(&self, site: &'static Location<'static>, raw: bool) -> Option<Origin<'_>> {
-        let details = match self {
-            Tracking::Off => return None,
-            Tracking::Site => None,
-            Tracking::Details(details) => Some(details),
-        };
-        Some(Origin { site, raw, details })
-    }
-
-    /// Creation time in nanoseconds since the clock base (0 when not taken) and the context
-    /// gathered, for the handle.
-    #[inline]
-    pub(super) fn time_and_context(&self) -> (u64, ContextId) {
-        match self {
-            Tracking::Details(d) => (d.created_ns, d.context),
-            Tracking::Off | Tracking::Site => (0, ContextId::NONE),
-        }
-    }
-}
-
 impl<B: Backend> Shared<B> {
-    /// What leak tracking gathers for a call named `name` (stamped `stamp` for history). At
-    /// [`LeakTracking::Sites`] this is one load: an unnamed allocation gathers nothing.
-    #[inline]
-    pub(super) fn tracking(&self, name: Option<&Arc<str>>, stamp: Option<EventStamp>) -> Tracking {
+    /// The details leak tracking gathers for a call named `name` (stamped `stamp` for
+    /// history) before the device lock is taken, if any: at [`LeakTracking::Sites`] only a
+    /// name, so an unnamed call is one load and gathers nothing. Whether the call is recorded
+    /// at all is read under the lock ([`Shared::tracks`]).
+    #[inline(always)]
+    pub(super) fn details(
+        &self,
+        name: Option<&Arc<str>>,
+        stamp: Option<EventStamp>,
+    ) -> Option<Details> {
         const OFF: u8 = LeakTracking::Off.index();
         const SITES: u8 = LeakTracking::Sites.index();
-        match self.leak_tracking.load(Ordering::Relaxed) {
-            OFF => Tracking::Off,
-            SITES => match name {
-                None => Tracking::Site,
-                Some(name) => Tracking::Details(Details {
-                    name: Some(Arc::clone(name)),
-                    ..Details::default()
-                }),
-            },
-            level => {
-                Tracking::Details(self.gather_details(name, stamp, LeakTracking::from_index(level)))
-            }
+        let level = self.leak_tracking.load(Ordering::Relaxed);
+        if (level == SITES && name.is_none()) || level == OFF {
+            return None;
         }
+        Some(self.gather_details(name, stamp, LeakTracking::from_index(level)))
     }
 
-    /// [`Shared::tracking`] with context capture: the clock and the thread's tags (and the
-    /// call stack for [`LeakTracking::Backtraces`]), reusing the history stamp's context when
-    /// it has one that is enough.
+    /// Whether allocations are recorded in the live tables now. Read under the device lock,
+    /// so that no allocation is recorded in a table [`CachingAllocator::set_leak_tracking`]
+    /// emptied when it turned tracking off (`leak::live` module docs).
+    #[inline(always)]
+    pub(super) fn tracks(&self) -> bool {
+        self.leak_tracking.load(Ordering::Relaxed) != LeakTracking::Off.index()
+    }
+
+    /// [`Shared::details`] of a named call, or of any call with context capture: the name,
+    /// and with context capture the clock and the thread's tags (and the call stack for
+    /// [`LeakTracking::Backtraces`]), reusing the history stamp's context when it has one
+    /// that is enough.
     #[inline(never)]
     fn gather_details(
         &self,
@@ -96,6 +66,13 @@ impl<B: Backend> Shared<B> {
         stamp: Option<EventStamp>,
         level: LeakTracking,
     ) -> Details {
+        let name = name.cloned();
+        if level < LeakTracking::Context {
+            return Details {
+                name,
+                ..Details::default()
+            };
+        }
         let frames = level >= LeakTracking::Backtraces;
         let context = match stamp {
             Some(s) if s.context != ContextId::NONE && !frames => s.context,
@@ -105,7 +82,7 @@ impl<B: Backend> Shared<B> {
             // 0 means "not taken"; the first nanosecond after the clock base reads 1.
             created_ns: now_ns().max(1),
             context,
-            name: name.cloned(),
+            name,
         }
     }
 
@@ -198,16 +175,12 @@ impl<B: Backend> CachingAllocator<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_leak_tracking(&self, tracking: LeakTracking) {
-        let old = LeakTracking::from_index(
-            self.shared
-                .leak_tracking
-                .swap(tracking.index(), Ordering::Relaxed),
-        );
-        // Turning tracking on again forgets too: a call that read the old level just before
-        // it was turned off may have recorded its allocation after the table was emptied,
-        // and once freed that record must not read as an untracked allocation's made in the
-        // same block meanwhile (`leak::live` module docs).
-        if (tracking == LeakTracking::Off) != (old == LeakTracking::Off) {
+        self.shared
+            .leak_tracking
+            .store(tracking.index(), Ordering::Relaxed);
+        if tracking == LeakTracking::Off {
+            // After the store: an allocation that takes a device's lock after it was emptied
+            // reads `Off` there (`Shared::tracks`) and is not recorded.
             for device in self.shared.devices.iter() {
                 device.lock().live.clear();
             }

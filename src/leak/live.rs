@@ -10,9 +10,10 @@
 //! A free leaves the slot as it is. A record counts only while its block is allocated, which
 //! the pool's block says (the allocator's `DeviceState` reads the two together), and the next
 //! allocation of the block overwrites it. That holds because every allocated block either got
-//! its own record when it was allocated or has none in its slot: blocks are allocated without
-//! a record only while tracking is off, and turning it off or on empties the table; adopted
-//! blocks (handed out by `adopt_segment`, not allocated) have their slot's record removed.
+//! its own record when it was allocated or has none in its slot: a block is allocated without
+//! a record only while tracking is off, and turning it off empties the table, after which no
+//! allocation records itself (the level is read again under the device lock); adopted blocks
+//! (handed out by `adopt_segment`, not allocated) have their slot's record removed.
 //!
 //! What most allocations lack (a name, and the time and context taken at
 //! [`LeakTracking::Context`](super::LeakTracking::Context)) sits in a second slab of
@@ -279,7 +280,7 @@ impl LiveTable {
         })
     }
 
-    /// Forgets every record (tracking was turned off, or on again); open scopes stay open.
+    /// Forgets every record (tracking was turned off); open scopes stay open.
     pub fn clear(&mut self) {
         self.slots.clear();
         self.details.clear();
