@@ -220,7 +220,9 @@ impl LiveTable {
         if let Some(stored) = self.details.get_mut(index) {
             if stored.alloc_id == alloc_id {
                 self.detailed -= 1;
-                *stored = DetailsSlot::default();
+                // The time and context are read only with a matching number.
+                stored.alloc_id = 0;
+                stored.details.name = None;
             }
         }
         if self.has_scopes() {
