@@ -1,7 +1,8 @@
 //! Planted leaks, each found with its site and size: a buffer passed to `mem::forget`, an `Rc`
 //! cycle holding a buffer, a `Vec` that keeps one buffer per step, a buffer stored in a
 //! global, and a raw pointer never freed. Clean loops (frees deferred on other streams, a
-//! cache warmed once and then reused) report nothing. Every report is checked as exact text:
+//! cache warmed once and then reused) report nothing, and a freed allocation is not taken for
+//! an untracked block handed out later in its place. Every report is checked as exact text:
 //! the simulated device makes allocation ids and sizes deterministic, and sites are this
 //! file's lines.
 
@@ -466,4 +467,65 @@ fn step_detector_on_live_snapshots_flags_the_growing_site_not_the_weights() {
         (site(line, 25).as_str(), 64 * MIB as u64)
     );
     drop(weights);
+}
+
+#[test]
+fn a_freed_allocation_is_not_seen_in_a_block_allocated_while_tracking_was_off() {
+    let (_, alloc) = new_allocator();
+    let tracked = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
+    let ptr = tracked.ptr();
+    drop(tracked);
+    alloc.set_leak_tracking(LeakTracking::Off);
+    let untracked = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
+    assert_eq!(
+        untracked.ptr(),
+        ptr,
+        "the same cached block, in the same slot"
+    );
+    alloc.set_leak_tracking(LeakTracking::Sites);
+    assert!(
+        alloc.live_allocations(0).unwrap().is_empty(),
+        "the block allocated while off is not the freed allocation"
+    );
+    let scope = alloc.leak_scope("after");
+    drop(untracked);
+    let report = scope.finish();
+    assert_eq!(report.peak_bytes, [0], "nothing tracked was live: {report}");
+    assert!(alloc.shutdown().is_empty());
+}
+
+#[test]
+fn adopted_blocks_are_not_taken_for_the_allocation_freed_before_in_their_slot() {
+    use blockpool::introspect::Introspect;
+    use blockpool::pool::{AdoptBlock, AdoptSegment, PoolKind};
+    let (_, alloc) = new_allocator();
+    drop(alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap());
+    alloc.empty_cache().unwrap();
+    let live = [AdoptBlock {
+        offset: 0,
+        size: MIB,
+        requested: MIB,
+    }];
+    let segment = AdoptSegment {
+        size: 2 * MIB,
+        pool: PoolKind::Large,
+        stream: StreamId::DEFAULT,
+        blocks: &live,
+    };
+    let ptrs = alloc.adopt_segment(0, &segment).unwrap();
+    assert!(
+        alloc.live_allocations(0).unwrap().is_empty(),
+        "an adopted block is untracked, not the allocation freed before it"
+    );
+    let line = line!() + 1;
+    let tracked = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
+    let live = alloc.live_allocations(0).unwrap();
+    assert_eq!(
+        live.iter()
+            .map(|a| (a.id, a.site.clone()))
+            .collect::<Vec<_>>(),
+        [(tracked.id(), site(line, 25))]
+    );
+    alloc.free(0, ptrs[0]).unwrap();
+    drop(tracked);
 }

@@ -7,12 +7,11 @@ use super::device_state::DeviceState;
 #[cfg(doc)]
 use super::device_view::DeviceView;
 use super::handle::Allocation;
-use super::leaks::Origin;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::event::{ContextId, ContextLevel, EventStamp};
-use crate::leak::{LeakTracking, TeardownReport};
+use crate::leak::{LeakTracking, Origin, TeardownReport};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
 use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
@@ -239,10 +238,12 @@ impl<B: Backend> CachingAllocator<B> {
         site: &'static Location<'static>,
     ) -> Result<Allocation<B>> {
         let created = self.shared.recording_stamp(ContextLevel::State);
-        let origin = self.shared.origin(site, name.clone(), created, false);
-        let (created_ns, leak_context) = origin
-            .as_ref()
-            .map_or((0, ContextId::NONE), |o| (o.created_ns, o.context));
+        let details = self.shared.details(name.as_ref(), created);
+        let origin = Origin {
+            site,
+            raw: false,
+            details: details.as_ref(),
+        };
         let block = if size_bytes == 0 {
             self.shared.check_device(device)?;
             None
@@ -252,6 +253,9 @@ impl<B: Backend> CachingAllocator<B> {
                     .malloc(device, size_bytes, stream, created, origin)?,
             )
         };
+        let (created_ns, leak_context) = details
+            .as_ref()
+            .map_or((0, ContextId::NONE), |d| (d.created_ns, d.context));
         Ok(Allocation {
             shared: Arc::clone(&self.shared),
             device,
@@ -276,7 +280,12 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(0);
         }
         let stamp = self.shared.recording_stamp(ContextLevel::State);
-        let origin = self.shared.origin(Location::caller(), None, stamp, true);
+        let details = self.shared.details(None, stamp);
+        let origin = Origin {
+            site: Location::caller(),
+            raw: true,
+            details: details.as_ref(),
+        };
         let block = self
             .shared
             .malloc(device, size_bytes, stream, stamp, origin)?;
@@ -431,8 +440,8 @@ impl<B: Backend> Shared<B> {
         }
     }
 
-    /// Allocates a block for a call stamped `stamp` ([`Shared::recording_stamp`]), recording
-    /// it in the device's live table when `origin` says where it came from.
+    /// Allocates a block for a call stamped `stamp` ([`Shared::recording_stamp`]) made at
+    /// `origin`, recording it in the device's live table unless tracking is off.
     #[inline]
     fn malloc(
         &self,
@@ -440,13 +449,15 @@ impl<B: Backend> Shared<B> {
         size: usize,
         stream: StreamId,
         stamp: Option<EventStamp>,
-        origin: Option<Origin>,
+        origin: Origin<'_>,
     ) -> Result<AllocatedBlock> {
         let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
         if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
-            dev.track(&block, origin);
+            if self.tracks() {
+                dev.track(&block, origin);
+            }
             return Ok(block);
         }
         self.malloc_missed(device, dev, size, stream, stamp, origin)
@@ -462,7 +473,7 @@ impl<B: Backend> Shared<B> {
         size: usize,
         stream: StreamId,
         stamp: EventStamp,
-        origin: Option<Origin>,
+        origin: Origin<'_>,
     ) -> Result<AllocatedBlock> {
         // A miss. Free-memory callbacks run first (unless there are none, or this allocation
         // is made inside one); as in PyTorch, the cache is searched again only if one of them
@@ -481,7 +492,9 @@ impl<B: Backend> Shared<B> {
             let block = dev.finish_malloc(&self.backend, step)?;
             (dev, block)
         };
-        dev.track(&block, origin);
+        if self.tracks() {
+            dev.track(&block, origin);
+        }
         Ok(block)
     }
 
@@ -535,7 +548,7 @@ impl<B: Backend> Shared<B> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
         dev.set_event_stamp(stamp);
-        dev.live.remove(id.index());
+        dev.untrack(id);
         dev.free(&self.backend, id)
     }
 

@@ -1,11 +1,13 @@
 //! [`DeviceState`]: what one device's mutex guards, the pool's bookkeeping and the table of
 //! live allocations (`leak::LiveTable`), so that tracking an allocation takes no second lock.
 //! It dereferences to the [`DeviceAllocator`]: every pool call reads as it did before.
+//!
+//! The table's records are read together with the pool's blocks: a record is live while its
+//! block is allocated, and the block gives its size, address, requested size and stream.
 
-use super::leaks::Origin;
 use crate::backend::StreamId;
-use crate::leak::{LiveEntry, LiveTable};
-use crate::pool::{AllocatedBlock, BlockId, DeviceAllocator};
+use crate::leak::{LiveEntry, LiveTable, Origin};
+use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator};
 use std::ops::{Deref, DerefMut};
 
 /// One device's pool and live table, behind the device's mutex.
@@ -33,22 +35,21 @@ pub(super) struct LiveRecord {
 }
 
 impl<E> DeviceState<E> {
-    /// Records `block` in the live table when `origin` is known (tracking on).
-    #[inline]
-    pub(super) fn track(&mut self, block: &AllocatedBlock, origin: Option<Origin>) {
-        if let Some(origin) = origin {
-            self.live.insert(
-                block.id.index(),
-                LiveEntry {
-                    alloc_id: block.alloc_id,
-                    size: block.size as u64,
-                    site: origin.site,
-                    created_ns: origin.created_ns,
-                    context: origin.context,
-                    name: origin.name,
-                    raw: origin.raw,
-                },
-            );
+    /// Records `block`, allocated by a call made at `origin`, in the live table.
+    #[inline(always)]
+    pub(super) fn track(&mut self, block: &AllocatedBlock, origin: Origin<'_>) {
+        self.live
+            .insert(block.id.index(), block.alloc_id, block.size as u64, origin);
+    }
+
+    /// Tells the live table that block `id` is about to be freed. Usually nothing to do: once
+    /// the block is freed its record is no longer live (`leak::live` module docs).
+    #[inline(always)]
+    pub(super) fn untrack(&mut self, id: BlockId) {
+        if self.live.watches_frees() {
+            let blocks = &self.pool.blocks;
+            self.live
+                .remove(id.index(), || blocks.get(id).map_or(0, |b| b.size as u64));
         }
     }
 
@@ -56,20 +57,34 @@ impl<E> DeviceState<E> {
     /// size and stream.
     pub(super) fn live_records(&self, keep: impl Fn(&LiveEntry) -> bool) -> Vec<LiveRecord> {
         self.live
-            .iter()
-            .filter(|(_, entry)| keep(entry))
-            .map(|(index, entry)| {
-                // A live entry's block is allocated; the fallbacks only keep a bookkeeping
-                // bug from hiding the entry.
-                let block = self.pool.blocks.get(BlockId::from_index(index));
-                LiveRecord {
-                    entry: entry.clone(),
-                    addr: block.map_or(0, |b| b.addr),
-                    requested: block.map_or(entry.size, |b| b.requested as u64),
-                    stream: block.map_or(StreamId::DEFAULT, |b| b.stream),
-                }
+            .records()
+            .filter_map(|(index, record)| {
+                let block = self
+                    .pool
+                    .blocks
+                    .get(BlockId::from_index(index))
+                    .filter(|b| b.state == BlockState::Allocated)?;
+                let entry = record.entry(block.size as u64);
+                keep(&entry).then_some(LiveRecord {
+                    entry,
+                    addr: block.addr,
+                    requested: block.requested as u64,
+                    stream: block.stream,
+                })
             })
             .collect()
+    }
+
+    /// Opens leak scope `id` on this device, returning the live bytes now.
+    pub(super) fn open_leak_scope(&mut self, id: u64) -> u64 {
+        let blocks = &self.pool.blocks;
+        self.live.open_scope(id, |live| {
+            live.records()
+                .filter_map(|(index, _)| blocks.get(BlockId::from_index(index)))
+                .filter(|b| b.state == BlockState::Allocated)
+                .map(|b| b.size as u64)
+                .sum()
+        })
     }
 }
 

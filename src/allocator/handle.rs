@@ -125,9 +125,8 @@ impl<B: Backend> Allocation<B> {
         let name: Arc<str> = Arc::from(name);
         if let Some(block) = self.block {
             if let Ok(mut dev) = self.shared.lock(self.device) {
-                if let Some(entry) = dev.live.get_mut(block.id.index(), block.alloc_id) {
-                    entry.name = Some(Arc::clone(&name));
-                }
+                dev.live
+                    .set_name(block.id.index(), block.alloc_id, Arc::clone(&name));
             }
         }
         self.name = Some(name);

@@ -36,6 +36,11 @@ impl<B: Backend> Introspect for CachingAllocator<B> {
         let mut dev = self.lock_device(device)?;
         dev.set_event_stamp(stamp);
         let adopted = dev.adopt_segment(&self.shared.backend, segment)?;
+        for block in &adopted {
+            // Adopted blocks are not tracked: a record an earlier allocation left in the slot
+            // would read as theirs. It was stale, so no live bytes counted it.
+            dev.live.remove(block.id.index(), || 0);
+        }
         drop(dev);
         Ok(adopted
             .into_iter()

@@ -65,7 +65,7 @@ impl<B: Backend> CachingAllocator<B> {
             .iter()
             .map(|device| {
                 let mut dev = device.lock();
-                let live_bytes = dev.live.open_scope(id);
+                let live_bytes = dev.open_leak_scope(id);
                 Mark {
                     last_id: dev.pool.next_alloc_id,
                     live_bytes,

@@ -1,5 +1,5 @@
-//! Leak tracking on the [`CachingAllocator`]: what each allocation call records in its
-//! device's live table ([`Origin`]), named allocations
+//! Leak tracking on the [`CachingAllocator`]: what each allocation call gathers for its
+//! device's live table (`Shared::details`), named allocations
 //! ([`CachingAllocator::allocate_named`]), the settings ([`CachingAllocator::set_leak_tracking`],
 //! [`CachingAllocator::set_teardown_report`]), reading the tables back (flat, grouped into a
 //! [`LiveSnapshot`] or a [`LeakReport`]), and the teardown report made when the last
@@ -19,7 +19,7 @@ use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
 use crate::event::{ContextId, EventStamp};
 use crate::leak::{
-    site_label, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
+    site_label, Details, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
 };
 use std::collections::HashMap;
 use std::panic::Location;
@@ -27,70 +27,62 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where an allocation call came from, as its device's live table records it.
-#[derive(Clone, Debug)]
-pub(super) struct Origin {
-    pub(super) site: &'static Location<'static>,
-    pub(super) name: Option<Arc<str>>,
-    /// Nanoseconds since the clock base; 0 when not taken.
-    pub(super) created_ns: u64,
-    pub(super) context: ContextId,
-    pub(super) raw: bool,
-}
-
 impl<B: Backend> Shared<B> {
-    /// What the live table records of a call at `site` named `name` (stamped `stamp` for
-    /// history), or `None` with tracking off. At [`LeakTracking::Sites`] this is one load and
-    /// a few moves.
-    #[inline]
-    pub(super) fn origin(
+    /// The details leak tracking gathers for a call named `name` (stamped `stamp` for
+    /// history) before the device lock is taken, if any: at [`LeakTracking::Sites`] only a
+    /// name, so an unnamed call is one load and gathers nothing. Whether the call is recorded
+    /// at all is read under the lock ([`Shared::tracks`]).
+    #[inline(always)]
+    pub(super) fn details(
         &self,
-        site: &'static Location<'static>,
-        name: Option<Arc<str>>,
+        name: Option<&Arc<str>>,
         stamp: Option<EventStamp>,
-        raw: bool,
-    ) -> Option<Origin> {
+    ) -> Option<Details> {
         const OFF: u8 = LeakTracking::Off.index();
         const SITES: u8 = LeakTracking::Sites.index();
-        match self.leak_tracking.load(Ordering::Relaxed) {
-            OFF => None,
-            SITES => Some(Origin {
-                site,
-                name,
-                created_ns: 0,
-                context: ContextId::NONE,
-                raw,
-            }),
-            level => {
-                Some(self.gather_origin(site, name, stamp, raw, LeakTracking::from_index(level)))
-            }
+        let level = self.leak_tracking.load(Ordering::Relaxed);
+        if (level == SITES && name.is_none()) || level == OFF {
+            return None;
         }
+        Some(self.gather_details(name, stamp, LeakTracking::from_index(level)))
     }
 
-    /// [`Shared::origin`] with context capture: the clock and the thread's tags (and the call
-    /// stack for [`LeakTracking::Backtraces`]), reusing the history stamp's context when it
-    /// has one that is enough.
+    /// Whether allocations are recorded in the live tables now. Read under the device lock,
+    /// so that no allocation is recorded in a table [`CachingAllocator::set_leak_tracking`]
+    /// emptied when it turned tracking off (`leak::live` module docs).
+    #[inline(always)]
+    pub(super) fn tracks(&self) -> bool {
+        self.leak_tracking.load(Ordering::Relaxed) != LeakTracking::Off.index()
+    }
+
+    /// [`Shared::details`] of a named call, or of any call with context capture: the name,
+    /// and with context capture the clock and the thread's tags (and the call stack for
+    /// [`LeakTracking::Backtraces`]), reusing the history stamp's context when it has one
+    /// that is enough.
     #[inline(never)]
-    fn gather_origin(
+    fn gather_details(
         &self,
-        site: &'static Location<'static>,
-        name: Option<Arc<str>>,
+        name: Option<&Arc<str>>,
         stamp: Option<EventStamp>,
-        raw: bool,
         level: LeakTracking,
-    ) -> Origin {
+    ) -> Details {
+        let name = name.cloned();
+        if level < LeakTracking::Context {
+            return Details {
+                name,
+                ..Details::default()
+            };
+        }
         let frames = level >= LeakTracking::Backtraces;
         let context = match stamp {
             Some(s) if s.context != ContextId::NONE && !frames => s.context,
             _ => crate::event::current_context(frames),
         };
-        Origin {
-            site,
-            name,
+        Details {
             // 0 means "not taken"; the first nanosecond after the clock base reads 1.
             created_ns: now_ns().max(1),
             context,
-            raw,
+            name,
         }
     }
 
@@ -187,6 +179,8 @@ impl<B: Backend> CachingAllocator<B> {
             .leak_tracking
             .store(tracking.index(), Ordering::Relaxed);
         if tracking == LeakTracking::Off {
+            // After the store: an allocation that takes a device's lock after it was emptied
+            // reads `Off` there (`Shared::tracks`) and is not recorded.
             for device in self.shared.devices.iter() {
                 device.lock().live.clear();
             }

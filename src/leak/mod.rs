@@ -42,7 +42,7 @@ mod teardown;
 pub use findings::{GrowingSite, PersistentSite, StepFindings};
 pub use growth::{site_totals, GrowthError, GrowthSettings, SiteTotal, StepDetector};
 pub use live::LiveAllocation;
-pub(crate) use live::{LiveEntry, LiveTable};
+pub(crate) use live::{Details, LiveEntry, LiveTable, Origin};
 pub use report::{LeakReport, LeakSite, ScopeReport};
 pub use site::{site_label, LeakTracking};
 pub use snapshot::{LiveSnapshot, SiteChange};

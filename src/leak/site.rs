@@ -25,7 +25,7 @@ pub enum LeakTracking {
     Off,
     /// The default: allocation id, sizes, device, stream, source location and name of every
     /// live allocation, kept in a per-device table under the device's lock. Costs a few
-    /// stores per allocation and free; no clock read, no context.
+    /// stores per allocation and a check per free; no clock read, no context.
     #[default]
     Sites,
     /// [`Sites`](Self::Sites) plus the creation time (one clock read) and the thread's
