@@ -18,14 +18,52 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
-/// The process's time origin for event times.
-pub(super) fn clock_base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
+/// The process's time origin for event times, and the same moment on the kernel's monotonic
+/// clock in nanoseconds (0 where [`coarse_now_ns`] has no coarse clock to read).
+fn origin() -> &'static (Instant, u64) {
+    static BASE: OnceLock<(Instant, u64)> = OnceLock::new();
+    BASE.get_or_init(|| (Instant::now(), monotonic_ns(false)))
 }
 
+/// The process's time origin for event times.
+pub(super) fn clock_base() -> Instant {
+    origin().0
+}
+
+/// Nanoseconds since [`clock_base`].
 pub(super) fn now_ns() -> u64 {
     clock_base().elapsed().as_nanos() as u64
+}
+
+/// Nanoseconds since [`clock_base`] as of the kernel's last clock tick (up to a few
+/// milliseconds behind [`now_ns`]), at a quarter of its cost: `CLOCK_MONOTONIC_COARSE`, the
+/// timeline `Instant` reads. Good for ages of live allocations, not for event times. Elsewhere
+/// than Linux it is [`now_ns`].
+pub(super) fn coarse_now_ns() -> u64 {
+    if cfg!(target_os = "linux") {
+        monotonic_ns(true).saturating_sub(origin().1)
+    } else {
+        now_ns()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn monotonic_ns(coarse: bool) -> u64 {
+    use rustix::time::{clock_gettime, ClockId};
+    let clock = if coarse {
+        ClockId::MonotonicCoarse
+    } else {
+        ClockId::Monotonic
+    };
+    let t = clock_gettime(clock);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn monotonic_ns(_coarse: bool) -> u64 {
+    0
 }
 
 const LEVELS: [ContextLevel; 4] = [

@@ -14,7 +14,7 @@
 use super::caching::{CachingAllocator, Shared};
 use super::device_state::LiveRecord;
 use super::handle::Allocation;
-use super::history::now_ns;
+use super::history::{coarse_now_ns, now_ns};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
 use crate::event::{ContextId, EventStamp};
@@ -79,8 +79,10 @@ impl<B: Backend> Shared<B> {
             _ => crate::event::current_context(frames),
         };
         Details {
-            // 0 means "not taken"; the first nanosecond after the clock base reads 1.
-            created_ns: now_ns().max(1),
+            // 0 means "not taken"; the first nanosecond after the clock base reads 1. The
+            // coarse clock: an age is read in milliseconds at the finest, and the precise
+            // clock would be most of what context capture costs.
+            created_ns: coarse_now_ns().max(1),
             context,
             name,
         }
