@@ -1,7 +1,8 @@
 //! The [`CachingAllocator`] itself and the state its clones and handles share: one
 //! [`DeviceAllocator`] per device behind a mutex, the live raw pointers, and the free-memory
 //! callbacks run (with no lock held) when a request misses the cache. History recording lives
-//! in `history.rs`, the owning [`Allocation`] handle in `handle.rs`.
+//! in `history.rs`, the owning [`Allocation`] handle in `handle.rs`, the raw-pointer API
+//! (`malloc`, `free`, `record_stream` by address) in `raw.rs`.
 
 use super::device_state::DeviceState;
 #[cfg(doc)]
@@ -12,7 +13,7 @@ use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::event::{ContextId, ContextLevel, EventStamp};
 use crate::leak::{LeakTracking, Origin, TeardownReport};
-use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator, MallocStep};
+use crate::pool::{AllocatedBlock, BlockId, DeviceAllocator, MallocStep};
 use crate::stats::{DeviceStats, MemoryStats};
 use dashmap::DashMap;
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -270,66 +271,6 @@ impl<B: Backend> CachingAllocator<B> {
         })
     }
 
-    /// Raw allocation for C callers: returns the device address (0 for a zero-byte request).
-    /// Free it with [`CachingAllocator::free`]. It is tracked as a handle is, its site the
-    /// caller's source location ([`live_allocations`](Self::live_allocations) marks it `raw`).
-    #[track_caller]
-    pub fn malloc(&self, device: DeviceIndex, size_bytes: usize, stream: StreamId) -> Result<u64> {
-        if size_bytes == 0 {
-            self.shared.check_device(device)?;
-            return Ok(0);
-        }
-        let stamp = self.shared.recording_stamp(ContextLevel::State);
-        let details = self.shared.details(None, stamp);
-        let origin = Origin {
-            site: Location::caller(),
-            raw: true,
-            details: details.as_ref(),
-        };
-        let block = self
-            .shared
-            .malloc(device, size_bytes, stream, stamp, origin)?;
-        self.shared.raw.insert(block.addr, (device, block.id));
-        Ok(block.addr)
-    }
-
-    /// Frees a pointer returned by [`CachingAllocator::malloc`] on `device`. Freeing 0 does
-    /// nothing. Unknown pointers, double frees and the wrong device are errors that change
-    /// nothing.
-    pub fn free(&self, device: DeviceIndex, ptr: u64) -> Result<()> {
-        self.shared.check_device(device)?;
-        if ptr == 0 {
-            return Ok(());
-        }
-        match self
-            .shared
-            .raw
-            .remove_if(&ptr, |_, &(owner, _)| owner == device)
-        {
-            Some((_, (_, id))) => self.shared.free(device, id),
-            None => Err(self.shared.explain_bad_pointer(device, ptr)),
-        }
-    }
-
-    /// Marks the raw allocation `ptr` on `device` as used on `stream`: its memory will not be
-    /// reused before the work queued on `stream` by the time it is freed has completed.
-    pub fn record_stream(&self, device: DeviceIndex, ptr: u64, stream: StreamId) -> Result<()> {
-        self.shared.check_device(device)?;
-        if ptr == 0 {
-            return Ok(());
-        }
-        let entry = self.shared.raw.get(&ptr).map(|e| *e.value());
-        match entry {
-            Some((owner, id)) if owner == device => {
-                self.lock_device(device)?.record_stream(id, stream)
-            }
-            _ => Err(match self.shared.explain_bad_pointer(device, ptr) {
-                Error::DoubleFree { device, ptr } => Error::UseAfterFree { device, ptr },
-                other => other,
-            }),
-        }
-    }
-
     /// Registers a callback run when a request misses the cache (see [`FreeMemoryCallback`]).
     pub fn add_free_memory_callback(&self, callback: FreeMemoryCallback) {
         self.shared.callbacks.write().push(Arc::new(callback));
@@ -415,7 +356,7 @@ impl<B: Backend> CachingAllocator<B> {
 }
 
 impl<B: Backend> Shared<B> {
-    fn check_device(&self, device: DeviceIndex) -> Result<()> {
+    pub(super) fn check_device(&self, device: DeviceIndex) -> Result<()> {
         if device < self.devices.len() {
             Ok(())
         } else {
@@ -443,7 +384,7 @@ impl<B: Backend> Shared<B> {
     /// Allocates a block for a call stamped `stamp` ([`Shared::recording_stamp`]) made at
     /// `origin`, recording it in the device's live table unless tracking is off.
     #[inline]
-    fn malloc(
+    pub(super) fn malloc(
         &self,
         device: DeviceIndex,
         size: usize,
@@ -550,33 +491,6 @@ impl<B: Backend> Shared<B> {
         dev.set_event_stamp(stamp);
         dev.untrack(id);
         dev.free(&self.backend, id)
-    }
-
-    /// Why `ptr` is not a live raw allocation of `device`.
-    fn explain_bad_pointer(&self, device: DeviceIndex, ptr: u64) -> Error {
-        if let Some(entry) = self.raw.get(&ptr) {
-            return Error::WrongDevice {
-                ptr,
-                given: device,
-                actual: entry.value().0,
-            };
-        }
-        for (d, dev) in self.devices.iter().enumerate() {
-            let Some((_, state)) = dev.lock().block_at(ptr) else {
-                continue;
-            };
-            if d != device {
-                return Error::WrongDevice {
-                    ptr,
-                    given: device,
-                    actual: d,
-                };
-            }
-            if state != BlockState::Allocated {
-                return Error::DoubleFree { device, ptr };
-            }
-        }
-        Error::UnknownPointer { device, ptr }
     }
 }
 

@@ -12,7 +12,8 @@
 //! stamps taken on the hot path, and `sink.rs` trace files: dumping a snapshot and streaming
 //! the history as it is recorded. `device_state.rs` is what a device's mutex guards (the pool
 //! and its live table), `leaks.rs` leak tracking (the live tables read back, the teardown
-//! report, `shutdown`), `leak_scope.rs` [`LeakScope`]; `introspect.rs` implements
+//! report, `shutdown`), `leak_scope.rs` [`LeakScope`], `raw.rs` the raw-pointer API (`malloc`, `free` and
+//! `record_stream` by address); `introspect.rs` implements
 //! [`Introspect`](crate::introspect::Introspect), the bookkeeping access replay tools and tests
 //! use.
 
@@ -25,6 +26,7 @@ mod history;
 mod introspect;
 mod leak_scope;
 mod leaks;
+mod raw;
 #[cfg(feature = "trace-files")]
 mod sink;
 mod typed;
