@@ -476,37 +476,25 @@ impl Table {
         self.time[self.segments.of(s, e) * (self.units + 1) + m]
     }
 
-    /// The least time of segment `s..e` in `m` units and the split reaching it, from the
-    /// shorter segments already in the table.
-    fn best(&self, s: usize, e: usize, m: usize) -> Option<(u64, usize)> {
+    /// The first split of segment `s..e` that reaches the table's time for `m` units (`e`
+    /// for a lone backward step), read back from the table rather than searched again.
+    /// Only asked of feasible cells, whose time some split reaches.
+    fn split_of(&self, s: usize, e: usize, m: usize) -> usize {
         let sizes = &self.sizes;
+        let target = self.time(s, e, m);
+        let (Some(held), false) = (m.checked_sub(sizes.activation[s]), e == s + 1) else {
+            return e;
+        };
         let g = sizes.gradient(e);
-        if e == s + 1 {
-            return (g + sizes.backward_peak[s] <= m).then_some((0, e));
-        }
-        let held = m.checked_sub(sizes.activation[s])?;
         let prefix = &self.forward_prefix;
-        // Every x_j of the segment computed once: no schedule is faster.
-        let floor = prefix[e - 1] - prefix[s];
-        let mut best: Option<(u64, usize)> = None;
-        for k in self.boundaries.splits(s, e) {
-            // Splitting at k computes x_s..x_{k-1} at least twice: a floor that only rises.
-            if best.is_some_and(|(t, _)| floor + prefix[k - 1] - prefix[s] >= t) {
-                break;
-            }
-            if sizes.sweep_peak(s, k, g) > m {
-                break; // longer sweeps only peak higher
-            }
-            let (upper, lower) = (self.time(k, e, held), self.time(s, k, m));
-            if upper == NONE || lower == NONE {
-                continue;
-            }
-            let time = prefix[k] - prefix[s] + upper + lower;
-            if best.map_or(true, |(t, _)| time < t) {
-                best = Some((time, k));
-            }
-        }
-        best
+        self.boundaries
+            .splits(s, e)
+            .take_while(|&k| sizes.sweep_peak(s, k, g) <= m)
+            .find(|&k| {
+                let (upper, lower) = (self.time(k, e, held), self.time(s, k, m));
+                upper != NONE && lower != NONE && prefix[k] - prefix[s] + upper + lower == target
+            })
+            .unwrap_or(e)
     }
 
     /// Appends the schedule the table found for the whole chain.
@@ -515,8 +503,7 @@ impl Table {
     }
 
     fn emit(&self, s: usize, e: usize, m: usize, ops: &mut Vec<Op>) {
-        // Only called on segments the table found feasible, so `best` is `Some`.
-        let k = self.best(s, e, m).map_or(e, |(_, k)| k);
+        let k = self.split_of(s, e, m);
         let held = m.saturating_sub(self.sizes.activation[s]);
         emit_split(s, k, e, ops, |a, b, ops| {
             let room = if a == s { m } else { held };
