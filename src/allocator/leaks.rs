@@ -78,11 +78,19 @@ impl<B: Backend> Shared<B> {
             Some(s) if s.context != ContextId::NONE && !frames => s.context,
             _ => crate::event::current_context(frames),
         };
+        // A history stamp has read the clock already (microseconds since recording began);
+        // otherwise the coarse clock: an age is read in milliseconds at the finest, and the
+        // precise clock would be most of what context capture costs.
+        let created_ns = match stamp {
+            Some(s) => self
+                .recording_since_ns
+                .load(Ordering::Relaxed)
+                .saturating_add(s.time_us.saturating_mul(1000)),
+            None => coarse_now_ns(),
+        };
         Details {
-            // 0 means "not taken"; the first nanosecond after the clock base reads 1. The
-            // coarse clock: an age is read in milliseconds at the finest, and the precise
-            // clock would be most of what context capture costs.
-            created_ns: coarse_now_ns().max(1),
+            // 0 means "not taken"; the first nanosecond after the clock base reads 1.
+            created_ns: created_ns.max(1),
             context,
             name,
         }
