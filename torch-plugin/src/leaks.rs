@@ -58,6 +58,14 @@ fn handles() -> MutexGuard<'static, BTreeMap<u64, Handle>> {
     HANDLES.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Removes handle `id` when it is of the kind `is_kind` accepts; `None` (nothing removed)
+/// when there is no such handle.
+fn remove(id: u64, is_kind: impl Fn(&Handle) -> bool) -> Option<()> {
+    let mut handles = handles();
+    handles.get(&id).filter(|h| is_kind(h))?;
+    handles.remove(&id).map(drop)
+}
+
 fn insert(handle: Handle) -> u64 {
     // Relaxed: ids only need to be distinct; 2^64 of them do not run out.
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -154,14 +162,8 @@ pub unsafe extern "C" fn blockpool_leak_scope_finish(
 #[no_mangle]
 pub extern "C" fn blockpool_leak_scope_free(scope_id: u64) -> c_int {
     status("blockpool_leak_scope_free", || {
-        let mut handles = handles();
-        match handles.get(&scope_id) {
-            Some(Handle::Scope(_)) => {
-                handles.remove(&scope_id);
-                Ok(())
-            }
-            _ => Err(Error::UnknownScope { id: scope_id }),
-        }
+        remove(scope_id, |h| matches!(h, Handle::Scope(_)))
+            .ok_or(Error::UnknownScope { id: scope_id })
     })
 }
 
@@ -231,14 +233,8 @@ pub unsafe extern "C" fn blockpool_step_detector_observe(
 #[no_mangle]
 pub extern "C" fn blockpool_step_detector_free(detector_id: u64) -> c_int {
     status("blockpool_step_detector_free", || {
-        let mut handles = handles();
-        match handles.get(&detector_id) {
-            Some(Handle::Detector(_)) => {
-                handles.remove(&detector_id);
-                Ok(())
-            }
-            _ => Err(Error::UnknownDetector { id: detector_id }),
-        }
+        remove(detector_id, |h| matches!(h, Handle::Detector(_)))
+            .ok_or(Error::UnknownDetector { id: detector_id })
     })
 }
 
