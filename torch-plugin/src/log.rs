@@ -6,12 +6,12 @@
 //! unset or unreadable). A host that sets its own subscriber first (a Rust program, a test)
 //! keeps it: this one is installed only when none is.
 
-use std::fmt::{self, Write as _};
-use std::io::Write as _;
-use tracing::field::{Field, Visit};
+use std::fmt;
 use tracing::level_filters::LevelFilter;
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Metadata, Subscriber};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields};
+use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::registry::LookupSpan;
 
 /// The environment variable that sets the level of the default log.
 pub const LOG_ENV_VAR: &str = "BLOCKPOOL_LOG";
@@ -23,8 +23,13 @@ pub(crate) fn install_default() {
         return;
     }
     let level = level_from_env(std::env::var(LOG_ENV_VAR).ok().as_deref());
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level)
+        .event_format(Line)
+        .finish();
     // Another thread may have set one meanwhile: theirs stays, which is what we want.
-    let _ = tracing::subscriber::set_global_default(StderrLog { level });
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }
 
 /// The level `BLOCKPOOL_LOG=value` asks for; `warn` for anything else.
@@ -39,77 +44,33 @@ pub(crate) fn level_from_env(value: Option<&str>) -> LevelFilter {
     }
 }
 
-/// Writes each enabled event as `blockpool: LEVEL message key=value ...` to standard error.
-/// Spans are accepted and ignored: blockpool logs events only.
-struct StderrLog {
-    level: LevelFilter,
-}
+/// Each event as one line, `blockpool: LEVEL message key=value ...`: the formatter writes the
+/// whole line, then one write, so lines from several threads do not interleave. Spans are
+/// not shown: blockpool logs events only.
+struct Line;
 
-impl Subscriber for StderrLog {
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        *metadata.level() <= self.level
-    }
-
-    fn max_level_hint(&self) -> Option<LevelFilter> {
-        Some(self.level)
-    }
-
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        // Ids must be non-zero; one for all is enough when spans are ignored.
-        Id::from_u64(1)
-    }
-
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-
-    fn event(&self, event: &Event<'_>) {
-        let mut line = line_of(event);
-        line.push('\n');
-        // One write per line, so lines from several threads do not interleave; a closed
-        // standard error is nothing to report.
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
-    }
-
-    fn enter(&self, _: &Id) {}
-
-    fn exit(&self, _: &Id) {}
-}
-
-/// `blockpool: LEVEL message key=value ...`, without the newline.
-fn line_of(event: &Event<'_>) -> String {
-    let mut line = format!("blockpool: {} ", event.metadata().level());
-    event.record(&mut LineWriter { line: &mut line });
-    line
-}
-
-/// Appends an event's message, then its other fields as `key=value`.
-struct LineWriter<'a> {
-    line: &'a mut String,
-}
-
-impl Visit for LineWriter<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        // Writing to a String cannot fail.
-        let _ = if field.name() == "message" {
-            write!(self.line, "{value:?}")
-        } else {
-            write!(self.line, " {}={value:?}", field.name())
-        };
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.line.push_str(value);
-        } else {
-            let _ = write!(self.line, " {}={value}", field.name());
-        }
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: format::Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        write!(writer, "blockpool: {} ", event.metadata().level())?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
+    use std::sync::{Arc, Mutex};
 
     #[test]
     fn level_defaults_to_warn_and_reads_every_name() {
@@ -120,31 +81,38 @@ mod tests {
         assert_eq!(level_from_env(Some("debug")), LevelFilter::DEBUG);
     }
 
+    /// What the formatter wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Written(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for Written {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| io::ErrorKind::Other)?
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn an_event_is_one_prefixed_line_with_its_fields() {
-        struct Capture(std::sync::Mutex<Vec<String>>);
-        impl Subscriber for Capture {
-            fn enabled(&self, _: &Metadata<'_>) -> bool {
-                true
-            }
-            fn new_span(&self, _: &Attributes<'_>) -> Id {
-                Id::from_u64(1)
-            }
-            fn record(&self, _: &Id, _: &Record<'_>) {}
-            fn record_follows_from(&self, _: &Id, _: &Id) {}
-            fn event(&self, event: &Event<'_>) {
-                if let Ok(mut lines) = self.0.lock() {
-                    lines.push(line_of(event));
-                }
-            }
-            fn enter(&self, _: &Id) {}
-            fn exit(&self, _: &Id) {}
-        }
-        let capture = std::sync::Arc::new(Capture(std::sync::Mutex::new(Vec::new())));
-        tracing::subscriber::with_default(std::sync::Arc::clone(&capture), || {
+        let written = Written::default();
+        let sink = written.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_max_level(LevelFilter::WARN)
+            .event_format(Line)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(ptr = 0x10, "unknown pointer");
+            tracing::info!("below the level");
         });
-        let lines = capture.0.lock().map(|l| l.clone()).unwrap_or_default();
-        assert_eq!(lines, ["blockpool: WARN unknown pointer ptr=16"]);
+        let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text, "blockpool: WARN unknown pointer ptr=16\n");
     }
 }
