@@ -29,10 +29,6 @@ use blockpool::AllocatorConfig;
 use chain_file::ChainFile;
 use serde::Serialize;
 
-/// Most stages the budget planner is given: the library's own limit ([`Budget::MAX_STAGES`]),
-/// named here so the help can state it.
-pub const MAX_BUDGET_STAGES: usize = Budget::MAX_STAGES;
-
 /// Most forward calls a plan may make: its schedule and per-operation memory are kept whole,
 /// about 100 bytes per forward call.
 pub const MAX_FORWARD_CALLS: u64 = 2_000_000;
@@ -163,6 +159,12 @@ pub fn run(args: &PlanArgs, out: &mut Output) -> anyhow::Result<()> {
             count(minimum as u64),
             format_size(minimum as u64),
         ),
+        CheckpointError::TooManyStages { stages, max } => anyhow::anyhow!(
+            "{shown}: {} stages; the budget planner plans at most {}: use --slots N \
+             (revolve) or --planner uniform --segments N",
+            count(stages as u64),
+            count(max as u64)
+        ),
         other => anyhow::anyhow!("{shown}: {other}"),
     })?;
     let store_all = StoreAll.plan(&chain)?;
@@ -239,19 +241,10 @@ fn planner(
 ) -> anyhow::Result<Box<dyn Planner>> {
     let n = chain.len();
     Ok(match choice.name {
-        PlannerName::Budget => {
-            if n > MAX_BUDGET_STAGES {
-                anyhow::bail!(
-                    "{shown}: {} stages; the budget planner plans at most {}: use --slots N \
-                     (revolve) or --planner uniform --segments N",
-                    count(n as u64),
-                    count(MAX_BUDGET_STAGES as u64)
-                );
-            }
-            Box::new(Budget {
-                bytes: choice.budget_bytes.unwrap_or(0),
-            })
-        }
+        // Longer than `Budget` plans: its typed error, worded for the command line in `run`.
+        PlannerName::Budget => Box::new(Budget {
+            bytes: choice.budget_bytes.unwrap_or(0),
+        }),
         PlannerName::Revolve => {
             let slots = args.slots.unwrap_or(1);
             let fits = |slots: usize| {
@@ -344,7 +337,7 @@ mod tests {
         let help = crate::cli::PLAN_HELP;
         for limit in [
             chain_file::MAX_STAGES as u64,
-            MAX_BUDGET_STAGES as u64,
+            Budget::MAX_STAGES as u64,
             MAX_FORWARD_CALLS,
         ] {
             assert!(
