@@ -1,5 +1,8 @@
 //! The process-wide default allocator: CUDA when a usable GPU exists, the simulated device
-//! otherwise, overridable with `BLOCKPOOL_BACKEND=cuda|sim`.
+//! otherwise, overridable with `BLOCKPOOL_BACKEND=cuda|sim` (`auto`, also when unset, is the
+//! default). [`BackendRequest::from_env_value`] is the one reader of the variable: the PyTorch
+//! plugin reads it through this function too (and takes `auto` as CUDA or a refusal, since
+//! PyTorch cannot use simulated addresses).
 //!
 //! [`try_default_allocator`] builds it on first use and hands out the same `&'static`
 //! allocator afterwards; with several GPUs it keeps one pool per device, as every
@@ -22,13 +25,14 @@ use crate::config::{AllocatorConfig, ConfigError};
 use crate::cuda::{DeviceReport, Diagnosis};
 use crate::CachingAllocator;
 
-/// The environment variable that overrides the default backend: `cuda` or `sim`.
+/// The environment variable that overrides the default backend: `auto` (also unset or empty),
+/// `cuda` or `sim`.
 pub const BACKEND_ENV_VAR: &str = "BLOCKPOOL_BACKEND";
 
 /// Which backend the default allocator should use, as `BLOCKPOOL_BACKEND` asks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BackendRequest {
-    /// Unset or empty: CUDA when a usable GPU exists, else the simulated device.
+    /// `auto`, unset or empty: CUDA when a usable GPU exists, else the simulated device.
     Auto,
     /// `cuda`: CUDA, or an error saying why it is unusable.
     Cuda,
@@ -37,13 +41,15 @@ pub enum BackendRequest {
 }
 
 impl BackendRequest {
-    /// Reads a value of `BLOCKPOOL_BACKEND` (`None`: unset). Case and surrounding whitespace do
-    /// not matter; an empty value is the same as unset.
+    /// Reads a value of `BLOCKPOOL_BACKEND` (`None`: unset): `auto`, `cuda` or `sim`. Case and
+    /// surrounding whitespace do not matter; an empty value is the same as unset, which is
+    /// `auto`.
     ///
     /// ```
     /// use blockpool::global::BackendRequest;
     ///
     /// assert_eq!(BackendRequest::from_env_value(None)?, BackendRequest::Auto);
+    /// assert_eq!(BackendRequest::from_env_value(Some(" AUTO "))?, BackendRequest::Auto);
     /// assert_eq!(BackendRequest::from_env_value(Some("sim"))?, BackendRequest::Sim);
     /// let error = BackendRequest::from_env_value(Some("gpu")).err().map(|e| e.to_string());
     /// assert!(error.is_some_and(|e| e.starts_with("invalid BLOCKPOOL_BACKEND `gpu`")));
@@ -54,7 +60,7 @@ impl BackendRequest {
             return Ok(BackendRequest::Auto);
         };
         match value.trim().to_ascii_lowercase().as_str() {
-            "" => Ok(BackendRequest::Auto),
+            "" | "auto" => Ok(BackendRequest::Auto),
             "cuda" => Ok(BackendRequest::Cuda),
             "sim" => Ok(BackendRequest::Sim),
             _ => Err(DefaultAllocatorError::InvalidBackend {
@@ -72,10 +78,10 @@ impl BackendRequest {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DefaultAllocatorError {
-    /// `BLOCKPOOL_BACKEND` holds something other than `cuda` or `sim`.
+    /// `BLOCKPOOL_BACKEND` holds something other than `auto`, `cuda` or `sim`.
     #[error(
-        "invalid {var} `{value}`: accepted values are `cuda` and `sim` (unset: CUDA when a GPU \
-         is usable, else the simulated device)"
+        "invalid {var} `{value}`: accepted values are `auto`, `cuda` and `sim` (`auto`, also \
+         when unset: CUDA when a GPU is usable, else the simulated device)"
     )]
     InvalidBackend {
         /// The variable, [`BACKEND_ENV_VAR`].

@@ -154,6 +154,19 @@ struct Device {
     primary_refs: u32,
 }
 
+/// `CUmemorytype`, as `cuPointerGetAttribute` reports it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MemoryType {
+    Host = 1,
+    Device = 2,
+}
+
+/// Pinned host memory: its size, and the device whose context was current at allocation.
+struct HostAllocation {
+    size: usize,
+    device: usize,
+}
+
 /// Device memory: host memory of the same size.
 struct Allocation {
     device: usize,
@@ -178,12 +191,14 @@ struct Driver {
     vmm_supported: bool,
     vmm: vmm::AddressSpace,
     allocations: BTreeMap<u64, Allocation>,
-    host: HashMap<usize, usize>,
+    host: HashMap<usize, HostAllocation>,
     events: HashMap<usize, Event>,
     /// Stream handle -> device.
     streams: HashMap<usize, usize>,
     next_handle: usize,
     counts: Counts,
+    /// Calls made to fail by `blockpoolFakeCudaFailNext`: function name -> (code, calls left).
+    failures: HashMap<String, (u32, u32)>,
 }
 
 /// Knob values read at `cuInit`.
@@ -292,6 +307,47 @@ impl Driver {
             streams: HashMap::new(),
             next_handle: 0,
             counts: Counts::default(),
+            failures: HashMap::new(),
+        }
+    }
+
+    /// The code `blockpoolFakeCudaFailNext` set for the next call of `call`, if any is left.
+    pub(crate) fn injected(&mut self, call: &str) -> Result<(), u32> {
+        match self.failures.get_mut(call) {
+            Some((code, left)) if *left > 0 => {
+                *left -= 1;
+                Err(*code)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What `ptr` points into: device memory (`cuMemAlloc`, or a mapping of `cuMemCreate`
+    /// memory) or pinned host memory, and the device it belongs to.
+    pub(crate) fn pointer_owner(&self, ptr: u64) -> Option<(MemoryType, usize)> {
+        if let Some(device) = self.vmm.device_of(ptr) {
+            return Some((MemoryType::Device, device));
+        }
+        let inside = |start: u64, size: usize| ptr >= start && ptr - start < size as u64;
+        if let Some((&start, allocation)) = self.allocations.range(..=ptr).next_back() {
+            if inside(start, allocation.size) {
+                return Some((MemoryType::Device, allocation.device));
+            }
+        }
+        self.host
+            .iter()
+            .find(|(&start, host)| inside(start as u64, host.size))
+            .map(|(_, host)| (MemoryType::Host, host.device))
+    }
+
+    /// Checks that `[ptr, ptr + len)` is memory of `device`, which a copy or set on one of its
+    /// streams touches: another device's memory is `CUDA_ERROR_INVALID_VALUE`, as the driver
+    /// answers for memory its context cannot reach.
+    fn check_device_range(&self, device: usize, ptr: u64, len: usize) -> Result<(), u32> {
+        self.check_range(ptr, len)?;
+        match self.pointer_owner(ptr) {
+            Some((MemoryType::Device, owner)) if owner == device => Ok(()),
+            _ => Err(code::INVALID_VALUE),
         }
     }
 
@@ -516,6 +572,32 @@ pub extern "C" fn cuModuleLoadData(_module: *mut *mut c_void, _image: *const c_v
 #[no_mangle]
 pub unsafe extern "C" fn blockpoolFakeCudaCounts(counts: *mut Counts) -> u32 {
     with_driver(|d| write(counts, d.counts()))
+}
+
+/// Makes the next `times` calls of the driver function `call` (its exported name, such as
+/// `cuEventCreate`) fail with `error`, a code of the driver's list, so a test reaches the error
+/// paths of its caller. Functions that honour it: `cuMemAlloc_v2`, `cuMemFree_v2`,
+/// `cuEventCreate`, `cuEventRecord`, `cuMemHostAlloc`, `cuMemAddressReserve`, `cuMemCreate`,
+/// `cuMemMap`.
+///
+/// # Safety
+/// `call` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn blockpoolFakeCudaFailNext(
+    call: *const c_char,
+    error: u32,
+    times: u32,
+) -> u32 {
+    with_driver(|d| {
+        if call.is_null() || !ERRORS.iter().any(|e| e.0 == error) {
+            return Err(code::INVALID_VALUE);
+        }
+        // SAFETY: not null, and NUL-terminated by the caller's promise.
+        let name = unsafe { std::ffi::CStr::from_ptr(call) };
+        let name = name.to_str().map_err(|_| code::INVALID_VALUE)?;
+        d.failures.insert(name.to_owned(), (error, times));
+        Ok(())
+    })
 }
 
 /// Sets how many times each event recorded from now on answers not-ready before completing

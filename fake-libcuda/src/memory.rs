@@ -27,6 +27,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(ptr: *mut u64, size: usize) -> u32 {
         if ptr.is_null() {
             return Err(code::INVALID_VALUE);
         }
+        d.injected("cuMemAlloc_v2")?;
         let address = d.allocate(size)?;
         write(ptr, address)
     })
@@ -35,7 +36,10 @@ pub unsafe extern "C" fn cuMemAlloc_v2(ptr: *mut u64, size: usize) -> u32 {
 /// `cuMemFree_v2`.
 #[no_mangle]
 pub extern "C" fn cuMemFree_v2(ptr: u64) -> u32 {
-    with_driver(|d| d.free(ptr))
+    with_driver(|d| {
+        d.injected("cuMemFree_v2")?;
+        d.free(ptr)
+    })
 }
 
 /// `cuMemAllocAsync`: allocates at once (all work here is synchronous).
@@ -105,7 +109,8 @@ pub extern "C" fn cuMemPoolSetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> u32 {
     with_driver(|d| {
-        d.current_device()?;
+        let device = d.current_device()?;
+        d.injected("cuMemHostAlloc")?;
         // PORTABLE (1), DEVICEMAP (2), WRITECOMBINED (4).
         if size == 0 || ptr.is_null() || flags & !7 != 0 {
             return Err(code::INVALID_VALUE);
@@ -117,7 +122,8 @@ pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flag
         if address.is_null() {
             return Err(code::OUT_OF_MEMORY);
         }
-        d.host.insert(address as usize, size);
+        d.host
+            .insert(address as usize, HostAllocation { size, device });
         write(ptr, address.cast())
     })
 }
@@ -126,7 +132,11 @@ pub unsafe extern "C" fn cuMemHostAlloc(ptr: *mut *mut c_void, size: usize, flag
 #[no_mangle]
 pub extern "C" fn cuMemFreeHost(ptr: *mut c_void) -> u32 {
     with_driver(|d| {
-        let size = d.host.remove(&(ptr as usize)).ok_or(code::INVALID_VALUE)?;
+        let size = d
+            .host
+            .remove(&(ptr as usize))
+            .ok_or(code::INVALID_VALUE)?
+            .size;
         let layout =
             std::alloc::Layout::from_size_align(size, ALIGNMENT).map_err(|_| code::UNKNOWN)?;
         // SAFETY: `ptr` came from `std::alloc::alloc` with this layout in `cuMemHostAlloc` and
@@ -148,8 +158,8 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     stream: *mut c_void,
 ) -> u32 {
     with_driver(|d| {
-        d.stream_device(stream as usize)?;
-        d.check_range(dst, len)?;
+        let device = d.stream_device(stream as usize)?;
+        d.check_device_range(device, dst, len)?;
         if src.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -172,8 +182,8 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     stream: *mut c_void,
 ) -> u32 {
     with_driver(|d| {
-        d.stream_device(stream as usize)?;
-        d.check_range(src, len)?;
+        let device = d.stream_device(stream as usize)?;
+        d.check_device_range(device, src, len)?;
         if dst.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -201,10 +211,38 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: *
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, len: usize, stream: *mut c_void) -> u32 {
     with_driver(|d| {
-        d.stream_device(stream as usize)?;
-        d.check_range(dst, len)?;
+        let device = d.stream_device(stream as usize)?;
+        d.check_device_range(device, dst, len)?;
         // SAFETY: the range is inside a live allocation (checked).
         unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
         Ok(())
+    })
+}
+
+/// `CUpointer_attribute` values `cuPointerGetAttribute` answers.
+const POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
+const POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+
+/// `cuPointerGetAttribute` for `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` (a `CUmemorytype`, 4 bytes:
+/// 1 host, 2 device) and `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL` (an `int`) of any address
+/// inside device memory (`cuMemAlloc`, mapped `cuMemCreate` memory) or pinned host memory; an
+/// address the driver did not hand out is `CUDA_ERROR_INVALID_VALUE`, as in the driver, and
+/// other attributes `CUDA_ERROR_NOT_SUPPORTED`.
+///
+/// # Safety
+/// `data` is null or writable for the attribute's type.
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttribute(
+    data: *mut c_void,
+    attribute: c_uint,
+    ptr: u64,
+) -> u32 {
+    with_driver(|d| {
+        let (memory_type, device) = d.pointer_owner(ptr).ok_or(code::INVALID_VALUE)?;
+        match attribute {
+            POINTER_ATTRIBUTE_MEMORY_TYPE => write(data.cast::<c_uint>(), memory_type as c_uint),
+            POINTER_ATTRIBUTE_DEVICE_ORDINAL => write(data.cast::<c_int>(), device as c_int),
+            _ => Err(code::NOT_SUPPORTED),
+        }
     })
 }

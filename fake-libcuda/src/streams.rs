@@ -66,6 +66,7 @@ pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, event: *mut c_void, fla
 pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, flags: c_uint) -> u32 {
     with_driver(|d| {
         let device = d.current_device()?;
+        d.injected("cuEventCreate")?;
         // BLOCKING_SYNC (1), DISABLE_TIMING (2), INTERPROCESS (4, only with DISABLE_TIMING).
         let interprocess_with_timing = flags & 4 != 0 && flags & 2 == 0;
         if event.is_null() || flags & !7 != 0 || interprocess_with_timing {
@@ -90,6 +91,7 @@ pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> u32 
     with_driver(|d| {
         let device = d.stream_device(stream as usize)?;
         d.event_device(event as usize)?;
+        d.injected("cuEventRecord")?;
         let delay = d.event_delay;
         let event = d
             .events

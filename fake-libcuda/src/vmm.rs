@@ -142,6 +142,15 @@ impl AddressSpace {
         }
     }
 
+    /// The device of the mapping `ptr` is in, if it is in one.
+    pub(super) fn device_of(&self, ptr: u64) -> Option<usize> {
+        let (&start, mapping) = self.mappings.range(..=ptr).next_back()?;
+        if ptr - start >= mapping.size as u64 {
+            return None;
+        }
+        self.handles.get(&mapping.handle).map(|h| h.device)
+    }
+
     /// Bytes of physical memory from `cuMemCreate` still charged.
     pub(super) fn created_bytes(&self) -> u64 {
         self.handles.values().map(|h| h.size as u64).sum()
@@ -197,6 +206,7 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 ) -> u32 {
     with_vmm(|d| {
         d.current_device()?;
+        d.injected("cuMemAddressReserve")?;
         let bad_alignment = alignment != 0 && !alignment.is_power_of_two();
         if ptr.is_null() || size == 0 || size % GRANULARITY != 0 || flags != 0 || bad_alignment {
             return Err(code::INVALID_VALUE);
@@ -274,6 +284,7 @@ pub unsafe extern "C" fn cuMemCreate(
 ) -> u32 {
     with_vmm(|d| {
         let device = properties_device(d, properties)?;
+        d.injected("cuMemCreate")?;
         if handle.is_null() || size == 0 || size % GRANULARITY != 0 || flags != 0 {
             return Err(code::INVALID_VALUE);
         }
@@ -325,6 +336,7 @@ pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> u32 {
     with_vmm(|d| {
+        d.injected("cuMemMap")?;
         let entry = d.vmm.handles.get(&handle).ok_or(code::INVALID_HANDLE)?;
         if offset != 0 || flags != 0 || entry.size != size || entry.mapped_at.is_some() {
             return Err(code::INVALID_VALUE);

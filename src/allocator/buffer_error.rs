@@ -45,6 +45,18 @@ pub enum BufferError {
         /// Device of the buffer.
         device: DeviceIndex,
     },
+    /// cudarc panicked in a call blockpool made for the buffer (it unwraps driver errors in a
+    /// few places, such as the events of a new slice, made with `cuEventCreate`); the panic was
+    /// caught. What was being done and cudarc's message, which names the driver's error.
+    #[error("cudarc panicked while {operation} on device {device}: {message}")]
+    CudarcPanicked {
+        /// Device of the buffer.
+        device: DeviceIndex,
+        /// What blockpool had asked of cudarc.
+        operation: &'static str,
+        /// The panic's message.
+        message: String,
+    },
     /// The allocator refused (out of memory, invalid device, ...).
     #[error(transparent)]
     Allocator(#[from] crate::Error),

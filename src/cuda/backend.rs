@@ -29,7 +29,7 @@ use super::error::{
     CALL_REQUIRES_NEWER_DRIVER,
 };
 use crate::backend::{Backend, BackendError, DeviceIndex, MemInfo, StreamId};
-use device::{CudaDevice, RawEvent};
+use device::{ContextGuard, CudaDevice, RawEvent};
 
 /// The oldest driver accepted, as `cuDriverGetVersion` numbers it (11.4, the oldest CUDA that
 /// cudarc supports).
@@ -68,6 +68,15 @@ struct Inner {
     driver_version: i32,
     /// Live pinned host allocations: address -> size in bytes.
     host: Mutex<HashMap<u64, usize>>,
+}
+
+impl Drop for Inner {
+    /// Dropping a device releases its primary context, which cudarc makes current first: the
+    /// caller's context is put back afterwards.
+    fn drop(&mut self) {
+        let _current = ContextGuard::save(self.driver).ok();
+        self.devices.clear();
+    }
 }
 
 /// An event recorded by a [`CudaBackend`]: a pooled `CUevent` with the device and stream it was
@@ -137,6 +146,8 @@ impl CudaBackend {
                 "cuDeviceGetCount",
             ));
         }
+        // `CudaContext::new` makes each primary context current: the caller's is put back.
+        let _current = ContextGuard::save(driver)?;
         let devices = (0..count as usize)
             .map(|index| CudaDevice::open(driver, index))
             .collect::<Result<Vec<_>, _>>()?;
@@ -303,8 +314,10 @@ impl Backend for CudaBackend {
         if size_bytes == 0 {
             return Err(BackendError::HostOutOfMemory { requested_bytes: 0 });
         }
-        // Pinned memory belongs to no device, but the driver wants a current context.
-        self.device(0)?.make_current()?;
+        // Pinned memory belongs to no device, but the driver wants a current context: device
+        // 0's primary, which the backend keeps alive as long as the memory (a caller's context
+        // could be destroyed under it), and the caller's is current again afterwards.
+        let _current = self.device(0)?.make_current()?;
         // Portable: pinned for every context, as the allocator's host cache serves all devices.
         let ptr = self
             .inner
@@ -361,7 +374,7 @@ impl Backend for CudaBackend {
         if host.get(&ptr) != Some(&size_bytes) {
             return Err(BackendError::UnknownHostAllocation { ptr, size_bytes });
         }
-        self.device(0)?.make_current()?;
+        let _current = self.device(0)?.make_current()?;
         // SAFETY: 1. `ptr` came from `cuMemHostAlloc` and is still live (it is in `host`,
         // removed only here, under the lock); 2. the host cache frees memory only after the
         // events recorded after its asynchronous copies have completed.

@@ -12,7 +12,7 @@ use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys;
 use cudarc::driver::{
     CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice, LaunchArgs,
     PushKernelArg, SyncOnDrop, ValidAsZeroBits,
@@ -213,7 +213,12 @@ impl<T> DeviceBuffer<T> {
         let slice = catch_unwind(AssertUnwindSafe(|| unsafe {
             stream.upgrade_device_ptr::<T>(ptr, len)
         }))
-        .map_err(|_| driver_error(device, CUresult::CUDA_ERROR_UNKNOWN, "cuEventCreate"))?;
+        .map_err(|payload| BufferError::CudarcPanicked {
+            device,
+            operation: "wrapping the allocation as a CudaSlice (upgrade_device_ptr, which \
+                        creates the slice's read and write events)",
+            message: panic_message(payload.as_ref()),
+        })?;
         Ok(DeviceBuffer {
             typed,
             slice: ManuallyDrop::new(slice),
@@ -379,5 +384,16 @@ unsafe impl<'a, 'b: 'a, T> PushKernelArg<&'b mut DeviceBuffer<T>> for LaunchArgs
     fn arg(&mut self, arg: &'b mut DeviceBuffer<T>) -> &mut Self {
         let slice: &'b mut CudaSlice<T> = &mut arg.slice;
         self.arg(slice)
+    }
+}
+
+/// The text of a caught panic: its `&str` or `String` payload, as `panic!` and `unwrap` make.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
     }
 }

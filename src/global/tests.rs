@@ -44,9 +44,11 @@ fn run_choose(
 }
 
 #[test]
-fn env_value_parses_cuda_sim_and_unset_ignoring_case_and_spaces() {
+fn env_value_parses_auto_cuda_sim_and_unset_ignoring_case_and_spaces() {
     let cases = [
         (None, BackendRequest::Auto),
+        (Some("auto"), BackendRequest::Auto),
+        (Some(" Auto "), BackendRequest::Auto),
         (Some(""), BackendRequest::Auto),
         (Some("  "), BackendRequest::Auto),
         (Some("cuda"), BackendRequest::Cuda),
@@ -76,8 +78,8 @@ fn bad_env_value_names_the_variable_and_the_accepted_values() {
     assert_eq!(
         error.err().map(|e| e.to_string()).as_deref(),
         Some(
-            "invalid BLOCKPOOL_BACKEND `gpu`: accepted values are `cuda` and `sim` (unset: CUDA \
-             when a GPU is usable, else the simulated device)"
+            "invalid BLOCKPOOL_BACKEND `gpu`: accepted values are `auto`, `cuda` and `sim` \
+             (`auto`, also when unset: CUDA when a GPU is usable, else the simulated device)"
         )
     );
 }

@@ -1,23 +1,34 @@
 //! The one allocator of the process, made on the first call of any function of the C
-//! interface: the backend `BLOCKPOOL_BACKEND` asks for (`cuda`, `sim`, or `auto` / unset),
-//! the simulated device's size from `BLOCKPOOL_SIM_DEVICES` / `BLOCKPOOL_SIM_CAPACITY`, and
-//! the settings from `BLOCKPOOL_ALLOC_CONF` (else `PYTORCH_CUDA_ALLOC_CONF`).
+//! interface: the backend `BLOCKPOOL_BACKEND` asks for, the simulated device's size from
+//! `BLOCKPOOL_SIM_DEVICES` / `BLOCKPOOL_SIM_CAPACITY`, and the settings from
+//! `BLOCKPOOL_ALLOC_CONF` (else `PYTORCH_CUDA_ALLOC_CONF`).
 //!
-//! The choice itself ([`new_allocator_with`]) reads the variables through a lookup function,
-//! so it is tested without touching the process environment. The CUDA side is the library's
+//! PyTorch writes to every pointer the plugin returns, so the plugin serves device memory or
+//! nothing: `auto` (also unset) and `cuda` both mean CUDA, and without a usable driver every
+//! call fails with the diagnosis and the fix (`blockpool_malloc` returns NULL). The simulated
+//! device, whose addresses have no memory behind them, only when `BLOCKPOOL_BACKEND=sim` says
+//! so, and that is said in the log when the allocator is made.
+//!
+//! The variable is read by the library's one parser (`BackendRequest::from_env_value`); the
+//! choice itself ([`new_allocator_with`]) reads the variables through a lookup function, so it
+//! is tested without touching the process environment. The CUDA side is the library's
 //! (`blockpool::global::default_backend_for`): it probes the driver before any call, so a
-//! machine without one gets an error or the simulated device, never a panic.
+//! machine without one gets an error, never a panic.
 
 use std::sync::OnceLock;
 
-use blockpool::global::{default_backend_for, DefaultAllocatorError, DefaultBackend};
+use blockpool::cuda::Diagnosis;
+use blockpool::global::{
+    default_backend_for, BackendRequest, DefaultAllocatorError, DefaultBackend,
+};
 use blockpool::{format_size, AllocatorConfig, CachingAllocator, LeakTracking, SimBackend};
 
 use crate::error::Error;
 
-/// The environment variable that picks the backend: `cuda`, `sim`, or `auto` (also unset).
-pub const BACKEND_ENV_VAR: &str = "BLOCKPOOL_BACKEND";
-/// The number of simulated devices (`BLOCKPOOL_BACKEND=sim`, or `auto` without CUDA).
+/// The environment variable that picks the backend: `auto` (also unset) or `cuda` for the
+/// GPUs, `sim` for the simulated device (tests only: its pointers are not device memory).
+pub const BACKEND_ENV_VAR: &str = blockpool::global::BACKEND_ENV_VAR;
+/// The number of simulated devices (`BLOCKPOOL_BACKEND=sim`).
 pub const SIM_DEVICES_ENV_VAR: &str = "BLOCKPOOL_SIM_DEVICES";
 /// The capacity of each simulated device: bytes, or a number with a `K`, `M`, `G` or `T`
 /// suffix (powers of 1024; `KiB`, `MB` and so on read the same).
@@ -34,11 +45,17 @@ pub const MAX_SIM_DEVICES: usize = 1024;
 #[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartupError {
-    /// `BLOCKPOOL_BACKEND` holds something other than `cuda`, `sim` or `auto`.
-    #[error("{BACKEND_ENV_VAR} is {value:?}: accepted values are cuda, sim and auto (auto, also when unset: CUDA when the driver is usable, else the simulated device)")]
-    InvalidBackend {
-        /// The value, as set.
-        value: String,
+    /// `BLOCKPOOL_BACKEND` is `auto` or unset, and CUDA is unusable: the plugin hands PyTorch
+    /// device memory or nothing, so it does not fall back to the simulated device.
+    #[error(
+        "the PyTorch plugin needs CUDA, and CUDA is unusable: {diagnosis}. {advice} \
+         ({BACKEND_ENV_VAR}=sim serves simulated addresses with no memory behind them, for \
+         tests that never touch the memory)",
+        advice = .diagnosis.advice()
+    )]
+    CudaRequired {
+        /// Why CUDA is unusable, and what to do.
+        diagnosis: Diagnosis,
     },
     /// `BLOCKPOOL_SIM_DEVICES` or `BLOCKPOOL_SIM_CAPACITY` cannot be read.
     #[error("{var} is {value:?}: {expected}")]
@@ -50,29 +67,11 @@ pub enum StartupError {
         /// What it should be.
         expected: &'static str,
     },
-    /// CUDA was asked for and is unusable, could not be opened, or the configuration is
-    /// invalid: the library's own error, which says why and what to do.
+    /// `BLOCKPOOL_BACKEND` is invalid, CUDA was asked for and is unusable or could not be
+    /// opened, or the configuration is invalid: the library's own error, which says why and
+    /// what to do.
     #[error(transparent)]
     Default(#[from] DefaultAllocatorError),
-}
-
-/// Which backend `BLOCKPOOL_BACKEND` asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Request {
-    Auto,
-    Cuda,
-    Sim,
-}
-
-fn parse_request(value: Option<&str>) -> Result<Request, StartupError> {
-    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
-        None | Some("") | Some("auto") => Ok(Request::Auto),
-        Some("cuda") => Ok(Request::Cuda),
-        Some("sim") => Ok(Request::Sim),
-        Some(_) => Err(StartupError::InvalidBackend {
-            value: value.unwrap_or_default().to_owned(),
-        }),
-    }
 }
 
 /// Reads a byte count: digits, then optionally `K`, `M`, `G` or `T` (powers of 1024, any case,
@@ -179,23 +178,23 @@ where
 {
     let config =
         AllocatorConfig::from_env_with(&mut lookup).map_err(DefaultAllocatorError::from)?;
-    let backend = match parse_request(lookup(BACKEND_ENV_VAR).as_deref())? {
-        Request::Sim => {
+    let request = BackendRequest::from_env_value(lookup(BACKEND_ENV_VAR).as_deref())?;
+    let backend = match request {
+        BackendRequest::Sim => {
             let sim = simulated_backend(&mut lookup)?;
-            tracing::info!("{}, as {BACKEND_ENV_VAR}=sim asks", describe_sim(&sim));
+            tracing::warn!(
+                "{}, as {BACKEND_ENV_VAR}=sim asks: its pointers are not device memory, for \
+                 tests that never touch it",
+                describe_sim(&sim)
+            );
             DefaultBackend::Sim(sim)
         }
-        Request::Cuda => default_backend_for(Some("cuda"))?,
-        Request::Auto => match default_backend_for(Some("cuda")) {
+        BackendRequest::Cuda => default_backend_for(Some("cuda"))?,
+        // `auto` is CUDA or a refusal: PyTorch would write to simulated addresses.
+        _ => match default_backend_for(Some("cuda")) {
             Ok(cuda) => cuda,
             Err(DefaultAllocatorError::CudaUnavailable { diagnosis, .. }) => {
-                let sim = simulated_backend(&mut lookup)?;
-                tracing::warn!(
-                    "CUDA is unusable ({diagnosis}); {}, as {BACKEND_ENV_VAR}=auto does without a \
-                     driver: its pointers are not device memory",
-                    describe_sim(&sim)
-                );
-                DefaultBackend::Sim(sim)
+                return Err(StartupError::CudaRequired { diagnosis })
             }
             Err(other) => return Err(other.into()),
         },

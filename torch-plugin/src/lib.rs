@@ -29,7 +29,7 @@
 //!
 //! | variable | values | meaning |
 //! |---|---|---|
-//! | `BLOCKPOOL_BACKEND` | `auto` (or unset), `cuda`, `sim` | `cuda`: the GPUs through the driver, or an error saying why not; `sim`: the simulated device (fake addresses, no memory behind them: for tests without a GPU); `auto`: CUDA when the driver is usable, else the simulated device, said in the log at warn level |
+//! | `BLOCKPOOL_BACKEND` | `auto` (or unset), `cuda`, `sim` | `auto` and `cuda`: the GPUs through the driver; without a usable driver every call fails (`blockpool_malloc` returns NULL) and `blockpool_last_error` and the log say why and what to do; `sim`: the simulated device (fake addresses, no memory behind them: for tests that never touch the memory), said in the log at warn level when the allocator is made |
 //! | `BLOCKPOOL_SIM_DEVICES` | 1 to 1024 (default 1) | simulated devices |
 //! | `BLOCKPOOL_SIM_CAPACITY` | bytes, or with `K`/`M`/`G`/`T` (powers of 1024; default `80G`) | capacity of each simulated device |
 //! | `BLOCKPOOL_ALLOC_CONF`, else `PYTORCH_CUDA_ALLOC_CONF` | PyTorch's syntax | the allocator's settings (`max_split_size_mb:128,expandable_segments:True`) |

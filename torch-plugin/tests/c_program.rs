@@ -1,7 +1,7 @@
 //! `tests/c/smoke.c`, compiled with `cc` against the header and linked to the built
 //! libblockpool_torch.so, run as its own process: on the simulated device, on the fake driver
-//! (the CUDA backend without a GPU), and with a driver that has no device (`cuda` fails every
-//! call with the reason; `auto` falls back to the simulated device and says so).
+//! (the CUDA backend without a GPU), and with a driver that has no device (`cuda` and `auto`
+//! fail every call with the reason; only `sim` gives the simulated device, and says so).
 //!
 //! A missing C compiler fails these tests (CI has one); `CC` picks another than `cc`.
 
@@ -215,7 +215,9 @@ fn check_smoke_run(output: &Output, snapshot: &Path) {
 
     let warnings: Vec<&String> = err
         .iter()
-        .filter(|l| l.starts_with("blockpool: WARN"))
+        .filter(|l| {
+            l.starts_with("blockpool: WARN") && !l.contains("as BLOCKPOOL_BACKEND=sim asks")
+        })
         .collect();
     assert_eq!(warnings.len(), 1, "one warning, the double free: {err:#?}");
     assert!(
@@ -285,7 +287,14 @@ fn cuda_without_a_device_fails_every_call_with_the_reason() {
     );
     let out = lines(&output.stdout);
     assert_eq!(output.status.code(), Some(3), "{out:#?}");
-    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!(out.len(), 2, "{out:#?}");
+    assert!(
+        out[1].starts_with(
+            "malloc: NULL: blockpool could not start: BLOCKPOOL_BACKEND=cuda, but CUDA is unusable"
+        ),
+        "{}",
+        out[1]
+    );
     assert!(
         out[0].starts_with("no allocator (-3): blockpool could not start: BLOCKPOOL_BACKEND=cuda, but CUDA is unusable"),
         "{}",
@@ -299,40 +308,70 @@ fn cuda_without_a_device_fails_every_call_with_the_reason() {
     );
 }
 
+/// `auto` (here: unset) and no usable driver: the plugin refuses, it never serves the
+/// simulated device's addresses to a caller that will write to them.
 #[test]
-fn auto_without_a_device_falls_back_to_the_simulated_device_and_says_so() {
-    let (output, scratch) = run(
-        "auto-none",
+fn unset_backend_without_a_device_refuses_with_the_diagnosis_and_the_fix() {
+    let (output, _) = run(
+        "unset-none",
         Some(fake_libcuda::LIBRARY_DIR),
+        &[("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", "100")],
+    );
+    let out = lines(&output.stdout);
+    assert_eq!(output.status.code(), Some(3), "{out:#?}");
+    assert_eq!(out.len(), 2, "{out:#?}");
+    let reason = "blockpool could not start: the PyTorch plugin needs CUDA, and CUDA is \
+                  unusable: the NVIDIA driver found no GPU.";
+    assert!(
+        out[0].starts_with(&format!("no allocator (-3): {reason}")),
+        "{}",
+        out[0]
+    );
+    assert!(
+        out[1].starts_with(&format!("malloc: NULL: {reason}")),
+        "{}",
+        out[1]
+    );
+    assert!(
+        out[1].ends_with(
+            "(BLOCKPOOL_BACKEND=sim serves simulated addresses with no memory behind them, \
+             for tests that never touch the memory)"
+        ),
+        "the fix is named: {}",
+        out[1]
+    );
+    let err = lines(&output.stderr);
+    assert!(
+        err.iter()
+            .any(|l| l.starts_with(&format!("blockpool: ERROR {reason}"))),
+        "said in the log: {err:#?}"
+    );
+    assert!(
+        !err.iter().any(|l| l.contains("simulated device:")),
+        "no simulated device is made: {err:#?}"
+    );
+}
+
+/// `sim` is the one way to the simulated device, and it is said when the allocator is made.
+#[test]
+fn sim_is_said_at_load() {
+    let (output, _) = run(
+        "sim-said",
+        None,
         &[
-            ("BLOCKPOOL_FAKE_CUDA_INIT_ERROR", "100"),
-            ("BLOCKPOOL_SIM_CAPACITY", "1024M"),
+            ("BLOCKPOOL_BACKEND", "sim"),
+            ("BLOCKPOOL_SIM_CAPACITY", "1G"),
         ],
     );
     let err = lines(&output.stderr);
-    let fallback: Vec<&String> = err
-        .iter()
-        .filter(|l| l.contains("using the simulated device"))
-        .collect();
-    assert_eq!(fallback.len(), 1, "{err:#?}");
-    assert!(
-        fallback[0].starts_with("blockpool: WARN CUDA is unusable (")
-            && fallback[0].ends_with(
-                "); using the simulated device: 1 device(s) of 1024.00 MiB, as \
-                 BLOCKPOOL_BACKEND=auto does without a driver: its pointers are not device memory"
-            ),
-        "{}",
-        fallback[0]
+    let said: Vec<&String> = err.iter().filter(|l| l.contains("sim asks")).collect();
+    assert_eq!(
+        said,
+        [
+            "blockpool: WARN using the simulated device: 1 device(s) of 1024.00 MiB, as \
+             BLOCKPOOL_BACKEND=sim asks: its pointers are not device memory, for tests that \
+             never touch it"
+        ],
+        "{err:#?}"
     );
-    // The rest is the simulated run, with one warning more.
-    let without_fallback = Output {
-        status: output.status,
-        stdout: output.stdout.clone(),
-        stderr: err
-            .iter()
-            .filter(|l| !l.contains("using the simulated device"))
-            .flat_map(|l| format!("{l}\n").into_bytes())
-            .collect(),
-    };
-    check_smoke_run(&without_fallback, &scratch.snapshot());
 }

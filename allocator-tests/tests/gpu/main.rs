@@ -6,7 +6,9 @@
 //! the GPU machine with `--ignored --test-threads=1`.
 
 mod buffers;
+mod context;
 mod cublas;
+mod fake_buffers;
 mod fake_driver;
 mod kernels;
 mod memory;

@@ -4,8 +4,12 @@
 //! Every driver call here first makes the device's primary context current on the calling
 //! thread with raw `cuCtxGetCurrent`/`cuCtxSetCurrent`, not cudarc's `bind_to_thread`: that one
 //! also reports (and clears) errors cudarc deferred from its own drops, which belong to the
-//! user's next cudarc call, not to the allocator's. The calls go through `cuda/driver.rs`; the
-//! primary context itself is cudarc's `CudaContext`, which the user makes streams from.
+//! user's next cudarc call, not to the allocator's. The [`ContextGuard`] that does it puts the
+//! caller's context back when it drops, on error paths too: the thread that called blockpool
+//! (PyTorch on device 1, say) finds its current context, and so its current device, as it left
+//! it, as PyTorch's allocator does with its device guard. The calls go through
+//! `cuda/driver.rs`; the primary context itself is cudarc's `CudaContext`, which the user makes
+//! streams from.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,6 +50,55 @@ pub(super) struct RawEvent(pub(super) sys::CUevent);
 // one owner at a time.
 unsafe impl Send for RawEvent {}
 
+/// The calling thread's current context when the guard was made (null: none), made current
+/// again when it drops; `None` when nothing was changed.
+#[must_use = "the caller's context is restored when the guard drops"]
+pub(super) struct ContextGuard {
+    driver: Driver,
+    saved: Option<sys::CUcontext>,
+}
+
+impl ContextGuard {
+    /// A guard that restores nothing (the wanted context was current already).
+    fn unchanged(driver: Driver) -> ContextGuard {
+        ContextGuard {
+            driver,
+            saved: None,
+        }
+    }
+
+    /// Saves the thread's current context, whatever blockpool then makes current.
+    pub(super) fn save(driver: Driver) -> Result<ContextGuard, BackendError> {
+        let current = driver.current_context().on(0)?;
+        Ok(ContextGuard {
+            driver,
+            saved: Some(current),
+        })
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        let Some(saved) = self.saved else {
+            return;
+        };
+        if self.driver.current_context().is_ok_and(|now| now == saved) {
+            return;
+        }
+        // SAFETY: `saved` was current on this thread when the guard was made: the caller's
+        // context (or null, which pops what blockpool made current), which nothing blockpool
+        // did in between destroys. A context the caller destroyed meanwhile on another thread
+        // is reported by the driver as an error, logged here.
+        if let Err(e) = unsafe { self.driver.set_current_context(saved) } {
+            tracing::error!(
+                "could not make the caller's CUDA context current again: {} returned {:?}",
+                e.call,
+                e.code
+            );
+        }
+    }
+}
+
 /// One device of a [`CudaBackend`](super::CudaBackend).
 pub(super) struct CudaDevice {
     pub(super) driver: Driver,
@@ -76,7 +129,8 @@ impl CudaDevice {
         let multiprocessors = attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let pools = attribute(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?;
         let vmm = attribute(A::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED)?;
-        // `CudaContext::new` made the context current on this thread.
+        // `CudaContext::new` made the context current on this thread (`CudaBackend::new` puts
+        // the caller's back).
         let address_space = AddressSpace::probe(driver, index, vmm);
         let properties = CudaDeviceProperties {
             name: driver.device_name(device).on(index)?,
@@ -97,21 +151,26 @@ impl CudaDevice {
         })
     }
 
-    /// Makes this device's primary context current on the calling thread.
-    pub(super) fn make_current(&self) -> Result<(), BackendError> {
+    /// Makes this device's primary context current on the calling thread until the guard
+    /// drops, which makes the caller's current again.
+    pub(super) fn make_current(&self) -> Result<ContextGuard, BackendError> {
         let wanted = self.context.cu_ctx();
         let current = self.driver.current_context().on(self.index)?;
-        if current != wanted {
-            // SAFETY: `wanted` is the primary context this device retained, alive as long as
-            // `self.context`.
-            unsafe { self.driver.set_current_context(wanted) }.on(self.index)?;
+        if current == wanted {
+            return Ok(ContextGuard::unchanged(self.driver));
         }
-        Ok(())
+        // SAFETY: `wanted` is the primary context this device retained, alive as long as
+        // `self.context`.
+        unsafe { self.driver.set_current_context(wanted) }.on(self.index)?;
+        Ok(ContextGuard {
+            driver: self.driver,
+            saved: Some(current),
+        })
     }
 
     /// `cuMemGetInfo` for this device.
     pub(super) fn mem_get_info(&self) -> Result<MemInfo, BackendError> {
-        self.make_current()?;
+        let _current = self.make_current()?;
         let (free, total) = self.driver.mem_get_info().on(self.index)?;
         Ok(MemInfo {
             free_bytes: free,
@@ -121,7 +180,7 @@ impl CudaDevice {
 
     /// `cuMemAlloc_v2` of `size_bytes`; out-of-memory is [`BackendError::OutOfMemory`].
     pub(super) fn alloc_segment(&self, size_bytes: usize) -> Result<u64, BackendError> {
-        self.make_current()?;
+        let _current = self.make_current()?;
         let ptr = self
             .driver
             .mem_alloc(size_bytes)
@@ -140,7 +199,7 @@ impl CudaDevice {
                 size_bytes,
             });
         }
-        self.make_current()?;
+        let _current = self.make_current()?;
         // SAFETY: 1. `ptr` was returned by `cuMemAlloc_v2` on this context and is still live
         // (it is in `segments`, removed only here, under the lock); 2. the allocator frees a
         // segment only when no block in it is in use and every event of its blocks completed.
@@ -161,7 +220,7 @@ impl CudaDevice {
 
     /// Records an event (a recycled one when the pool has one) on `stream`.
     pub(super) fn record_event(&self, stream: StreamId) -> Result<RawEvent, BackendError> {
-        self.make_current()?;
+        let _current = self.make_current()?;
         let event = match self.events.lock().pop() {
             Some(event) => event,
             None => RawEvent(self.driver.event_create().on(self.index)?),
@@ -180,14 +239,14 @@ impl CudaDevice {
 
     /// Whether the work before `event` has completed (`cuEventQuery`).
     pub(super) fn query_event(&self, event: &RawEvent) -> Result<bool, BackendError> {
-        self.make_current()?;
+        let _current = self.make_current()?;
         // SAFETY: `event.0` is a live event of this context, recorded by `record_event`.
         unsafe { self.driver.event_query(event.0) }.on(self.index)
     }
 
     /// Blocks until the work before `event` has completed (`cuEventSynchronize`).
     pub(super) fn synchronize_event(&self, event: &RawEvent) -> Result<(), BackendError> {
-        self.make_current()?;
+        let _current = self.make_current()?;
         // SAFETY: `event.0` is a live event of this context, recorded by `record_event`.
         unsafe { self.driver.event_synchronize(event.0) }.on(self.index)
     }
@@ -204,14 +263,17 @@ impl Drop for CudaDevice {
         if events.is_empty() && self.address_space.is_empty() {
             return;
         }
-        if let Err(e) = self.make_current() {
-            tracing::warn!(
-                device = self.index,
-                "leaking {} pooled events and any expandable-segment ranges: {e}",
-                events.len()
-            );
-            return;
-        }
+        let _current = match self.make_current() {
+            Ok(guard) => guard,
+            Err(e) => {
+                tracing::warn!(
+                    device = self.index,
+                    "leaking {} pooled events and any expandable-segment ranges: {e}",
+                    events.len()
+                );
+                return;
+            }
+        };
         // Normally empty: the allocator unmaps and releases everything when it is dropped.
         self.release_address_space();
         for event in events {

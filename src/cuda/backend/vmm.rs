@@ -125,7 +125,7 @@ impl CudaDevice {
                 reason: "the size must be a non-zero multiple of the driver's granularity",
             });
         }
-        self.make_current()?;
+        let _current = self.make_current()?;
         // Running out of address space is out of memory too: the allocator then releases
         // what it caches and retries, as for memory.
         let ptr = self
@@ -161,7 +161,7 @@ impl CudaDevice {
                 size_bytes,
             },
         })?;
-        self.make_current()?;
+        let _current = self.make_current()?;
         // SAFETY: `ptr..ptr + size_bytes` was reserved by `cuMemAddressReserve` on this device
         // (it is in `ranges`, removed only here, under the lock) and nothing is mapped in it.
         unsafe { self.driver.address_free(ptr, size_bytes) }.on(self.index)?;
@@ -183,7 +183,7 @@ impl CudaDevice {
                 reason,
             }
         })?;
-        self.make_current()?;
+        let _current = self.make_current()?;
         let handle = self
             .driver
             .mem_create(self.index, size_bytes)
@@ -243,7 +243,7 @@ impl CudaDevice {
                 reason: "no earlier map_memory call mapped exactly this range",
             });
         };
-        self.make_current()?;
+        let _current = self.make_current()?;
         self.synchronize()?;
         // SAFETY: `ptr..ptr + size_bytes` is exactly one mapping made by `map_memory` (it is in
         // `mappings`, under the lock); the allocator unmaps only free units (blocks freed on

@@ -91,10 +91,10 @@ def is_enabled() -> bool:
 
 
 def _choose_backend() -> None:
-    # Left to itself ("auto") the library falls back to the simulated device when the driver
-    # is unusable, which would hand PyTorch addresses no kernel can touch. Behind PyTorch it
-    # must be the GPU or a loud failure, so enable() asks for "cuda" unless the library is
-    # already running (its backend was chosen at its first call) or one was named.
+    # Behind PyTorch it must be the GPU or a loud failure. The library's "auto" already is
+    # (it never falls back to the simulated device); enable() names "cuda" as well unless the
+    # library is already running (its backend was chosen at its first call) or one was named,
+    # so the choice shows in the environment of any process it starts.
     backend = os.environ.get(BACKEND_ENV, "").strip().lower()
     if backend == "sim":
         raise RuntimeError(

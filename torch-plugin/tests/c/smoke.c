@@ -81,6 +81,10 @@ int main(int argc, char **argv) {
         char reason[1024];
         blockpool_last_error(reason, sizeof reason);
         printf("no allocator (%d): %s\n", devices, reason);
+        /* PyTorch's first call is a malloc: it must get NULL, never a pointer to write to. */
+        void *ptr = blockpool_malloc(4096, 0, NULL);
+        blockpool_last_error(reason, sizeof reason);
+        printf("malloc: %s: %s\n", ptr == NULL ? "NULL" : "not NULL", reason);
         return 3;
     }
     printf("devices: %d\n", devices);
