@@ -518,7 +518,8 @@ function showContext(title, facts, context) {
   if (context.frames.length) {
     const ol = el('ol');
     for (const [name, file, line] of context.frames) {
-      ol.append(el('li', file ? `${name}  ${file}:${line}` : name));
+      // Line 0 is an unknown line (C++ frames without one).
+      ol.append(el('li', file ? `${name}  ${file}:${line || '?'}` : name));
     }
     body.append(el('div', 'stack, innermost first:'), ol);
   } else {

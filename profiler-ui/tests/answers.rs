@@ -36,7 +36,7 @@ fn run_json(args: &[&str]) -> Value {
 
 /// The `oom` entry's stack as the fixture writes it, innermost first.
 const OOM_STACK: [&str; 4] = [
-    "CUDACachingAllocator.cpp:0:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)",
+    "CUDACachingAllocator.cpp:?:c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)",
     "/usr/lib/python3/site-packages/torch/nn/modules/linear.py:125:linear",
     "/home/user/model.py:77:forward",
     "/home/user/train.py:12:<module>",

@@ -29,6 +29,34 @@ pub struct Frame {
     pub line: u32,
 }
 
+impl Frame {
+    /// The line as a person reads it: the number, or `?` when unknown (0).
+    ///
+    /// ```
+    /// use blockpool::event::Frame;
+    ///
+    /// let frame = |line| Frame { name: "f".into(), filename: "a.py".into(), line };
+    /// assert_eq!(frame(12).line_text().to_string(), "12");
+    /// assert_eq!(frame(0).line_text().to_string(), "?");
+    /// ```
+    pub fn line_text(&self) -> LineText {
+        LineText(self.line)
+    }
+}
+
+/// A frame's line for display ([`Frame::line_text`]): the number, or `?` when unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineText(u32);
+
+impl std::fmt::Display for LineText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => f.write_str("?"),
+            line => write!(f, "{line}"),
+        }
+    }
+}
+
 /// What was going on when an event was recorded: the annotation tags, outermost first, and the
 /// call stack when [`Backtraces::Rust`](super::Backtraces::Rust) is on, innermost first.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@ mod context;
 mod entry;
 mod history;
 
-pub use context::{annotate, AnnotationGuard, Context, Frame};
+pub use context::{annotate, AnnotationGuard, Context, Frame, LineText};
 pub(crate) use context::{current as current_context, lookup as lookup_context, AnnotationSink};
 pub(crate) use context::{register as register_sink, unregister as unregister_sink};
 pub use entry::{Action, ContextId, TraceEvent};

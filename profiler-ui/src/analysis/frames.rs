@@ -222,7 +222,7 @@ pub fn short_name(name: &str) -> &str {
 /// (memory_viz's form, with the whole path), the function without arguments for a native one.
 pub fn label(frame: &Frame) -> String {
     if is_python(frame) {
-        format!("{}:{}:{}", frame.filename, frame.line, frame.name)
+        format!("{}:{}:{}", frame.filename, frame.line_text(), frame.name)
     } else {
         short_name(&frame.name).to_string()
     }

@@ -288,7 +288,7 @@ fn stack_of(snapshot: &Snapshot, context: ContextId) -> Vec<String> {
     snapshot.contexts.get(context).map_or_else(Vec::new, |c| {
         c.frames
             .iter()
-            .map(|f| format!("{}:{}:{}", f.filename, f.line, f.name))
+            .map(|f| format!("{}:{}:{}", f.filename, f.line_text(), f.name))
             .collect()
     })
 }

@@ -218,7 +218,7 @@ fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
         let stack = context
             .frames
             .iter()
-            .map(|f| format!("{} {}:{}", f.name, f.filename, f.line))
+            .map(|f| format!("{} {}:{}", f.name, f.filename, f.line_text()))
             .collect::<Vec<_>>()
             .join("\n");
         texts.push(ContextText {

@@ -180,7 +180,7 @@ pub struct ContextView {
     pub site: String,
     /// Annotation tags, outermost first.
     pub tags: Vec<String>,
-    /// Frames, innermost first: `[function, file, line]`.
+    /// Frames, innermost first: `[function, file, line]` (line 0: unknown).
     pub frames: Vec<(String, String, u32)>,
 }
 

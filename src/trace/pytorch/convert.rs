@@ -397,7 +397,7 @@ impl Converter {
                 let fields = Fields::new(frame, &frame_path)?;
                 Ok(Frame {
                     filename: fields.str("filename")?.clone(),
-                    line: fields.u32("line")?,
+                    line: fields.line("line")?,
                     name: fields.str("name")?.clone(),
                 })
             })

@@ -265,6 +265,20 @@ impl<'v, 'p> Fields<'v, 'p> {
         u32_at(self.require(key)?, &self.path.key(key))
     }
 
+    /// A frame's line under `key`, which must be an int: any int a file holds reads, and one
+    /// that is no line number (PyTorch writes C++ frames without a line as 2^64 - 1; a negative
+    /// or wider int) reads as 0, the unknown line ([`Frame::line`](crate::event::Frame::line)),
+    /// instead of refusing the file.
+    pub(super) fn line(&self, key: &'static str) -> Result<u32, SnapshotError> {
+        match self.require(key)? {
+            Value::Int(int) => Ok(u32::try_from(*int).unwrap_or(0)),
+            Value::BigInt(bytes) => Ok(big_u64(bytes)
+                .and_then(|wide| u32::try_from(wide).ok())
+                .unwrap_or(0)),
+            other => Err(wrong_type(&self.path.key(key), "an int", other)),
+        }
+    }
+
     /// The str under `key`, which must be there.
     pub(super) fn str(&self, key: &'static str) -> Result<&'v Arc<str>, SnapshotError> {
         str_at(self.require(key)?, &self.path.key(key))

@@ -292,7 +292,7 @@ impl<'a> Importer<'a> {
                     let frame = Frame {
                         name: Arc::clone(frame.str("name")?),
                         filename: Arc::clone(frame.str("filename")?),
-                        line: frame.u32("line")?,
+                        line: frame.line("line")?,
                     };
                     self.budget
                         .frame(&frame.name, &frame.filename)
