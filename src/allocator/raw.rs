@@ -2,6 +2,10 @@
 //! allocation is a device address, kept with its device and block in the shared `raw` map
 //! (a sharded `DashMap`) until [`CachingAllocator::free`] takes it out, and a pointer that is
 //! not live is explained (unknown, freed already, or another device's).
+//!
+//! Lock order: a device's lock, then the map; nothing holds a map entry while it locks a
+//! device. `malloc` inserts after its block is allocated and `free` removes before its block is
+//! freed, so under the device lock an entry always names the live block at its address.
 
 use super::caching::{CachingAllocator, Shared};
 use crate::backend::{Backend, DeviceIndex, StreamId};
@@ -60,27 +64,37 @@ impl<B: Backend> CachingAllocator<B> {
         if ptr == 0 {
             return Ok(());
         }
+        // The device first, then the map: `free` takes a pointer out of the map before it
+        // locks the device to free the block, so an entry read under the device lock names the
+        // block live at `ptr` now. Read before the lock, it could name a block freed (and its
+        // slot given to another allocation) while this call waited.
+        let mut state = self.lock_device(device)?;
         let entry = self.shared.raw.get(&ptr).map(|e| *e.value());
-        match entry {
-            Some((owner, id)) if owner == device => {
-                self.lock_device(device)?.record_stream(id, stream)
-            }
-            _ => Err(match self.shared.explain_bad_pointer(device, ptr) {
-                Error::DoubleFree { device, ptr } => Error::UseAfterFree { device, ptr },
-                other => other,
-            }),
+        if let Some((_, id)) = entry.filter(|&(owner, _)| owner == device) {
+            return state.record_stream(id, stream);
         }
+        drop(state);
+        Err(match self.shared.explain_bad_pointer(device, ptr) {
+            Error::DoubleFree { device, ptr } => Error::UseAfterFree { device, ptr },
+            other => other,
+        })
     }
 }
 
 impl<B: Backend> Shared<B> {
     /// Why `ptr` is not a live raw allocation of `device`.
     fn explain_bad_pointer(&self, device: DeviceIndex, ptr: u64) -> Error {
-        if let Some(entry) = self.raw.get(&ptr) {
-            return Error::WrongDevice {
-                ptr,
-                given: device,
-                actual: entry.value().0,
+        if let Some(actual) = self.raw.get(&ptr).map(|entry| entry.value().0) {
+            return if actual == device {
+                // Not live when the call looked, live again now: another thread freed it and
+                // got the address back from `malloc` meanwhile, so the caller's was freed.
+                Error::DoubleFree { device, ptr }
+            } else {
+                Error::WrongDevice {
+                    ptr,
+                    given: device,
+                    actual,
+                }
             };
         }
         for (d, dev) in self.devices.iter().enumerate() {

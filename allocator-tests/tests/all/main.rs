@@ -11,6 +11,7 @@ mod perfetto;
 mod pickle_fixtures;
 mod pytorch_export;
 mod pytorch_snapshots;
+mod raw_races;
 mod release_lock;
 mod rmm_fixture;
 mod scenarios;
