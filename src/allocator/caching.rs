@@ -123,6 +123,8 @@ pub(super) struct Shared<B: Backend> {
     /// Number of `CachingAllocator` values (not handles) sharing this state: the teardown
     /// report is made when the last one drops, whatever handles still hold the state.
     pub(super) owners: AtomicUsize,
+    /// The contexts this allocator's events, blocks and live allocations refer to.
+    pub(super) contexts: Arc<crate::event::ContextTable>,
     /// Serializes `record_memory_history` and `stream_history_to` calls.
     pub(super) history_settings: Mutex<()>,
     /// The stream the devices buffer events for, while one runs (`sink.rs`).
@@ -181,6 +183,7 @@ impl<B: Backend> CachingAllocator<B> {
                 leak_tracking: AtomicU8::new(LeakTracking::default().index()),
                 teardown: AtomicU8::new(TeardownReport::default().index()),
                 owners: AtomicUsize::new(1),
+                contexts: Arc::default(),
                 history_settings: Mutex::new(()),
                 #[cfg(feature = "trace-files")]
                 stream: Mutex::new(None),

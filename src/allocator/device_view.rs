@@ -202,7 +202,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         let entries = self.lock().live_records(|_| true);
         crate::leak::LiveSnapshot::from_allocations(
             self.index,
-            super::leaks::describe(self.index, entries),
+            super::leaks::describe(&self.alloc.shared.contexts, self.index, entries),
         )
     }
 

@@ -165,7 +165,7 @@ impl<B: Backend> Allocation<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn context(&self) -> Option<Context> {
-        crate::event::lookup_context(self.context_id())
+        self.shared.contexts.get(self.context_id())
     }
 
     /// Marks the memory as used on `stream` too: when freed, it is not reused before the work

@@ -186,7 +186,10 @@ impl<B: Backend> CachingAllocator<B> {
                 return id;
             }
             *local.entry(id).or_insert_with(|| {
-                crate::event::lookup_context(id).map_or(ContextId::NONE, |c| contexts.intern(c))
+                shared
+                    .contexts
+                    .get(id)
+                    .map_or(ContextId::NONE, |c| contexts.intern(c))
             })
         };
         let mut segments = Vec::new();
@@ -229,10 +232,18 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// The context an event refers to: its annotation tags and call stack. `None` for
-    /// [`ContextId::NONE`] and ids never handed out. Contexts are interned process-wide, so an
-    /// id means the same in every allocator.
+    /// [`ContextId::NONE`] and ids never handed out. Each allocator interns its own contexts
+    /// (up to [`DEFAULT_MAX_CONTEXTS`](crate::event::DEFAULT_MAX_CONTEXTS)), so an id means
+    /// something in the allocator that recorded it only.
     pub fn context(&self, id: ContextId) -> Option<Context> {
-        crate::event::lookup_context(id)
+        self.shared.contexts.get(id)
+    }
+
+    /// How many contexts were recorded without their call stack (or as none) because this
+    /// allocator's table of contexts was full
+    /// ([`DEFAULT_MAX_CONTEXTS`](crate::event::DEFAULT_MAX_CONTEXTS) distinct contexts).
+    pub fn dropped_contexts(&self) -> u64 {
+        self.shared.contexts.dropped()
     }
 }
 
@@ -291,7 +302,7 @@ impl<B: Backend> Shared<B> {
     fn gather_stamp(&self, state: u8, gather: ContextLevel) -> EventStamp {
         let level = LEVELS[usize::from(state - 1).min(LEVELS.len() - 1)];
         let context = if level >= gather {
-            crate::event::current_context(self.stacks.load(Ordering::Relaxed))
+            self.contexts.current(self.stacks.load(Ordering::Relaxed))
         } else {
             ContextId::NONE
         };
@@ -313,7 +324,7 @@ impl<B: Backend> AnnotationSink for Shared<B> {
         if self.recording.load(Ordering::Acquire) == 0 {
             return;
         }
-        let context = crate::event::current_context(self.stacks.load(Ordering::Relaxed));
+        let context = self.contexts.current(self.stacks.load(Ordering::Relaxed));
         let stamp = EventStamp {
             time_us: self.recording_time_us(),
             context,

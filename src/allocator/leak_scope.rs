@@ -105,7 +105,7 @@ impl<B: Backend> LeakScope<'_, B> {
             let entries = dev.live_records(|e| e.alloc_id > mark.last_id);
             drop(dev);
             peak_bytes.push(peak.saturating_sub(mark.live_bytes));
-            inside.extend(describe(device, entries));
+            inside.extend(describe(&self.alloc.shared.contexts, device, entries));
         }
         ScopeReport {
             name: std::mem::take(&mut self.name),

@@ -17,7 +17,7 @@ use super::handle::Allocation;
 use super::history::{coarse_now_ns, now_ns};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::error::Result;
-use crate::event::{ContextId, EventStamp};
+use crate::event::{ContextId, ContextTable, EventStamp};
 use crate::leak::{
     site_label, Details, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
 };
@@ -76,7 +76,7 @@ impl<B: Backend> Shared<B> {
         let frames = level >= LeakTracking::Backtraces;
         let context = match stamp {
             Some(s) if s.context != ContextId::NONE && !frames => s.context,
-            _ => crate::event::current_context(frames),
+            _ => self.contexts.current(frames),
         };
         // A history stamp has read the clock already (microseconds since recording began);
         // otherwise the coarse clock: an age is read in milliseconds at the finest, and the
@@ -104,7 +104,11 @@ impl<B: Backend> Shared<B> {
 
 /// Turns the entries of `device` into [`LiveAllocation`]s (labels, ages), outside any lock;
 /// each distinct (location, context) is labelled once.
-pub(super) fn describe(device: DeviceIndex, records: Vec<LiveRecord>) -> Vec<LiveAllocation> {
+pub(super) fn describe(
+    contexts: &ContextTable,
+    device: DeviceIndex,
+    records: Vec<LiveRecord>,
+) -> Vec<LiveAllocation> {
     let now = now_ns();
     let mut labels: HashMap<(*const Location<'static>, ContextId), String> = HashMap::new();
     records
@@ -114,7 +118,7 @@ pub(super) fn describe(device: DeviceIndex, records: Vec<LiveRecord>) -> Vec<Liv
             let site = labels
                 .entry((e.site as *const _, e.context))
                 .or_insert_with(|| {
-                    let context = crate::event::lookup_context(e.context);
+                    let context = contexts.get(e.context);
                     site_label(e.site, context.as_ref())
                 })
                 .clone();
@@ -220,7 +224,11 @@ impl<B: Backend> CachingAllocator<B> {
     /// pointers), by allocation id: a flat list, as RMM's tracking adaptor gives. A handle
     /// whose free waits for other streams is not live once dropped; cached memory never is.
     pub fn live_allocations(&self, device: DeviceIndex) -> Result<Vec<LiveAllocation>> {
-        let mut live = describe(device, self.shared.live_entries(device)?);
+        let mut live = describe(
+            &self.shared.contexts,
+            device,
+            self.shared.live_entries(device)?,
+        );
         live.sort_by_key(|a| a.id);
         Ok(live)
     }
@@ -231,7 +239,11 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn live_snapshot(&self, device: DeviceIndex) -> Result<LiveSnapshot> {
         Ok(LiveSnapshot::from_allocations(
             device,
-            describe(device, self.shared.live_entries(device)?),
+            describe(
+                &self.shared.contexts,
+                device,
+                self.shared.live_entries(device)?,
+            ),
         ))
     }
 
@@ -242,7 +254,7 @@ impl<B: Backend> CachingAllocator<B> {
         for device in 0..self.device_count() {
             // Every index below the count is a device: `live_entries` cannot fail here.
             if let Ok(entries) = self.shared.live_entries(device) {
-                all.extend(describe(device, entries));
+                all.extend(describe(&self.shared.contexts, device, entries));
             }
         }
         LeakReport::from_allocations(all)

@@ -94,7 +94,14 @@ impl<B: Backend> CachingAllocator<B> {
         }
         let weak: Weak<Shared<B>> = Arc::downgrade(shared);
         let source: Weak<dyn StreamSource> = weak;
-        match spawn_stream(path.to_path_buf(), writer, Arc::clone(&state), source) {
+        let contexts = Arc::clone(&shared.contexts);
+        match spawn_stream(
+            path.to_path_buf(),
+            writer,
+            Arc::clone(&state),
+            source,
+            contexts,
+        ) {
             Ok(stream) => Ok(stream),
             Err(e) => {
                 shared.detach(&state, &mut Vec::new());

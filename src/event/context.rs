@@ -1,20 +1,16 @@
 //! Contexts of allocator calls: the thread's annotation tags, optionally with call-stack
-//! frames, interned once per process and referenced from events by [`ContextId`].
+//! frames; each allocator interns them in its own [`ContextTable`](super::ContextTable).
 //!
-//! [`annotate`] pushes a tag on a thread-local stack and pops it when its guard drops; both
-//! changes are announced to the recording allocators, which record an `annotate` event whose
-//! context is the stack after the change (as PyTorch records the start and the end of a
-//! `record_function` range), so a trace shows when each tag was on the stack. The thread caches the id of its current tag stack, so gathering the context of a call while
-//! the stack is unchanged takes no lock and allocates nothing; a changed stack is interned once
-//! in the process-wide table, which only grows (a program has few distinct tag stacks; with
-//! call stacks captured, one entry per distinct stack).
+//! [`annotate`] pushes a tag on a thread-local stack (interned once per process: `tags.rs`)
+//! and pops it when its guard drops; both changes are announced to the recording allocators,
+//! which record an `annotate` event whose context is the stack after the change (as PyTorch
+//! records the start and the end of a `record_function` range), so a trace shows when each
+//! tag was on the stack.
 
-use super::entry::ContextId;
+use super::tags;
 use parking_lot::Mutex;
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 
 /// One frame of a captured call stack.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -68,88 +64,13 @@ pub struct Context {
     pub frames: Vec<Frame>,
 }
 
-/// The process-wide table of contexts: id `n` is `contexts[n - 1]`.
-struct Interner {
-    contexts: Vec<Arc<Context>>,
-    ids: HashMap<Arc<Context>, ContextId>,
-}
-
-/// Id of the empty context (no tags, no frames), interned first.
-const EMPTY: ContextId = ContextId(1);
-
-fn interner() -> &'static Mutex<Interner> {
-    static INTERNER: OnceLock<Mutex<Interner>> = OnceLock::new();
-    INTERNER.get_or_init(|| {
-        let empty = Arc::new(Context::default());
-        Mutex::new(Interner {
-            contexts: vec![Arc::clone(&empty)],
-            ids: HashMap::from([(empty, EMPTY)]),
-        })
-    })
-}
-
-fn intern(context: Context) -> ContextId {
-    let mut table = interner().lock();
-    if let Some(&id) = table.ids.get(&context) {
-        return id;
-    }
-    // Ids are u32; past 2^32 - 1 distinct contexts new ones are recorded as "none".
-    let Ok(id) = u32::try_from(table.contexts.len() + 1) else {
-        return ContextId::NONE;
-    };
-    let context = Arc::new(context);
-    table.contexts.push(Arc::clone(&context));
-    table.ids.insert(context, ContextId(id));
-    ContextId(id)
-}
-
-/// The context interned as `id`, if any.
-pub fn lookup(id: ContextId) -> Option<Context> {
-    let index = (id.0 as usize).checked_sub(1)?;
-    interner().lock().contexts.get(index).map(|c| (**c).clone())
-}
-
-/// The calling thread's annotation tags and the id of that stack, once interned.
-#[derive(Default)]
-struct TagStack {
-    tags: Vec<Arc<str>>,
-    id: Option<ContextId>,
-}
-
-thread_local! {
-    static TAGS: RefCell<TagStack> = RefCell::new(TagStack::default());
-}
-
-/// The context of a call on this thread: its tag stack, with the call stack when `frames`.
-///
-/// Without frames this is a thread-local read while the tag stack is unchanged.
-pub(crate) fn current(frames: bool) -> ContextId {
-    if frames {
-        let tags = TAGS.with_borrow(|s| s.tags.clone());
-        return intern(Context {
-            tags,
-            frames: capture_frames(),
-        });
-    }
-    TAGS.with_borrow_mut(|stack| {
-        if let Some(id) = stack.id {
-            return id;
-        }
-        let id = if stack.tags.is_empty() {
-            EMPTY
-        } else {
-            intern(Context {
-                tags: stack.tags.clone(),
-                frames: Vec::new(),
-            })
-        };
-        stack.id = Some(id);
-        id
-    })
-}
-
 /// Pushes `tag` on this thread's annotation stack until the returned guard drops. Events
 /// recorded meanwhile carry the tag in their context.
+///
+/// A push costs what interning its one tag costs, whatever the depth. Contexts keep tags of
+/// up to [`MAX_TAG_BYTES`](super::MAX_TAG_BYTES) (longer ones are cut and end with `…`) and the
+/// outermost [`MAX_TAG_DEPTH`](super::MAX_TAG_DEPTH) tags of a stack; deeper tags stay on the
+/// stack, so their guards work as usual.
 ///
 /// Every change of the stack is recorded: pushing the tag and dropping the guard each give
 /// every device of every allocator that is recording an `annotate` event whose context is
@@ -184,12 +105,7 @@ pub(crate) fn current(frames: bool) -> ContextId {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn annotate(tag: &str) -> AnnotationGuard {
-    let depth = TAGS.with_borrow_mut(|stack| {
-        let depth = stack.tags.len();
-        stack.tags.push(Arc::from(tag));
-        stack.id = None;
-        depth
-    });
+    let depth = tags::push(tag);
     notify_sinks();
     AnnotationGuard {
         depth,
@@ -211,19 +127,9 @@ pub struct AnnotationGuard {
 
 impl Drop for AnnotationGuard {
     fn drop(&mut self) {
-        // `try_with`: a guard kept in another thread-local may drop after the stack is gone.
-        let changed = TAGS
-            .try_with(|stack| {
-                let mut stack = stack.borrow_mut();
-                let changed = stack.tags.len() > self.depth;
-                if changed {
-                    stack.tags.truncate(self.depth);
-                    stack.id = None;
-                }
-                changed
-            })
-            .unwrap_or(false);
-        if changed {
+        // A guard kept in another thread-local may drop after the stack is gone: nothing
+        // changes then.
+        if tags::truncate(self.depth) {
             notify_sinks();
         }
     }
@@ -275,7 +181,7 @@ pub(crate) fn unregister(sink: &Weak<dyn AnnotationSink>) {
 
 /// The current call stack, innermost first, without the frames of the backtrace machinery and
 /// of blockpool itself (they are the same for every event).
-fn capture_frames() -> Vec<Frame> {
+pub(crate) fn capture_frames() -> Vec<Frame> {
     let text = std::backtrace::Backtrace::force_capture().to_string();
     parse_backtrace(&text)
         .into_iter()
@@ -339,34 +245,6 @@ mod tests {
         assert_eq!((&*frames[2].filename, frames[2].line), ("", 0));
     }
 
-    #[test]
-    fn same_tag_stack_interns_to_the_same_id() {
-        let outer = annotate("context-test-outer");
-        let a = current(false);
-        let b = current(false);
-        assert_eq!(a, b, "an unchanged stack reuses its id");
-        let inner = annotate("context-test-inner");
-        let c = current(false);
-        assert_ne!(a, c, "a deeper stack is another context");
-        drop(inner);
-        assert_eq!(
-            current(false),
-            a,
-            "popping returns to the interned outer stack"
-        );
-        drop(outer);
-        assert_eq!(current(false), EMPTY, "no tags is the empty context");
-        let context = lookup(c).expect("an interned id resolves");
-        assert_eq!(
-            context.tags,
-            [
-                Arc::from("context-test-outer"),
-                Arc::from("context-test-inner")
-            ]
-        );
-        assert_eq!(lookup(ContextId::NONE), None);
-    }
-
     /// Records the tag stack of every notification made on one thread (tests run in
     /// parallel, and every sink hears every thread).
     struct ThreadSink {
@@ -379,8 +257,8 @@ mod tests {
             if std::thread::current().id() != self.thread {
                 return;
             }
-            let context = lookup(current(false)).expect("the current stack is interned");
-            let tags = context.tags.iter().map(|t| t.to_string()).collect();
+            let tags = tags::tags_of(tags::current());
+            let tags = tags.iter().map(|t| t.to_string()).collect();
             self.stacks.lock().push(tags);
         }
     }
@@ -418,19 +296,6 @@ mod tests {
             ],
             "one notification per change of the stack, carrying the stack after it; a guard \
              whose tag is already gone and an unregistered sink get none"
-        );
-    }
-
-    #[test]
-    fn captured_frames_start_outside_blockpool() {
-        let context = lookup(current(true)).expect("interned");
-        assert!(
-            context
-                .frames
-                .first()
-                .is_some_and(|f| !is_internal(&f.name)),
-            "the capture machinery and blockpool's own frames are dropped: {:?}",
-            context.frames
         );
     }
 }

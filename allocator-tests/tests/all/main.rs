@@ -1,4 +1,5 @@
 //! One test binary with a module per area.
+mod annotations;
 mod expandable;
 mod expandable_model;
 mod expandable_trace;

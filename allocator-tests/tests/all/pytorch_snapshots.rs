@@ -691,7 +691,7 @@ fn missing_keys_and_bad_names_are_refused() {
 }
 
 #[test]
-fn out_of_range_ints_and_bad_frames_are_refused() {
+fn out_of_range_ints_are_refused_and_unknown_lines_read() {
     assert_eq!(
         error_of(&snapshot(
             vec![segment(vec![block(Value::Int(-1), "inactive")])],
@@ -708,10 +708,10 @@ fn out_of_range_ints_and_bad_frames_are_refused() {
     if let Value::Dict(pairs) = &mut with_frames {
         Arc::make_mut(pairs).push((s("frames"), list(vec![frame])));
     }
-    assert_eq!(
-        error_of(&snapshot(vec![], vec![with_frames])),
-        "device_traces[0][0].frames[0].line: expected an int in 0..=4294967295, found 4294967296"
-    );
+    // A line no u32 holds is an unknown line (PyTorch writes C++ frames' as 2^64 - 1), not a
+    // refused file.
+    let imported = snapshot_from_value(&snapshot(vec![], vec![with_frames])).expect("imports");
+    assert_eq!(imported.device_traces[0][0].frames[0].line, 0);
     // A big int that fits in 64 bits is accepted (an address past i64::MAX).
     let mut high = entry("alloc");
     if let Value::Dict(pairs) = &mut high {

@@ -9,6 +9,7 @@
 
 use super::error::JsonlError;
 use super::writer::TraceWriter;
+use crate::event::ContextTable;
 use crate::trace::file::FileOut;
 use crate::trace::snapshot::Segment;
 use crate::trace::{ContextId, TraceEvent};
@@ -26,14 +27,14 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 /// Where a stream's events come from: an allocator, seen through a weak reference so that a
 /// forgotten stream does not keep it alive.
 pub(crate) trait StreamSource: Send + Sync {
-    /// Swaps each device's buffered events (process-wide context ids) with `buffers[device]`,
+    /// Swaps each device's buffered events (the allocator's context ids) with `buffers[device]`,
     /// which must be empty, growing `buffers` to one per device; returns events dropped since
     /// the last call because a buffer was full. Does nothing unless `stream` is this source's
     /// current stream.
     fn take_events(&self, stream: &Arc<StreamState>, buffers: &mut Vec<Vec<TraceEvent>>) -> u64;
     /// Stops buffering events for `stream`, taking the last ones as `take_events` does.
     fn detach(&self, stream: &Arc<StreamState>, buffers: &mut Vec<Vec<TraceEvent>>) -> u64;
-    /// The segments now, with process-wide context ids.
+    /// The segments now, with the allocator's context ids.
     fn end_segments(&self) -> Vec<Segment>;
 }
 
@@ -139,6 +140,7 @@ pub(crate) fn spawn_stream(
     writer: TraceWriter<FileOut>,
     state: Arc<StreamState>,
     source: Weak<dyn StreamSource>,
+    table: Arc<ContextTable>,
 ) -> Result<HistoryStream, JsonlError> {
     let thread_state = Arc::clone(&state);
     let thread_path = path.clone();
@@ -149,6 +151,7 @@ pub(crate) fn spawn_stream(
                 writer,
                 state: thread_state,
                 source,
+                table,
                 contexts: Vec::new(),
                 buffers: Vec::new(),
                 batch: Vec::new(),
@@ -184,8 +187,10 @@ struct Pump {
     writer: TraceWriter<FileOut>,
     state: Arc<StreamState>,
     source: Weak<dyn StreamSource>,
-    /// Process-wide context ids to the file's, indexed by the process-wide id (ids are handed
-    /// out densely from 1); `None` until first written.
+    /// The allocator's contexts, kept past the allocator so its last events resolve.
+    table: Arc<ContextTable>,
+    /// The allocator's context ids to the file's, indexed by the allocator's id (ids are
+    /// handed out densely from 1); `None` until first written.
     contexts: Vec<Option<ContextId>>,
     /// One per device, swapped with the devices' buffers.
     buffers: Vec<Vec<TraceEvent>>,
@@ -260,7 +265,7 @@ impl Pump {
         Ok(())
     }
 
-    /// The file's id for the process-wide context `id`, writing it the first time.
+    /// The file's id for the allocator's context `id`, writing it the first time.
     fn context(&mut self, id: ContextId) -> io::Result<ContextId> {
         if id == ContextId::NONE {
             return Ok(id);
@@ -269,7 +274,7 @@ impl Pump {
         if let Some(Some(local)) = self.contexts.get(index) {
             return Ok(*local);
         }
-        let local = match crate::event::lookup_context(id) {
+        let local = match self.table.get(id) {
             Some(context) => self.writer.context(&context)?,
             None => ContextId::NONE,
         };

@@ -371,10 +371,12 @@ impl<'s> Exporter<'s> {
                     .clone()
             }));
             frame_lists.push(list(frames));
+            // Cut as a tag is: the path of a deep stack of long tags would be written once per
+            // context, each one longer than the last.
             tag_paths.push(if context.tags.is_empty() {
                 empty_text.clone()
             } else {
-                text(&context.tags.join("/"))
+                Value::Str(crate::event::bounded_tag(&context.tags.join("/")))
             });
         }
         Exporter {
