@@ -1,0 +1,116 @@
+//! The plugin's 16-thread phase over the C interface on the simulated device, in a process
+//! that first made the history-settings and leak-handle misuse calls its tests make (all
+//! refused), beside the same phase in a process that made none.
+//!
+//! Each variant runs in a process of its own (this binary runs itself again), so the one that
+//! made the misuse calls cannot share state with the other. Prints one line per variant:
+//! seconds for the phase, and nanoseconds per operation.
+//!
+//! ```sh
+//! cargo bench -p blockpool-torch --bench misuse_phase            # 16 threads x 20,000 rounds
+//! cargo bench -p blockpool-torch --bench misuse_phase -- 100000  # 16 x 1e5 (the issue's)
+//! ```
+
+use std::ffi::c_void;
+use std::process::Command;
+use std::time::Instant;
+
+use blockpool_torch::*;
+
+const THREADS: usize = 16;
+const SIZES: [isize; 4] = [512, 4096, 100_000, 1 << 20];
+/// Set in the child process: the variant to run.
+const VARIANT_VAR: &str = "BLOCKPOOL_BENCH_MISUSE_VARIANT";
+
+/// The history-settings and leak-handle misuse of the plugin's tests (`tests/abi`), each call
+/// checked to be refused as it should.
+fn misuse() {
+    assert_eq!(
+        blockpool_record_memory_history(1, 0, 3),
+        BLOCKPOOL_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(blockpool_record_memory_history(0, 0, 3), BLOCKPOOL_OK);
+    assert_eq!(
+        blockpool_record_memory_history(1, 0, -1),
+        BLOCKPOOL_ERR_INVALID_ARGUMENT
+    );
+    // SAFETY: NULL is refused before it is read.
+    assert_eq!(unsafe { blockpool_leak_scope_begin(std::ptr::null()) }, 0);
+    let detector = blockpool_step_detector_new(0);
+    assert!(detector > 0);
+    // SAFETY: a NULL buffer with 0 only asks for the length.
+    let wrong = unsafe { blockpool_leak_scope_finish(detector, std::ptr::null_mut(), 0) };
+    assert_eq!(wrong, BLOCKPOOL_ERR_UNKNOWN_HANDLE as isize);
+    assert_eq!(
+        blockpool_leak_scope_free(detector),
+        BLOCKPOOL_ERR_UNKNOWN_HANDLE
+    );
+    assert_eq!(blockpool_step_detector_free(detector), BLOCKPOOL_OK);
+    assert_eq!(
+        blockpool_step_detector_free(detector),
+        BLOCKPOOL_ERR_UNKNOWN_HANDLE
+    );
+    assert_eq!(
+        blockpool_leak_scope_free(12345),
+        BLOCKPOOL_ERR_UNKNOWN_HANDLE
+    );
+    // SAFETY: a NULL buffer with 0 only asks for the length.
+    let unknown = unsafe { blockpool_step_detector_observe(999, 0, 0, std::ptr::null_mut(), 0) };
+    assert_eq!(unknown, BLOCKPOOL_ERR_UNKNOWN_HANDLE as isize);
+}
+
+/// 16 threads, each on a stream of its own, allocating the four sizes and freeing them,
+/// `rounds` times; the seconds it took.
+fn phase(rounds: usize) -> f64 {
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            scope.spawn(move || {
+                let stream = (t + 1) as *mut c_void;
+                for _ in 0..rounds {
+                    let mut ptrs = [std::ptr::null_mut(); SIZES.len()];
+                    for (ptr, &size) in ptrs.iter_mut().zip(&SIZES) {
+                        *ptr = blockpool_malloc(size, 0, stream);
+                        assert!(!ptr.is_null());
+                    }
+                    for (ptr, &size) in ptrs.iter().zip(&SIZES).rev() {
+                        blockpool_free(*ptr, size, 0, stream);
+                    }
+                }
+            });
+        }
+    });
+    start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    if let Ok(variant) = std::env::var(VARIANT_VAR) {
+        assert_eq!(blockpool_device_count(), 1, "the simulated device");
+        if variant == "after misuse" {
+            misuse();
+        }
+        let seconds = phase(rounds);
+        let ops = (THREADS * rounds * SIZES.len() * 2) as f64;
+        println!(
+            "{variant:>14}: {THREADS} threads x {rounds} rounds: {seconds:.3} s, {:.0} ns per operation",
+            seconds * 1e9 / ops
+        );
+        return;
+    }
+    let exe = std::env::current_exe().expect("this binary");
+    for variant in ["no misuse", "after misuse"] {
+        let status = Command::new(&exe)
+            .arg(rounds.to_string())
+            .env(VARIANT_VAR, variant)
+            .env("BLOCKPOOL_BACKEND", "sim")
+            .env("BLOCKPOOL_SIM_CAPACITY", "8G")
+            .env("BLOCKPOOL_LOG", "off")
+            .status()
+            .expect("run the variant");
+        assert!(status.success(), "{variant} failed");
+    }
+}
