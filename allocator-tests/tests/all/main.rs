@@ -1,5 +1,6 @@
 //! One test binary with a module per area.
 mod annotations;
+mod concurrency;
 mod expandable;
 mod expandable_model;
 mod expandable_trace;
