@@ -5,7 +5,8 @@
 //!
 //! The caller's context is null on some threads and, with two devices, the last device's
 //! primary context on others, while blockpool works on device 0, so each switch it makes
-//! would show. cudarc's own calls (making a stream, `DeviceBuffer`'s copies) bind their
+//! would show. The tests run on a GPU (`scripts/gpu-check.sh run`) and on the fake driver;
+//! the error paths, which need the fake's injected failures, on the fake only. cudarc's own calls (making a stream, `DeviceBuffer`'s copies) bind their
 //! context as cudarc documents; they are made before the caller's context is set.
 
 use std::ffi::{c_int, c_uint, c_void, CString};
@@ -175,15 +176,22 @@ fn round(
     let too_big = keeps(caller, "an out-of-memory error", || {
         alloc.malloc(0, 1 << 40, StreamId::DEFAULT)
     });
-    assert!(too_big.is_err(), "1 TiB fits a fake device of 4 GiB?");
+    assert!(too_big.is_err(), "1 TiB fits no device");
 }
 
-#[test]
-#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
-fn on_fake_the_callers_context_survives_every_call() {
+/// The allocators `the_callers_context_survives_every_call` and the error paths use.
+struct Allocators {
+    backend: CudaBackend,
+    alloc: Arc<CachingAllocator<CudaBackend>>,
+    expandable: Arc<CachingAllocator<CudaBackend>>,
+    host: Arc<HostCachingAllocator<CudaBackend>>,
+}
+
+/// A backend, made with no context current (checked to leave none), and its allocators.
+fn allocators() -> Allocators {
     set_current(std::ptr::null_mut());
     let backend = keeps(std::ptr::null_mut(), "CudaBackend::new", CudaBackend::new)
-        .expect("the fake driver loads");
+        .unwrap_or_else(|e| panic!("{}: {e}", crate::NEEDS_GPU));
     let alloc = Arc::new(CachingAllocator::new(
         backend.clone(),
         AllocatorConfig::default(),
@@ -199,6 +207,33 @@ fn on_fake_the_callers_context_survives_every_call() {
         &backend, 0
     ));
     let host = Arc::new(HostCachingAllocator::new(backend.clone()));
+    Allocators {
+        backend,
+        alloc,
+        expandable,
+        host,
+    }
+}
+
+/// Drops the allocators and the backend on a thread whose context is `caller`, which must
+/// survive it.
+fn drop_all(all: Allocators, caller: sys::CUcontext) {
+    set_current(caller);
+    keeps(caller, "dropping the allocators and the backend", || {
+        drop(all)
+    });
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn the_callers_context_survives_every_call() {
+    let all = allocators();
+    let Allocators {
+        backend,
+        alloc,
+        expandable,
+        host,
+    } = &all;
     let threads: Vec<_> = (0..6)
         .map(|t| {
             let (alloc, expandable, host) = (alloc.clone(), expandable.clone(), host.clone());
@@ -218,12 +253,25 @@ fn on_fake_the_callers_context_survives_every_call() {
     for thread in threads {
         thread.join().expect("a thread's calls kept its context");
     }
+    let caller = caller_context(backend, 1);
+    drop_all(all, caller);
+}
 
-    // Error paths, one at a time (an injected failure is the next call's, whichever thread).
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_error_paths_keep_the_callers_context() {
+    let all = allocators();
+    let Allocators {
+        backend,
+        alloc,
+        expandable,
+        host,
+    } = &all;
+    // One at a time: an injected failure is the next call's, whichever thread makes it.
     let other = backend.context(0).unwrap().new_stream().unwrap();
     let other_id = CudaBackend::stream_id(&other);
     for t in 0..2 {
-        let caller = caller_context(&backend, t);
+        let caller = caller_context(backend, t);
         set_current(caller);
         fail_next("cuMemAlloc_v2", UNKNOWN, 1);
         let failed = keeps(caller, "a failed cuMemAlloc", || {
@@ -244,24 +292,19 @@ fn on_fake_the_callers_context_survives_every_call() {
         assert!(failed.is_err(), "the injected failure was not seen");
         keeps(caller, "empty_cache after failures", || alloc.empty_cache()).unwrap();
     }
-    let caller = caller_context(&backend, 1);
-    set_current(caller);
     other.synchronize().unwrap();
-    set_current(caller);
     drop(other);
-    set_current(caller);
-    keeps(caller, "dropping the allocators and the backend", || {
-        drop((alloc, expandable, host, backend))
-    });
+    let caller = caller_context(backend, 1);
+    drop_all(all, caller);
 }
 
 #[test]
-#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
-fn on_fake_the_plugin_hands_out_device_memory_of_the_device_asked_for() {
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn the_plugin_hands_out_device_memory_of_the_device_asked_for() {
     use blockpool_torch::{
         blockpool_device_count, blockpool_empty_cache, blockpool_free, blockpool_malloc,
     };
-    // The child process has no BLOCKPOOL_BACKEND: `auto`, which is CUDA on the fake driver.
+    // No BLOCKPOOL_BACKEND: `auto`, which is CUDA (the fake driver's, or the GPU's).
     let devices = blockpool_device_count();
     assert!(devices >= 1, "the plugin did not start on the fake driver");
     set_current(std::ptr::null_mut());

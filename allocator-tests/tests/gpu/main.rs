@@ -8,7 +8,8 @@
 mod buffers;
 mod context;
 mod cublas;
-mod fake_buffers;
+mod cudarc_api;
+
 mod fake_driver;
 mod kernels;
 mod memory;

@@ -1,6 +1,6 @@
-//! `DeviceBuffer` under cudarc's own safe API on the fake driver: copies and sets through
-//! blocks reused on one stream and handed across streams, and a panic inside cudarc kept with
-//! its message.
+//! `DeviceBuffer` under cudarc's own safe API: copies and sets through blocks reused on one
+//! stream and handed across streams (on a GPU and on the fake driver), and a panic inside
+//! cudarc kept with its message (on the fake, which can make `cuEventCreate` fail).
 
 use blockpool::cuda::DeviceBuffer;
 use blockpool::{AllocatorConfig, BufferError, CachingAllocator, CudaBackend};
@@ -8,9 +8,9 @@ use blockpool::{AllocatorConfig, BufferError, CachingAllocator, CudaBackend};
 use crate::context::{assert_device_memory, fail_next, UNKNOWN};
 
 #[test]
-#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
-fn on_fake_cudarc_copies_round_trip_through_reuse_across_streams() {
-    let backend = CudaBackend::new().expect("the fake driver loads");
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn cudarc_copies_round_trip_through_reuse_across_streams() {
+    let backend = crate::gpu_backend();
     let alloc = CachingAllocator::new(backend.clone(), AllocatorConfig::default());
     for device in 0..alloc.device_count() {
         let ctx = backend.context(device).unwrap();
