@@ -10,8 +10,13 @@
 //! the one thing it cannot run (`cuModuleLoadData` answers `CUDA_ERROR_NOT_SUPPORTED`).
 //!
 //! It checks what a driver checks, so the tests find protocol mistakes: calls before `cuInit`,
-//! with no current context, on destroyed events or streams, frees of unknown pointers and
-//! copies outside an allocation are errors with the real driver's codes.
+//! with no current context, on destroyed events or streams, an event recorded on another
+//! context's stream, frees of unknown pointers, copies outside an allocation or into another
+//! device's memory are errors with the real driver's codes. Each thread has its own context
+//! stack (`cuCtxGetCurrent`/`SetCurrent`/`Push`/`Pop`), primary contexts count their retains,
+//! and `cuPointerGetAttribute` says what an address is (`CU_POINTER_ATTRIBUTE_MEMORY_TYPE`,
+//! `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`), so a test can check that a caller's context
+//! survives a call and that a pointer is device memory of the device asked for.
 //!
 //! # Knobs (environment variables, read at `cuInit`)
 //! | variable | default | effect |
@@ -35,6 +40,10 @@
 //!   calls were made, so a test can check that everything was given back.
 //! - `blockpoolFakeCudaSetEventDelay(u32)` sets the event delay at run time (`u32::MAX`: pending
 //!   until synchronized), so a test can hold a stream busy.
+//! - `blockpoolFakeCudaFailNext(const char *call, u32 code, u32 times)` makes the next `times`
+//!   calls of the driver function `call` fail with `code` (one of the driver's codes), so a
+//!   test reaches its caller's error paths: `cuMemAlloc_v2`, `cuMemFree_v2`, `cuEventCreate`,
+//!   `cuEventRecord`, `cuMemHostAlloc`, `cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`.
 
 // The driver is compiled on its own by the build script; clippy (and rustfmt) see it here.
 #[cfg(clippy)]

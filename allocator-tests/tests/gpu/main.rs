@@ -9,7 +9,6 @@ mod buffers;
 mod context;
 mod cublas;
 mod cudarc_api;
-
 mod fake_driver;
 mod kernels;
 mod memory;
