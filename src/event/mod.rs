@@ -22,5 +22,6 @@ pub use entry::{Action, ContextId, TraceEvent};
 pub(crate) use history::TraceRing;
 pub use history::{Backtraces, ContextLevel, EventStamp, HistorySettings};
 pub use table::{ContextTable, DEFAULT_MAX_CONTEXTS};
+#[cfg(feature = "trace-files")]
 pub(crate) use tags::bounded as bounded_tag;
 pub use tags::{dropped_tag_stacks, MAX_TAG_BYTES, MAX_TAG_DEPTH, MAX_TAG_STACKS};
