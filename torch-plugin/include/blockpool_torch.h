@@ -14,11 +14,13 @@
  *
  * Conventions
  * - One allocator per process, made on the first call of any function here, with one pool
- *   per device. The backend is chosen by BLOCKPOOL_BACKEND: "cuda" (the GPU, through the
- *   driver), "sim" (the simulated device: no GPU needed; BLOCKPOOL_SIM_DEVICES devices of
- *   BLOCKPOOL_SIM_CAPACITY bytes, default 1 device of 80 GiB), or unset / "auto" (cuda when
- *   the driver is usable, else sim, said in the log). BLOCKPOOL_ALLOC_CONF (falling back to
- *   PYTORCH_CUDA_ALLOC_CONF) configures it in PyTorch's syntax.
+ *   per device. The backend is chosen by BLOCKPOOL_BACKEND: unset, "auto" or "cuda" (the GPUs,
+ *   through the driver; without a usable driver there is no allocator: every call fails,
+ *   blockpool_malloc returns NULL, and blockpool_last_error and the log give the diagnosis and
+ *   the fix, never simulated addresses), or "sim" (the simulated device, for tests that never
+ *   touch the memory: BLOCKPOOL_SIM_DEVICES devices of BLOCKPOOL_SIM_CAPACITY bytes, default 1
+ *   device of 80 GiB, said in the log when the allocator is made). BLOCKPOOL_ALLOC_CONF
+ *   (falling back to PYTORCH_CUDA_ALLOC_CONF) configures it in PyTorch's syntax.
  * - Streams are PyTorch's cudaStream_t values, passed as they are; NULL is the default stream.
  * - Every function is thread-safe and never lets a panic cross into C: a panic is caught,
  *   logged, and turned into NULL or BLOCKPOOL_ERR_PANIC.
