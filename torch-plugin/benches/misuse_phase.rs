@@ -57,6 +57,58 @@ fn misuse() {
     // SAFETY: a NULL buffer with 0 only asks for the length.
     let unknown = unsafe { blockpool_step_detector_observe(999, 0, 0, std::ptr::null_mut(), 0) };
     assert_eq!(unknown, BLOCKPOOL_ERR_UNKNOWN_HANDLE as isize);
+    // The rest of the history and handle functions given bad arguments.
+    assert_eq!(
+        blockpool_step_detector_new(usize::MAX),
+        0,
+        "too many growth steps"
+    );
+    let detector = blockpool_step_detector_new(2);
+    // SAFETY: as above; device 7 does not exist.
+    let bad_device =
+        unsafe { blockpool_step_detector_observe(detector, 1, 7, std::ptr::null_mut(), 0) };
+    assert!(bad_device < 0);
+    // SAFETY: as above; device -1 is refused.
+    let negative =
+        unsafe { blockpool_step_detector_observe(detector, 1, -1, std::ptr::null_mut(), 0) };
+    assert!(negative < 0);
+    assert_eq!(blockpool_step_detector_free(detector), BLOCKPOOL_OK);
+    // SAFETY: NULL is refused before it is read.
+    assert_eq!(
+        unsafe { blockpool_dump_snapshot(std::ptr::null()) },
+        BLOCKPOOL_ERR_INVALID_ARGUMENT
+    );
+    // SAFETY: a NUL-terminated path in a folder that does not exist.
+    let unwritable = unsafe { blockpool_dump_snapshot(c"/nonexistent/dir/x.pickle".as_ptr()) };
+    assert_eq!(unwritable, BLOCKPOOL_ERR_IO);
+    // SAFETY: NULL is refused before it is read.
+    assert_eq!(
+        unsafe { blockpool_annotate_push(std::ptr::null()) },
+        BLOCKPOOL_ERR_INVALID_ARGUMENT
+    );
+    assert_eq!(blockpool_annotate_pop(), BLOCKPOOL_ERR_INVALID_ARGUMENT);
+    // A scope finished with a buffer too small, then again, then freed twice.
+    // SAFETY: a NUL-terminated name.
+    let scope = unsafe { blockpool_leak_scope_begin(c"misuse".as_ptr()) };
+    assert!(scope > 0);
+    let mut small = [0 as std::ffi::c_char; 4];
+    // SAFETY: `small` is a live buffer of 4 bytes.
+    let length = unsafe { blockpool_leak_scope_finish(scope, small.as_mut_ptr(), small.len()) };
+    assert!(length > 4);
+    // SAFETY: as above.
+    let again = unsafe { blockpool_leak_scope_finish(scope, small.as_mut_ptr(), small.len()) };
+    assert_eq!(again, length);
+    assert_eq!(
+        blockpool_step_detector_free(scope),
+        BLOCKPOOL_ERR_UNKNOWN_HANDLE
+    );
+    assert_eq!(blockpool_leak_scope_free(scope), BLOCKPOOL_OK);
+    assert_eq!(
+        blockpool_leak_scope_free(scope),
+        BLOCKPOOL_ERR_UNKNOWN_HANDLE
+    );
+    // SAFETY: a NULL buffer with 0 only asks for the length.
+    assert!(unsafe { blockpool_leak_report_json(std::ptr::null_mut(), 0) } > 0);
 }
 
 /// 16 threads, each on a stream of its own, allocating the four sizes and freeing them,
