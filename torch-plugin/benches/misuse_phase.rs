@@ -74,18 +74,14 @@ fn misuse() {
     assert!(negative < 0);
     assert_eq!(blockpool_step_detector_free(detector), BLOCKPOOL_OK);
     // SAFETY: NULL is refused before it is read.
-    assert_eq!(
-        unsafe { blockpool_dump_snapshot(std::ptr::null()) },
-        BLOCKPOOL_ERR_INVALID_ARGUMENT
-    );
+    let null_path = unsafe { blockpool_dump_snapshot(std::ptr::null()) };
+    assert_eq!(null_path, BLOCKPOOL_ERR_INVALID_ARGUMENT);
     // SAFETY: a NUL-terminated path in a folder that does not exist.
     let unwritable = unsafe { blockpool_dump_snapshot(c"/nonexistent/dir/x.pickle".as_ptr()) };
     assert_eq!(unwritable, BLOCKPOOL_ERR_IO);
     // SAFETY: NULL is refused before it is read.
-    assert_eq!(
-        unsafe { blockpool_annotate_push(std::ptr::null()) },
-        BLOCKPOOL_ERR_INVALID_ARGUMENT
-    );
+    let null_tag = unsafe { blockpool_annotate_push(std::ptr::null()) };
+    assert_eq!(null_tag, BLOCKPOOL_ERR_INVALID_ARGUMENT);
     assert_eq!(blockpool_annotate_pop(), BLOCKPOOL_ERR_INVALID_ARGUMENT);
     // A scope finished with a buffer too small, then again, then freed twice.
     // SAFETY: a NUL-terminated name.
