@@ -179,71 +179,9 @@ pub(crate) fn unregister(sink: &Weak<dyn AnnotationSink>) {
         .retain(|s| s.strong_count() > 0 && !Weak::ptr_eq(s, sink));
 }
 
-/// The current call stack, innermost first, without the frames of the backtrace machinery and
-/// of blockpool itself (they are the same for every event).
-pub(crate) fn capture_frames() -> Vec<Frame> {
-    let text = std::backtrace::Backtrace::force_capture().to_string();
-    parse_backtrace(&text)
-        .into_iter()
-        .skip_while(|f| is_internal(&f.name))
-        .collect()
-}
-
-fn is_internal(name: &str) -> bool {
-    name.starts_with("std::backtrace")
-        || name.starts_with("blockpool::")
-        || name.starts_with("<blockpool::")
-}
-
-/// Parses `std::backtrace::Backtrace`'s display form: a line `  N: name` per frame, followed by
-/// `at file:line:column` when the location is known.
-fn parse_backtrace(text: &str) -> Vec<Frame> {
-    let mut frames: Vec<Frame> = Vec::new();
-    for line in text.lines().map(str::trim) {
-        if let Some(location) = line.strip_prefix("at ") {
-            if let Some(frame) = frames.last_mut() {
-                let mut parts = location.rsplitn(3, ':');
-                let (column, line_no, file) = (parts.next(), parts.next(), parts.next());
-                match (file, line_no.and_then(|l| l.parse().ok()), column) {
-                    (Some(file), Some(line_no), Some(_)) => {
-                        frame.filename = file.into();
-                        frame.line = line_no;
-                    }
-                    _ => frame.filename = location.into(),
-                }
-            }
-        } else if let Some((index, name)) = line.split_once(": ") {
-            if index.chars().all(|c| c.is_ascii_digit()) && !index.is_empty() {
-                frames.push(Frame {
-                    name: name.into(),
-                    filename: "".into(),
-                    line: 0,
-                });
-            }
-        }
-    }
-    frames
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backtrace_text_parses_into_frames() {
-        let text = "   0: std::backtrace::Backtrace::force_capture\n             at /rustc/abc/library/std/src/backtrace.rs:312:13\n   1: my_app::train_step\n             at ./src/main.rs:42:9\n   2: __libc_start_main\n";
-        let frames = parse_backtrace(text);
-        assert_eq!(frames.len(), 3, "one frame per numbered line: {frames:?}");
-        assert_eq!(
-            frames[1],
-            Frame {
-                name: "my_app::train_step".into(),
-                filename: "./src/main.rs".into(),
-                line: 42
-            }
-        );
-        assert_eq!((&*frames[2].filename, frames[2].line), ("", 0));
-    }
 
     /// Records the tag stack of every notification made on one thread (tests run in
     /// parallel, and every sink hears every thread).

@@ -12,6 +12,7 @@
 mod context;
 mod entry;
 mod history;
+mod stacks;
 mod table;
 mod tags;
 
@@ -21,6 +22,7 @@ pub(crate) use context::{register as register_sink, unregister as unregister_sin
 pub use entry::{Action, ContextId, TraceEvent};
 pub(crate) use history::TraceRing;
 pub use history::{Backtraces, ContextLevel, EventStamp, HistorySettings};
+pub use stacks::MAX_STACK_FRAMES;
 pub use table::{ContextTable, DEFAULT_MAX_CONTEXTS};
 #[cfg(feature = "trace-files")]
 pub(crate) use tags::bounded as bounded_tag;

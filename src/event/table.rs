@@ -11,8 +11,9 @@
 //! Gathering the context of a call without a call stack is a thread-local read while the
 //! thread's tag stack is unchanged and the thread last asked the same table.
 
-use super::context::{capture_frames, Context, Frame};
+use super::context::{Context, Frame};
 use super::entry::ContextId;
+use super::stacks::{self, Symbols};
 use super::tags::{self, TagStackId};
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -26,8 +27,22 @@ pub const DEFAULT_MAX_CONTEXTS: usize = 1 << 16;
 /// Id of the empty context (no tags, no frames), interned first in every table.
 const EMPTY: ContextId = ContextId(1);
 
-/// One context: its tag stack and its call stack (empty without one).
-type Key = (TagStackId, Arc<[Frame]>);
+/// A context's call stack: captured (return addresses, symbolized when read) or given as
+/// frames (empty: none).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Stack {
+    Captured(Arc<[usize]>),
+    Given(Arc<[Frame]>),
+}
+
+impl Stack {
+    fn none() -> Stack {
+        Stack::Given(Arc::from(Vec::new()))
+    }
+}
+
+/// One context: its tag stack and its call stack.
+type Key = (TagStackId, Stack);
 
 #[derive(Default)]
 struct Entries {
@@ -39,6 +54,8 @@ struct Entries {
 /// An allocator's interned contexts (module docs).
 pub struct ContextTable {
     entries: Mutex<Entries>,
+    /// Captured stacks' addresses, symbolized once each, when a context is read.
+    symbols: Mutex<Symbols>,
     max_contexts: usize,
     dropped: AtomicU64,
     /// Tells tables apart in the threads' caches; never reused.
@@ -71,12 +88,13 @@ impl ContextTable {
     /// A table that keeps at most `max_contexts` contexts (at least 1: the empty one).
     pub fn with_max_contexts(max_contexts: usize) -> ContextTable {
         static SERIAL: AtomicU64 = AtomicU64::new(1);
-        let empty: Key = (TagStackId::EMPTY, Arc::from(Vec::new()));
+        let empty: Key = (TagStackId::EMPTY, Stack::none());
         ContextTable {
             entries: Mutex::new(Entries {
                 keys: vec![empty.clone()],
                 ids: HashMap::from([(empty, EMPTY)]),
             }),
+            symbols: Mutex::new(Symbols::default()),
             max_contexts: max_contexts.max(1),
             dropped: AtomicU64::new(0),
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
@@ -123,7 +141,7 @@ impl ContextTable {
     /// # let _ = second;
     /// ```
     pub fn intern(&self, frames: Vec<Frame>) -> ContextId {
-        self.intern_key((tags::current(), Arc::from(frames)))
+        self.intern_key((tags::current(), Stack::Given(Arc::from(frames))))
     }
 
     fn intern_key(&self, key: Key) -> ContextId {
@@ -140,7 +158,7 @@ impl ContextTable {
             }
         }
         self.dropped.fetch_add(1, Ordering::Relaxed);
-        let tags_only: Key = (key.0, Arc::from(Vec::new()));
+        let tags_only: Key = (key.0, Stack::none());
         entries
             .ids
             .get(&tags_only)
@@ -154,7 +172,7 @@ impl ContextTable {
     pub(crate) fn current(&self, frames: bool) -> ContextId {
         let stack = tags::current();
         if frames {
-            return self.intern_key((stack, Arc::from(capture_frames())));
+            return self.intern_key((stack, Stack::Captured(Arc::from(stacks::capture()))));
         }
         let (serial, last_stack, last_id) = LAST.get();
         if serial == self.serial && last_stack == stack {
@@ -163,19 +181,24 @@ impl ContextTable {
         let id = if stack == TagStackId::EMPTY {
             EMPTY
         } else {
-            self.intern_key((stack, Arc::from(Vec::new())))
+            self.intern_key((stack, Stack::none()))
         };
         LAST.set((self.serial, stack, id));
         id
     }
 
-    /// The context interned as `id`, if any.
+    /// The context interned as `id`, if any; a captured call stack is symbolized here (each
+    /// address once per table).
     pub fn get(&self, id: ContextId) -> Option<Context> {
         let index = (id.0 as usize).checked_sub(1)?;
-        let (stack, frames) = self.entries.lock().keys.get(index)?.clone();
+        let (tag_stack, stack) = self.entries.lock().keys.get(index)?.clone();
+        let frames = match stack {
+            Stack::Captured(addresses) => self.symbols.lock().frames(&addresses),
+            Stack::Given(frames) => frames.to_vec(),
+        };
         Some(Context {
-            tags: tags::tags_of(stack),
-            frames: frames.to_vec(),
+            tags: tags::tags_of(tag_stack),
+            frames,
         })
     }
 }

@@ -508,6 +508,12 @@ fn a_handle_knows_when_and_where_it_was_allocated_while_history_is_recorded() {
         !context.frames.is_empty(),
         "Backtraces::Rust captures the call stack"
     );
+    assert!(
+        !context.frames[0].name.starts_with("blockpool::")
+            && context.frames.iter().any(|f| f.name.contains("history::")),
+        "the stack starts at the caller, the test: {:?}",
+        context.frames
+    );
     // The id is the one the snapshot gives the live block.
     let snapshot = alloc.snapshot();
     let block = snapshot
