@@ -215,7 +215,7 @@ fn a_busy_gpu_is_diagnosed_and_the_demo_says_what_to_do() {
     let message = stderr(&output);
     assert!(
         message.starts_with(
-            "memtrace: CUDA looks usable, but its devices could not be opened: driver error 46 \
+            "memtrace: CUDA looks usable, but GPU 0 could not be opened: driver error 46 \
              (CUDA_ERROR_DEVICE_UNAVAILABLE) on device 0"
         ),
         "{message}"

@@ -3,9 +3,11 @@
 //! Creating one checks, in order, that libcuda can be loaded (without letting cudarc panic),
 //! that it has every function blockpool calls, that `cuInit` succeeds, that the driver is
 //! recent enough, and that there is a device; each failure is a typed [`BackendError`] that
-//! says what to do. Then every device's primary
-//! context is retained (the same context the CUDA runtime, PyTorch and cudarc's
-//! `CudaContext::new` use), so memory from here works with streams and kernels from any of them.
+//! says what to do. A device's primary context (the same context the CUDA runtime, PyTorch and
+//! cudarc's `CudaContext::new` use, so memory from here works with streams and kernels from any
+//! of them) is retained on the device's first use, as PyTorch initializes devices lazily: a
+//! process that uses one GPU of eight (a rank under `torchrun`) holds a context, and its
+//! memory, on that one only.
 //!
 //! `backend/device.rs` holds one device (primary context, properties, segments, event pool),
 //! `backend/vmm.rs` its expandable-segment address ranges and mappings.
@@ -15,7 +17,7 @@ mod vmm;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -64,7 +66,10 @@ pub struct CudaBackend {
 
 struct Inner {
     driver: Driver,
-    devices: Vec<CudaDevice>,
+    /// Every device of the process, each opened on its first use.
+    devices: Vec<OnceLock<CudaDevice>>,
+    /// Serializes opening devices.
+    opening: Mutex<()>,
     driver_version: i32,
     /// Live pinned host allocations: address -> size in bytes.
     host: Mutex<HashMap<u64, usize>>,
@@ -109,7 +114,10 @@ impl fmt::Debug for CudaBackendEvent {
 }
 
 impl CudaBackend {
-    /// Opens every CUDA device of this process.
+    /// The CUDA devices of this process. Each device is opened (its primary context retained
+    /// and its properties read) on first use, by any method that takes its index; a device that
+    /// cannot be opened then (for example `CUDA_ERROR_DEVICE_UNAVAILABLE`, held exclusively by
+    /// another process) fails that call with a typed error, and the next use tries again.
     ///
     /// Fails, without panicking, with a [`BackendError::Driver`] whose message says what to do
     /// when: the driver library cannot be loaded (code 303,
@@ -117,8 +125,7 @@ impl CudaBackend {
     /// `CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER`, naming the function), `cuInit` fails (for example
     /// `CUDA_ERROR_NO_DEVICE` or `CUDA_ERROR_STUB_LIBRARY`), the driver is older than
     /// [`MIN_DRIVER_VERSION`] (`CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER`), there is no device
-    /// (`CUDA_ERROR_NO_DEVICE`), or a device's primary context cannot be retained (for example
-    /// `CUDA_ERROR_DEVICE_UNAVAILABLE` when another process holds it exclusively).
+    /// (`CUDA_ERROR_NO_DEVICE`).
     pub fn new() -> Result<CudaBackend, BackendError> {
         let library = Library::open().ok_or_else(library_missing)?;
         // Before any driver call: cudarc panics on calling a function the library lacks.
@@ -146,20 +153,16 @@ impl CudaBackend {
                 "cuDeviceGetCount",
             ));
         }
-        // `CudaContext::new` makes each primary context current: the caller's is put back.
-        let _current = ContextGuard::save(driver)?;
-        let devices = (0..count as usize)
-            .map(|index| CudaDevice::open(driver, index))
-            .collect::<Result<Vec<_>, _>>()?;
         tracing::debug!(
-            devices = devices.len(),
+            devices = count,
             driver_version = version,
             "CUDA backend ready"
         );
         Ok(CudaBackend {
             inner: Arc::new(Inner {
                 driver,
-                devices,
+                devices: (0..count as usize).map(|_| OnceLock::new()).collect(),
+                opening: Mutex::new(()),
                 driver_version: version,
                 host: Mutex::new(HashMap::new()),
             }),
@@ -172,7 +175,7 @@ impl CudaBackend {
         self.inner.driver_version
     }
 
-    /// Everything read about `device` when the backend was created.
+    /// Everything read about `device` when it was opened (its first use).
     pub fn properties(&self, device: DeviceIndex) -> Result<&CudaDeviceProperties, BackendError> {
         Ok(&self.device(device)?.properties)
     }
@@ -223,14 +226,28 @@ impl CudaBackend {
         StreamId(stream.cu_stream() as u64)
     }
 
+    /// Device `device`, opened on its first use.
     fn device(&self, device: DeviceIndex) -> Result<&CudaDevice, BackendError> {
-        self.inner
+        let slot = self
+            .inner
             .devices
             .get(device)
             .ok_or(BackendError::InvalidDevice {
                 device,
                 device_count: self.inner.devices.len(),
-            })
+            })?;
+        if let Some(opened) = slot.get() {
+            return Ok(opened);
+        }
+        let _opening = self.inner.opening.lock();
+        if let Some(opened) = slot.get() {
+            return Ok(opened);
+        }
+        // `CudaContext::new` makes the primary context current: the caller's is put back.
+        let _current = ContextGuard::save(self.inner.driver)?;
+        let opened = CudaDevice::open(self.inner.driver, device)?;
+        tracing::debug!(device, "CUDA device opened");
+        Ok(slot.get_or_init(|| opened))
     }
 }
 
@@ -241,15 +258,17 @@ fn format_version(version: i32) -> String {
 
 impl fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self
+        let opened: Vec<(DeviceIndex, &str)> = self
             .inner
             .devices
             .iter()
-            .map(|d| d.properties.name.as_str())
+            .enumerate()
+            .filter_map(|(i, d)| d.get().map(|d| (i, d.properties.name.as_str())))
             .collect();
         f.debug_struct("CudaBackend")
             .field("driver_version", &self.inner.driver_version)
-            .field("devices", &names)
+            .field("devices", &self.inner.devices.len())
+            .field("opened", &opened)
             .finish()
     }
 }
@@ -330,8 +349,22 @@ impl Backend for CudaBackend {
     }
 
     fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
-        self.device(device)
-            .is_ok_and(|d| d.properties.virtual_memory_supported)
+        let Some(slot) = self.inner.devices.get(device) else {
+            return false;
+        };
+        if let Some(opened) = slot.get() {
+            return opened.properties.virtual_memory_supported;
+        }
+        // Not opened yet, and asking must not open it (the allocator asks for every device):
+        // the device attribute, which needs no context. Opening also checks the granularity.
+        let driver = self.inner.driver;
+        let attribute =
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED;
+        i32::try_from(device)
+            .ok()
+            .and_then(|ordinal| driver.device(ordinal).ok())
+            .and_then(|handle| driver.device_attribute(handle, attribute).ok())
+            .is_some_and(|supported| supported > 0)
     }
 
     fn reserve_address_range(

@@ -332,3 +332,24 @@ fn the_plugin_hands_out_device_memory_of_the_device_asked_for() {
     });
     assert_eq!(emptied, 0, "blockpool_empty_cache");
 }
+
+/// A device's primary context is retained on its first use, not when the backend is made: a
+/// process that uses one GPU of several (a rank under `torchrun`) holds a context, and its
+/// memory, on that one only, as with PyTorch's own allocator. With one device, the first use
+/// is device 0's.
+#[test]
+#[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_only_the_devices_used_get_a_context() {
+    let retained = || crate::fake_driver::counts().retained_contexts;
+    let backend = CudaBackend::new().expect("the fake driver loads");
+    let last = blockpool::Backend::device_count(&backend) - 1;
+    let before = retained();
+    let alloc = CachingAllocator::new(backend.clone(), AllocatorConfig::default());
+    assert_eq!(retained(), before, "making the allocator opens no device");
+    let block = alloc.allocate(last, MIB, StreamId::DEFAULT).unwrap();
+    assert_device_memory(block.ptr(), MIB, last);
+    assert_eq!(retained(), before + 1, "the device used, and only it");
+    drop(block);
+    drop((alloc, backend));
+    assert_eq!(retained(), before, "given back with the backend");
+}

@@ -90,7 +90,16 @@ impl Device {
     fn new(backend: DefaultBackend, config: &AllocatorConfig) -> anyhow::Result<Device> {
         #[cfg(feature = "cuda")]
         if let DefaultBackend::Cuda(cuda) = &backend {
-            let free = blockpool::Backend::mem_get_info(cuda, 0)?.free_bytes;
+            // The first use of GPU 0 opens it (its primary context): a GPU held by another
+            // process fails here.
+            let free = blockpool::Backend::mem_get_info(cuda, 0)
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "CUDA looks usable, but GPU 0 could not be opened: {e} \
+                         ({BACKEND_ENV_VAR}=sim uses the simulated device instead)"
+                    )
+                })?
+                .free_bytes;
             let budget = (free as f64 * GPU_SHARE) as u64;
             let (hidden, peak) = widest_fitting(budget, config)?.ok_or_else(|| {
                 anyhow::anyhow!(
