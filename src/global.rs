@@ -97,9 +97,10 @@ pub enum DefaultAllocatorError {
         /// Why, and what to do.
         diagnosis: Diagnosis,
     },
-    /// The driver works and reports GPUs, but opening them failed (for example a GPU held by
-    /// another process in exclusive compute mode). A machine with GPUs never falls back to the
-    /// simulated device silently.
+    /// The driver works and reports GPUs, but `CudaBackend::new` failed after the probe. A
+    /// device that cannot be opened (a GPU held by another process in exclusive compute mode)
+    /// fails later, at its first use: devices open lazily. A machine with GPUs never falls
+    /// back to the simulated device silently.
     #[error(
         "CUDA looks usable, but its devices could not be opened: {error} (BLOCKPOOL_BACKEND=sim \
          uses the simulated device instead)"
@@ -158,7 +159,8 @@ pub(crate) fn choose<C>(
     }
 }
 
-/// Opens every CUDA device (`CudaBackend::new`), with its error as ours.
+/// The CUDA backend (`CudaBackend::new`, which opens each device on its first use), with its
+/// error as ours.
 #[cfg(feature = "cuda")]
 fn open_cuda() -> Result<DefaultBackend, DefaultAllocatorError> {
     crate::cuda::CudaBackend::new()
@@ -184,7 +186,7 @@ fn simulated_device() -> DefaultBackend {
 /// asking the real driver; the choice is said through `tracing` at info level.
 ///
 /// Checking for CUDA starts the driver and counts the devices but makes no context; opening
-/// CUDA then makes one per device.
+/// CUDA makes none either: each device gets its context on its first use.
 ///
 /// ```
 /// use blockpool::global::default_backend_for;
