@@ -15,21 +15,11 @@ use blockpool::{
     SimBackend, StreamId,
 };
 
+use crate::support::Rng;
+
 const MIB: usize = 1 << 20;
 const WORKERS: usize = 4;
 const STREAMS: [StreamId; 2] = [StreamId::DEFAULT, StreamId(1)];
-
-/// xorshift64*, seeded per worker.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
 
 /// Workers allocating and freeing sizes up to `max_bytes` (a few held at once) until `stop`,
 /// beside `other` run on the test's thread; out-of-memory errors are counted, any other error

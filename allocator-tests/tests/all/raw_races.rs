@@ -13,22 +13,12 @@ use blockpool::introspect::Introspect;
 use blockpool::trace::BlockState;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 
+use crate::support::Rng;
+
 const MIB: usize = 1 << 20;
 
 /// The stream the racing thread records; the freeing thread never uses it.
 const RECORDED: StreamId = StreamId(7);
-
-/// xorshift64*, seeded: the freeing thread's choices repeat from run to run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
 
 /// One thread allocates pairs of neighbouring large blocks, publishes the first, frees both
 /// (they merge, so the block slots are given back) and allocates small blocks that take those

@@ -6,6 +6,7 @@
 //! clobbered tag. At the end every allocation is freed, every stream completed and the cache
 //! emptied: the devices must hold nothing and the bookkeeping must be intact.
 
+use crate::support::Rng;
 use blockpool::introspect::Introspect;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use std::sync::Arc;
@@ -37,24 +38,13 @@ fn allocator_and_allocations_are_send_and_sync() {
     assert_send_sync::<Allocation<SimBackend>>();
 }
 
-/// xorshift64*: deterministic per thread, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as usize % n
-    }
-
-    fn size(&mut self) -> usize {
-        match self.below(10) {
-            0..=5 => 2 * TAG_BYTES + self.below(64 << 10),
-            6..=8 => (1 << 20) + self.below(3 << 20),
-            // Around 20 MiB: oversize when max_split_size_mb is 20.
-            _ => (10 << 20) + self.below(16 << 20),
-        }
+/// A size: mostly small, some large, some around 20 MiB (oversize when max_split_size_mb is
+/// 20).
+fn size(rng: &mut Rng) -> usize {
+    match rng.below(10) {
+        0..=5 => 2 * TAG_BYTES + rng.below(64 << 10),
+        6..=8 => (1 << 20) + rng.below(3 << 20),
+        _ => (10 << 20) + rng.below(16 << 20),
     }
 }
 
@@ -125,7 +115,7 @@ fn worker(
         let stream = STREAMS[rng.below(STREAMS.len())];
         match rng.below(100) {
             0..=44 if held.len() < MAX_LIVE => {
-                let len = rng.size();
+                let len = size(&mut rng);
                 let raw = rng.below(4) == 0;
                 let result = if raw {
                     alloc.malloc(device, len, stream).map(|ptr| (ptr, None))

@@ -1,5 +1,5 @@
 //! Helpers several test modules share: statistics by key, the validity check after a scenario
-//! step, and the property tests' configuration.
+//! step, the property tests' configuration, and a seeded random number generator.
 
 use blockpool::introspect::Introspect;
 use blockpool::{CachingAllocator, SimBackend};
@@ -94,4 +94,23 @@ fn proptest_config_reads_proptest_cases_and_persists_failures_in_the_named_file(
         "failures must be persisted in the named file, got {:?}",
         config.failure_persistence
     );
+}
+
+/// xorshift64*: a deterministic sequence per seed, for threads that must repeat their choices
+/// from run to run (no dependency, no shared state).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number of the sequence.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (from the high bits, the better half of xorshift64*'s).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() >> 32) as usize % n
+    }
 }
