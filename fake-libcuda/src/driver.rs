@@ -322,35 +322,6 @@ impl Driver {
         }
     }
 
-    /// What `ptr` points into: device memory (`cuMemAlloc`, or a mapping of `cuMemCreate`
-    /// memory) or pinned host memory, and the device it belongs to.
-    pub(crate) fn pointer_owner(&self, ptr: u64) -> Option<(MemoryType, usize)> {
-        if let Some(device) = self.vmm.device_of(ptr) {
-            return Some((MemoryType::Device, device));
-        }
-        let inside = |start: u64, size: usize| ptr >= start && ptr - start < size as u64;
-        if let Some((&start, allocation)) = self.allocations.range(..=ptr).next_back() {
-            if inside(start, allocation.size) {
-                return Some((MemoryType::Device, allocation.device));
-            }
-        }
-        self.host
-            .iter()
-            .find(|(&start, host)| inside(start as u64, host.size))
-            .map(|(_, host)| (MemoryType::Host, host.device))
-    }
-
-    /// Checks that `[ptr, ptr + len)` is memory of `device`, which a copy or set on one of its
-    /// streams touches: another device's memory is `CUDA_ERROR_INVALID_VALUE`, as the driver
-    /// answers for memory its context cannot reach.
-    fn check_device_range(&self, device: usize, ptr: u64, len: usize) -> Result<(), u32> {
-        self.check_range(ptr, len)?;
-        match self.pointer_owner(ptr) {
-            Some((MemoryType::Device, owner)) if owner == device => Ok(()),
-            _ => Err(code::INVALID_VALUE),
-        }
-    }
-
     fn device(&self, ordinal: c_int) -> Result<usize, u32> {
         usize::try_from(ordinal)
             .ok()

@@ -37,4 +37,6 @@ pub use model::{
 };
 
 #[cfg(test)]
+mod frame_line_tests;
+#[cfg(test)]
 mod interop_tests;
