@@ -107,6 +107,40 @@ fn misuse() {
     assert!(unsafe { blockpool_leak_report_json(std::ptr::null_mut(), 0) } > 0);
 }
 
+/// Every other function of the interface given bad arguments, and an out-of-memory, each
+/// refused as it should be.
+fn misuse_everything_else() {
+    assert!(blockpool_malloc(-1, 0, std::ptr::null_mut()).is_null());
+    assert!(blockpool_malloc(16, 99, std::ptr::null_mut()).is_null());
+    assert!(blockpool_malloc(16, -1, std::ptr::null_mut()).is_null());
+    assert!(
+        blockpool_malloc(1 << 50, 0, std::ptr::null_mut()).is_null(),
+        "out of memory"
+    );
+    blockpool_free(0xdead_0000 as *mut c_void, 16, 0, std::ptr::null_mut());
+    blockpool_free(0xdead_0000 as *mut c_void, 16, 99, std::ptr::null_mut());
+    blockpool_free_v0(0xdead_0000 as *mut c_void, 16, std::ptr::null_mut());
+    let ptr = blockpool_malloc(4096, 0, std::ptr::null_mut());
+    blockpool_free(ptr, 4096, 0, std::ptr::null_mut());
+    blockpool_free(ptr, 4096, 0, std::ptr::null_mut());
+    assert_eq!(
+        blockpool_record_stream(0xdead_0000 as *mut c_void, std::ptr::null_mut()),
+        BLOCKPOOL_ERR_UNKNOWN_POINTER
+    );
+    // SAFETY: NULL buffers with 0 only ask for the length.
+    unsafe {
+        assert!(blockpool_memory_stats_json(99, std::ptr::null_mut(), 0) < 0);
+        assert!(blockpool_memory_summary(-1, 0, std::ptr::null_mut(), 0) < 0);
+        assert!(blockpool_get_memory_fraction(99, std::ptr::null_mut()) < 0);
+    }
+    assert!(blockpool_reset_peak_memory_stats(99) < 0);
+    assert!(blockpool_reset_accumulated_memory_stats(-1) < 0);
+    assert!(blockpool_set_memory_fraction(2.0, 0) < 0);
+    assert!(blockpool_set_memory_fraction(f64::NAN, 0) < 0);
+    assert!(blockpool_set_memory_fraction(0.5, 99) < 0);
+    assert_eq!(blockpool_empty_cache(), BLOCKPOOL_OK);
+}
+
 /// 16 threads, each on a stream of its own, allocating the four sizes and freeing them,
 /// `rounds` times; the seconds it took.
 fn phase(rounds: usize) -> f64 {
@@ -138,19 +172,22 @@ fn main() {
         .unwrap_or(20_000);
     if let Ok(variant) = std::env::var(VARIANT_VAR) {
         assert_eq!(blockpool_device_count(), 1, "the simulated device");
-        if variant == "after misuse" {
+        if variant != "no misuse" {
             misuse();
+        }
+        if variant == "after all misuse" {
+            misuse_everything_else();
         }
         let seconds = phase(rounds);
         let ops = (THREADS * rounds * SIZES.len() * 2) as f64;
         println!(
-            "{variant:>14}: {THREADS} threads x {rounds} rounds: {seconds:.3} s, {:.0} ns per operation",
+            "{variant:>16}: {THREADS} threads x {rounds} rounds: {seconds:.3} s, {:.0} ns per operation",
             seconds * 1e9 / ops
         );
         return;
     }
     let exe = std::env::current_exe().expect("this binary");
-    for variant in ["no misuse", "after misuse"] {
+    for variant in ["no misuse", "after misuse", "after all misuse"] {
         let status = Command::new(&exe)
             .arg(rounds.to_string())
             .env(VARIANT_VAR, variant)
