@@ -34,6 +34,19 @@ pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> u32 {
     })
 }
 
+/// `cuStreamGetCtx`: the primary context of the stream's device; for the null, legacy and
+/// per-thread streams, the current context.
+///
+/// # Safety
+/// `context` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx(stream: *mut c_void, context: *mut *mut c_void) -> u32 {
+    with_driver(|d| {
+        let device = d.stream_device(stream as usize)?;
+        write(context, context_handle(device) as *mut c_void)
+    })
+}
+
 /// `cuStreamSynchronize`: completes the events recorded on the stream.
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> u32 {

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::sys::CUresult;
+use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, CudaStream};
 use parking_lot::Mutex;
 
@@ -226,6 +226,38 @@ impl CudaBackend {
         StreamId(stream.cu_stream() as u64)
     }
 
+    /// The device whose primary context `stream` belongs to: `device` for the default streams
+    /// (the call makes `device`'s context current) and for streams of `device`, else the one
+    /// whose primary context it is, checked in order (opening them). A stream of a context
+    /// that is no device's primary one is left to `device`, where the driver refuses it.
+    fn stream_device(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+    ) -> Result<DeviceIndex, BackendError> {
+        // CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2), like the null stream, are the
+        // current context's.
+        if stream.0 <= 2 {
+            return Ok(device);
+        }
+        let driver = self.inner.driver;
+        // SAFETY: `stream.0` is a `CUstream` handle value the caller keeps alive while it has
+        // work queued (the contract of `record_stream`); a destroyed one is reported by the
+        // driver as an error (`CUDA_ERROR_INVALID_HANDLE`), which is this call's.
+        let context = unsafe { driver.stream_context(stream.0 as sys::CUstream) }.on(device)?;
+        if self.device(device)?.context.cu_ctx() == context {
+            return Ok(device);
+        }
+        let others = (0..self.inner.devices.len()).filter(|&d| d != device);
+        Ok(others
+            .into_iter()
+            .find(|&other| {
+                self.device(other)
+                    .is_ok_and(|d| d.context.cu_ctx() == context)
+            })
+            .unwrap_or(device))
+    }
+
     /// Device `device`, opened on its first use.
     fn device(&self, device: DeviceIndex) -> Result<&CudaDevice, BackendError> {
         let slot = self
@@ -306,9 +338,13 @@ impl Backend for CudaBackend {
         device: DeviceIndex,
         stream: StreamId,
     ) -> Result<CudaBackendEvent, BackendError> {
-        let raw = self.device(device)?.record_event(stream)?;
+        // An event must be made in its stream's context: a block of device 0 used on a stream
+        // of device 1 (`record_stream`) gets device 1's event, as PyTorch's allocator records
+        // it under a guard of the stream's device.
+        let owner = self.stream_device(device, stream)?;
+        let raw = self.device(owner)?.record_event(stream)?;
         Ok(CudaBackendEvent {
-            device,
+            device: owner,
             stream,
             raw,
         })

@@ -31,7 +31,7 @@ mod vmm;
 ///
 /// `DeviceBuffer`'s copies go through cudarc's safe layer, as the caller's own cudarc calls do;
 /// those are cudarc's to load.
-pub(crate) const REQUIRED_SYMBOLS: [&str; 34] = [
+pub(crate) const REQUIRED_SYMBOLS: [&str; 35] = [
     "cuDriverGetVersion",
     "cuInit",
     "cuDeviceGetCount",
@@ -66,6 +66,7 @@ pub(crate) const REQUIRED_SYMBOLS: [&str; 34] = [
     "cuMemMap",
     "cuMemSetAccess",
     "cuMemUnmap",
+    "cuStreamGetCtx",
 ];
 
 /// Longest device name read, in bytes with the terminating NUL (the driver's names are < 100).
@@ -447,6 +448,25 @@ impl Driver {
         check("cuEventRecord", unsafe {
             sys::cuEventRecord(event, stream)
         })
+    }
+
+    /// The context `stream` belongs to (`cuStreamGetCtx`); for the null, legacy and per-thread
+    /// default streams, the calling thread's current context.
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a default stream's handle or a stream the caller keeps alive.
+    pub(crate) unsafe fn stream_context(
+        self,
+        stream: sys::CUstream,
+    ) -> Result<sys::CUcontext, CallError> {
+        let mut context: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the library has the symbol; `context` is a valid out-pointer; the stream is
+        // the caller's promise.
+        check("cuStreamGetCtx", unsafe {
+            sys::cuStreamGetCtx(stream, &mut context)
+        })?;
+        Ok(context)
     }
 
     /// Whether the work before `event` has completed (`cuEventQuery`; not ready is `false`).

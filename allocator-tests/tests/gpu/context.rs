@@ -353,3 +353,41 @@ fn on_fake_only_the_devices_used_get_a_context() {
     drop((alloc, backend));
     assert_eq!(retained(), before, "given back with the backend");
 }
+
+/// A block of device 0 used on a stream of device 1 (`record_stream`): its free records the
+/// event in device 1's context, where that stream lives (the driver refuses an event of
+/// another context), and the block waits for it before it is reused, as PyTorch's allocator
+/// does under a guard of the stream's device.
+#[test]
+#[ignore = "needs the fake driver with two devices: the_gpu_tests_pass_on_the_fake_driver runs it"]
+fn on_fake_a_block_used_on_another_devices_stream_waits_for_that_devices_event() {
+    use crate::fake_driver::EventDelay;
+    let backend = CudaBackend::new().expect("the fake driver loads");
+    assert!(
+        blockpool::Backend::device_count(&backend) >= 2,
+        "two devices"
+    );
+    let alloc = CachingAllocator::new(backend.clone(), AllocatorConfig::default());
+    let elsewhere = backend.context(1).unwrap().new_stream().unwrap();
+    set_current(std::ptr::null_mut());
+    let block = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
+    let ptr = block.ptr();
+    block
+        .record_stream(CudaBackend::stream_id(&elsewhere))
+        .unwrap();
+    let delay = EventDelay::set(u32::MAX);
+    keeps(std::ptr::null_mut(), "a free with device 1's event", || {
+        block.free()
+    })
+    .expect("the event is recorded in the stream's context");
+    let again = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
+    assert_ne!(
+        again.ptr(),
+        ptr,
+        "reused before device 1's stream got past its event"
+    );
+    drop(delay);
+    elsewhere.synchronize().unwrap();
+    let third = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
+    assert_eq!(third.ptr(), ptr, "reused once the event completed");
+}
