@@ -3,26 +3,9 @@
 
 use std::sync::Arc;
 
+use super::interop_tests::{dict, int, list, s};
 use super::{load_pytorch_snapshot_as_snapshot, snapshot_from_pytorch_value};
 use crate::trace::pickle::Value;
-
-fn s(text: &str) -> Value {
-    Value::Str(text.into())
-}
-
-fn int(n: i64) -> Value {
-    Value::Int(n)
-}
-
-fn list(items: Vec<Value>) -> Value {
-    Value::List(Arc::new(items))
-}
-
-fn dict(pairs: Vec<(&str, Value)>) -> Value {
-    Value::Dict(Arc::new(
-        pairs.into_iter().map(|(k, v)| (s(k), v)).collect(),
-    ))
-}
 
 /// A snapshot of one `alloc` trace entry with `frames`.
 fn pytorch_file_with_frames(frames: Value) -> Value {

@@ -17,19 +17,23 @@ use crate::trace::{Action, BlockState, Context, ContextId, Contexts, Frame, Snap
 const BASE: u64 = 0x7f00_0000_0000;
 const ORIGIN: u64 = 1_700_000_000_000_000;
 
-fn s(text: &str) -> Value {
+/// A `str` value (also for `frame_line_tests.rs`).
+pub(super) fn s(text: &str) -> Value {
     Value::Str(text.into())
 }
 
-fn int(n: i64) -> Value {
+/// An `int` value.
+pub(super) fn int(n: i64) -> Value {
     Value::Int(n)
 }
 
-fn list(items: Vec<Value>) -> Value {
+/// A `list` value.
+pub(super) fn list(items: Vec<Value>) -> Value {
     Value::List(Arc::new(items))
 }
 
-fn dict(pairs: Vec<(&str, Value)>) -> Value {
+/// A `dict` with `str` keys.
+pub(super) fn dict(pairs: Vec<(&str, Value)>) -> Value {
     Value::Dict(Arc::new(
         pairs.into_iter().map(|(k, v)| (s(k), v)).collect(),
     ))
