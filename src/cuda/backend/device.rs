@@ -59,14 +59,6 @@ pub(super) struct ContextGuard {
 }
 
 impl ContextGuard {
-    /// A guard that restores nothing (the wanted context was current already).
-    fn unchanged(driver: Driver) -> ContextGuard {
-        ContextGuard {
-            driver,
-            saved: None,
-        }
-    }
-
     /// Saves the thread's current context, whatever blockpool then makes current.
     pub(super) fn save(driver: Driver) -> Result<ContextGuard, BackendError> {
         let current = driver.current_context().on(0)?;
@@ -82,9 +74,6 @@ impl Drop for ContextGuard {
         let Some(saved) = self.saved else {
             return;
         };
-        if self.driver.current_context().is_ok_and(|now| now == saved) {
-            return;
-        }
         // SAFETY: `saved` was current on this thread when the guard was made: the caller's
         // context (or null, which pops what blockpool made current), which nothing blockpool
         // did in between destroys. A context the caller destroyed meanwhile on another thread
@@ -156,15 +145,15 @@ impl CudaDevice {
     pub(super) fn make_current(&self) -> Result<ContextGuard, BackendError> {
         let wanted = self.context.cu_ctx();
         let current = self.driver.current_context().on(self.index)?;
-        if current == wanted {
-            return Ok(ContextGuard::unchanged(self.driver));
+        if current != wanted {
+            // SAFETY: `wanted` is the primary context this device retained, alive as long as
+            // `self.context`.
+            unsafe { self.driver.set_current_context(wanted) }.on(self.index)?;
         }
-        // SAFETY: `wanted` is the primary context this device retained, alive as long as
-        // `self.context`.
-        unsafe { self.driver.set_current_context(wanted) }.on(self.index)?;
+        // Nothing to put back when the caller's context was the wanted one already.
         Ok(ContextGuard {
             driver: self.driver,
-            saved: Some(current),
+            saved: (current != wanted).then_some(current),
         })
     }
 
