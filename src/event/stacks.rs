@@ -17,10 +17,23 @@ pub const MAX_STACK_FRAMES: usize = 128;
 /// The calling thread's call stack as return addresses, innermost first.
 pub(crate) fn capture() -> Vec<usize> {
     let mut addresses = Vec::with_capacity(32);
-    backtrace::trace(|frame| {
+    let push = |frame: &backtrace::Frame| {
         addresses.push(frame.ip() as usize);
         addresses.len() < MAX_STACK_FRAMES
-    });
+    };
+    // `backtrace::trace` serializes every walk in the process behind one lock, which only
+    // Windows' dbghelp needs: 16 threads recording stacks on 2 cores spent most of their
+    // time waiting there (benches/README.md, "history with call stacks").
+    #[cfg(windows)]
+    backtrace::trace(push);
+    // SAFETY: on other platforms the walk is the system unwinder's (`_Unwind_Backtrace`),
+    // which is thread-safe, so the lock guards nothing here (std walks unsynchronized too);
+    // the callback only pushes to this call's own vector. Symbolizing, which is not
+    // thread-safe, still goes through `backtrace::resolve` and its lock.
+    #[cfg(not(windows))]
+    unsafe {
+        backtrace::trace_unsynchronized(push)
+    };
     addresses
 }
 
@@ -114,5 +127,36 @@ mod tests {
         let known = symbols.resolved.len();
         symbols.frames(&addresses);
         assert_eq!(symbols.resolved.len(), known, "each address resolved once");
+    }
+
+    /// `backtrace::trace` holds the crate's process-wide lock while its callback runs: a
+    /// capture that took that lock waits here until the other walk gives up (and the test
+    /// fails), where an unsynchronized one is done at once.
+    #[cfg(not(windows))]
+    #[test]
+    fn a_capture_does_not_wait_for_a_walk_on_another_thread() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let (inside_tx, inside_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let walker = std::thread::spawn(move || {
+            let mut released = false;
+            backtrace::trace(|_| {
+                let _ = inside_tx.send(());
+                released = done_rx.recv_timeout(Duration::from_secs(20)).is_ok();
+                false
+            });
+            released
+        });
+        inside_rx
+            .recv()
+            .expect("the other thread is inside its walk");
+        let addresses = caller_of_capture();
+        let _ = done_tx.send(());
+        assert!(!addresses.is_empty());
+        assert!(
+            walker.join().expect("the walker does not panic"),
+            "the capture finished while another thread's walk held backtrace's lock"
+        );
     }
 }

@@ -3,8 +3,10 @@
 //! refused), beside the same phase in a process that made none.
 //!
 //! Each variant runs in a process of its own (this binary runs itself again), so the one that
-//! made the misuse calls cannot share state with the other. Prints one line per variant:
-//! seconds for the phase, and nanoseconds per operation.
+//! made the misuse calls cannot share state with the other. Two more variants leave history
+//! recording on after the misuse (tags, then tags and call stacks): the one state those calls
+//! can leave behind that costs the phase time. Prints one line per variant: seconds for the
+//! phase, and nanoseconds per operation.
 //!
 //! ```sh
 //! cargo bench -p blockpool-torch --bench misuse_phase            # 16 threads x 20,000 rounds
@@ -19,6 +21,9 @@ use blockpool_torch::*;
 
 const THREADS: usize = 16;
 const SIZES: [isize; 4] = [512, 4096, 100_000, 1 << 20];
+/// The variants that leave history recording on after the misuse calls, with the context
+/// level `blockpool_record_memory_history` was given (2: native call stacks).
+const HISTORY_VARIANTS: [(&str, i32); 2] = [("+ history tags", 1), ("+ history stacks", 2)];
 /// Set in the child process: the variant to run.
 const VARIANT_VAR: &str = "BLOCKPOOL_BENCH_MISUSE_VARIANT";
 
@@ -178,16 +183,28 @@ fn main() {
         if variant == "after all misuse" {
             misuse_everything_else();
         }
+        // Recording left on by a valid call among the checks (a refused call keeps the
+        // setting before it, as PyTorch's does).
+        if let Some(context) = HISTORY_VARIANTS
+            .iter()
+            .find_map(|&(name, context)| (name == variant).then_some(context))
+        {
+            assert_eq!(blockpool_record_memory_history(1, 0, context), BLOCKPOOL_OK);
+        }
         let seconds = phase(rounds);
         let ops = (THREADS * rounds * SIZES.len() * 2) as f64;
         println!(
-            "{variant:>16}: {THREADS} threads x {rounds} rounds: {seconds:.3} s, {:.0} ns per operation",
+            "{variant:>18}: {THREADS} threads x {rounds} rounds: {seconds:.3} s, {:.0} ns per operation",
             seconds * 1e9 / ops
         );
         return;
     }
     let exe = std::env::current_exe().expect("this binary");
-    for variant in ["no misuse", "after misuse", "after all misuse"] {
+    let variants = ["no misuse", "after misuse", "after all misuse"];
+    for variant in variants
+        .into_iter()
+        .chain(HISTORY_VARIANTS.map(|(name, _)| name))
+    {
         let status = Command::new(&exe)
             .arg(rounds.to_string())
             .env(VARIANT_VAR, variant)
