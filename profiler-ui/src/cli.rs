@@ -283,15 +283,19 @@ pub struct ServeArgs {
     /// Open the page in the browser (the viewer starts even when none can be opened).
     #[arg(long)]
     pub open: bool,
-    /// Most connections served at once, each on a thread of its own; one more is answered
-    /// 503 and closed.
+    /// Most connections served at once, each on a thread of its own. One more closes the
+    /// connection that has waited longest for a request; only when every one is being
+    /// answered is it answered 503.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS,
           value_parser = parse_connections)]
     pub max_connections: usize,
-    /// Seconds a connection may wait for its next request, or the rest of one, before it is
-    /// closed (decimals allowed: 0.5).
+    /// Seconds a connection is kept between requests (decimals allowed: 0.5).
     #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = parse_seconds)]
     pub idle_timeout: Duration,
+    /// Seconds a new connection may take to send its request, and any request to arrive
+    /// whole once it has begun (decimals allowed).
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
+    pub request_timeout: Duration,
 }
 
 /// The arguments of `memtrace plan`.

@@ -1,6 +1,6 @@
 //! `memtrace serve` of several files: the comparison routes with exact values on rank traces
-//! written here, bad file lists refused with one line, and the server's bounds (connections
-//! capped, idle ones closed after the timeout) checked on the process itself.
+//! written here, and bad file lists refused with one line. (The server's bounds on
+//! connections are `connections.rs`.)
 
 mod common;
 
@@ -8,10 +8,7 @@ use common::scratch;
 use common::server::{self, serve};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
 
@@ -129,182 +126,10 @@ fn send(port: u16, raw: &[u8]) -> (u16, Vec<u8>) {
     (reply.status, reply.body)
 }
 
-/// The status and body of the reply in `bytes`.
-fn split_reply(bytes: &[u8]) -> (u16, Vec<u8>) {
-    let reply = server::split_reply(bytes);
-    (reply.status, reply.body)
-}
-
 /// The status and JSON body of `GET target`.
 fn get(port: u16, target: &str) -> (u16, Value) {
     let reply = server::get(port, target);
     (reply.status, reply.json())
-}
-
-/// Threads of process `pid`, from `/proc`.
-#[cfg(target_os = "linux")]
-fn threads(pid: u32) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a Threads line")
-}
-
-/// What `stream` has to read now: `None` when nothing came yet, `Some(0)` at its end, else
-/// how many bytes are waiting (up to 64).
-fn waiting(stream: &TcpStream) -> Option<usize> {
-    stream.set_nonblocking(true).expect("nonblocking");
-    let mut bytes = [0u8; 64];
-    let peeked = stream.peek(&mut bytes);
-    stream.set_nonblocking(false).expect("blocking");
-    match peeked {
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
-        Err(_) => Some(0),
-        Ok(n) => Some(n),
-    }
-}
-
-#[test]
-fn idle_connections_are_capped_then_closed_after_the_timeout() {
-    const CAP: usize = 8;
-    const SOCKETS: usize = 300;
-    // Long enough that the served ones are still open when the threads are counted.
-    const TIMEOUT: Duration = Duration::from_secs(3);
-    let trace = rank_trace(&scratch("idle.jsonl"), 16, true);
-    let server = serve(&[
-        &trace.to_string_lossy(),
-        "--max-connections",
-        &CAP.to_string(),
-        "--idle-timeout",
-        &TIMEOUT.as_secs().to_string(),
-    ]);
-    let opened = Instant::now();
-    let sockets: Vec<TcpStream> = (0..SOCKETS)
-        .map(|_| TcpStream::connect(("127.0.0.1", server.port)).expect("connects"))
-        .collect();
-    // Every socket past the cap is answered at once; the ones served stay silent, waiting for
-    // a request.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut answered = 0;
-    while Instant::now() < deadline {
-        answered = sockets
-            .iter()
-            .filter(|s| waiting(s).is_some_and(|n| n > 0))
-            .count();
-        if answered >= SOCKETS - CAP {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(answered, SOCKETS - CAP, "all but {CAP} refused at once");
-    assert!(
-        opened.elapsed() < TIMEOUT,
-        "the refusals took {:?}, past the timeout: the counts below would not hold",
-        opened.elapsed()
-    );
-    #[cfg(target_os = "linux")]
-    assert_eq!(
-        threads(server.child.id()),
-        1 + CAP,
-        "the accepting thread and one per served connection, not one per socket"
-    );
-    let (mut refused, mut held) = (Vec::new(), Vec::new());
-    for socket in sockets {
-        if waiting(&socket).is_some_and(|n| n > 0) {
-            refused.push(socket);
-        } else {
-            held.push(socket);
-        }
-    }
-    let mut reply = Vec::new();
-    refused[0].read_to_end(&mut reply).expect("read");
-    let (status, body) = split_reply(&reply);
-    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&reply));
-    let body: Value = serde_json::from_slice(&body).expect("JSON");
-    assert_eq!(
-        body["error"],
-        "this viewer serves at most 8 connections at once (--max-connections); try again when \
-         one closes"
-    );
-    // The held ones are closed, without a word, once idle for the timeout: not before.
-    for mut socket in held {
-        socket
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        let mut bytes = Vec::new();
-        let read = socket.read_to_end(&mut bytes);
-        assert!(read.is_ok() && bytes.is_empty(), "{read:?} {bytes:?}");
-        assert!(
-            opened.elapsed() >= TIMEOUT,
-            "closed after {:?}, before the timeout",
-            opened.elapsed()
-        );
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while threads(server.child.id()) > 1 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert_eq!(
-            threads(server.child.id()),
-            1,
-            "every connection's thread ended"
-        );
-    }
-    drop(refused);
-    let (status, meta) = get(server.port, "/api/meta");
-    assert_eq!((status, &meta["format"]), (200, &Value::from("jsonl")));
-}
-
-#[test]
-fn a_trickled_request_is_cut_at_the_timeout_and_keep_alive_serves_several() {
-    let trace = rank_trace(&scratch("trickle.jsonl"), 16, true);
-    let server = serve(&[&trace.to_string_lossy(), "--idle-timeout", "0.5"]);
-
-    // A header byte every 100 ms never completes the head: the server gives up after 0.5 s
-    // of it, not when the client stops.
-    let mut slow = TcpStream::connect(("127.0.0.1", server.port)).expect("connects");
-    slow.write_all(b"GET /api/meta HTTP/1.1\r\nX: ")
-        .expect("sent");
-    let started = Instant::now();
-    let mut cut = false;
-    while started.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(100));
-        if slow.write_all(b"a").is_err() || waiting(&slow).is_some() {
-            cut = true;
-            break;
-        }
-    }
-    assert!(cut, "still open after {:?} of trickling", started.elapsed());
-    let mut reply = Vec::new();
-    let _ = slow.read_to_end(&mut reply);
-    assert_eq!(
-        split_reply(&reply).0,
-        408,
-        "{}",
-        String::from_utf8_lossy(&reply)
-    );
-
-    // Two requests on one connection (HTTP/1.1 keeps it), then silence closes it.
-    let mut stream = TcpStream::connect(("127.0.0.1", server.port)).expect("connects");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let request = b"GET /api/meta HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-    stream.write_all(request).expect("sent");
-    stream.write_all(request).expect("sent");
-    let mut bytes = Vec::new();
-    let read = stream.read_to_end(&mut bytes);
-    assert!(
-        read.is_ok(),
-        "closed by the server, not by our timeout: {read:?}"
-    );
-    let text = String::from_utf8_lossy(&bytes);
-    assert_eq!(text.matches("HTTP/1.1 200 OK").count(), 2, "{text}");
-    assert_eq!(text.matches("Connection: keep-alive").count(), 2, "{text}");
 }
 
 fn path_text(path: &Path) -> String {

@@ -116,6 +116,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             let limits = Limits {
                 max_connections: args.max_connections,
                 idle_timeout: args.idle_timeout,
+                request_timeout: args.request_timeout,
             };
             serve::run(&args.files, args.port, args.open, limits, out)
         }

@@ -1,4 +1,5 @@
-//! `memtrace serve FILE... [--port N] [--open] [--max-connections N] [--idle-timeout S]`: loads
+//! `memtrace serve FILE... [--port N] [--open] [--max-connections N] [--idle-timeout S]
+//! [--request-timeout S]`: loads
 //! the traces, starts the web viewer on 127.0.0.1 and prints its address; runs until
 //! interrupted. One file gets the viewer's page; several (or a folder, or a rank pattern) the
 //! page that sets them side by side. `--open` asks the desktop to open the page and carries on

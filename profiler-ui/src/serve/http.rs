@@ -85,10 +85,15 @@ impl Connection {
         }
     }
 
-    /// Reads the next request head; all of it must arrive within `timeout` from now, so a
-    /// client that trickles bytes is closed as surely as a silent one.
-    pub fn next_request(&mut self, timeout: Duration) -> Incoming {
-        let deadline = Instant::now() + timeout;
+    /// Reads the next request head: its first byte must arrive within `wait` from now, and
+    /// the whole head within `whole` of its first byte (and of now, when bytes of it came
+    /// with the last request), so a client that trickles bytes is closed as surely as a
+    /// silent one.
+    pub fn next_request(&mut self, wait: Duration, whole: Duration) -> Incoming {
+        let now = Instant::now();
+        let begun = |buffer: &[u8]| buffer.iter().any(|b| !b.is_ascii_whitespace());
+        let mut started = begun(&self.buffer);
+        let mut deadline = now + if started { whole } else { wait };
         let mut chunk = [0u8; 4096];
         // Bytes already searched for the blank line, less the two a line end can span: a
         // client sending a byte at a time costs one pass over its head, not one per byte.
@@ -108,7 +113,13 @@ impl Connection {
             }
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Incoming::Idle,
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    self.buffer.extend_from_slice(&chunk[..n]);
+                    if !started && begun(&self.buffer) {
+                        started = true;
+                        deadline = Instant::now() + whole;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e)
                     if matches!(
