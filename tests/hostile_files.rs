@@ -8,91 +8,14 @@
 //! runs at a time and the peak is its own.
 #![cfg(feature = "trace-files")]
 
+mod common;
+
 use blockpool::trace::file::{load_trace, load_trace_with, TraceFileError};
 use blockpool::trace::pickle::{write, Value};
 use blockpool::trace::ImportLimits;
-use flate2::write::GzEncoder;
-use flate2::Compression;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use common::{gzip, measure, write_file, MIB, SERIAL};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Counts the bytes allocated now and the most allocated at once.
-struct Counting;
-
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to `System` with the caller's layout and pointer unchanged;
-// the counters only observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller upholds `alloc`'s contract, which `System.alloc` shares.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            let now = NOW.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        NOW.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` above with this `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// One measured test at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// What one load cost: the peak of bytes allocated above the start, and the time.
-struct Cost<T> {
-    result: T,
-    peak_bytes: usize,
-    elapsed: Duration,
-}
-
-fn measure<T>(f: impl FnOnce() -> T) -> Cost<T> {
-    let start = NOW.load(Ordering::Relaxed);
-    PEAK.store(start, Ordering::Relaxed);
-    let began = Instant::now();
-    let result = f();
-    let elapsed = began.elapsed();
-    let peak_bytes = PEAK.load(Ordering::Relaxed).saturating_sub(start);
-    Cost {
-        result,
-        peak_bytes,
-        elapsed,
-    }
-}
-
-const MIB: usize = 1 << 20;
-
-/// A fresh path in this process's scratch folder.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("blockpool-hostile-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch folder");
-    dir.join(name)
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut out = GzEncoder::new(Vec::new(), Compression::best());
-    out.write_all(bytes).expect("gzip into memory");
-    out.finish().expect("gzip into memory")
-}
-
-fn write_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let path = scratch(name);
-    std::fs::write(&path, bytes).expect("write the input");
-    path
-}
 
 /// A JSON Lines trace with one frame (`name` of `name_len` bytes) that one context lists
 /// `references` times, and one event of that context; gzip-compressed.

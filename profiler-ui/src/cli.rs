@@ -27,7 +27,9 @@ use std::time::Duration;
                   once event N has happened; `--at N` shows it and `--at start` the state \
                   before event 0.\n\nEnvironment: BLOCKPOOL_MAX_CONTEXT_BYTES=<bytes> raises the import limit on what \
                   a trace's call stacks and tags may spell out (default 1 GiB; a file that \
-                  names one frame millions of times is refused above it)."
+                  names one frame millions of times is refused above it); \
+                  BLOCKPOOL_MAX_DECOMPRESSION_RATIO=<ratio> raises how many times its size a \
+                  .gz trace may decompress to (default 200, and at least 1 GiB)."
 )]
 pub struct Cli {
     /// What to do.

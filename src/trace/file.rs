@@ -2,7 +2,7 @@
 //! JSON Lines traces, PyTorch's memory snapshot pickles and RMM's CSV logs, gzip-compressed or
 //! not, into a [`Snapshot`]; [`save_trace`] writes one in any format blockpool writes.
 
-use super::limits::ImportLimits;
+use super::limits::{ImportLimits, MAX_DECOMPRESSION_RATIO_ENV, MAX_VALUES_PER_BYTE_ENV};
 use super::snapshot::Snapshot;
 use flate2::write::GzEncoder;
 use flate2::Compression;
@@ -190,10 +190,6 @@ pub enum TraceFileError {
     },
 }
 
-/// At most this many bytes of a pickle are read (after decompression); a longer one is refused.
-/// The pickle is parsed as it is read, so this bounds time, not memory.
-pub const MAX_DECOMPRESSED_BYTES: u64 = 16 << 30;
-
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> TraceFileError + '_ {
     move |source| TraceFileError::Io {
         path: path.to_path_buf(),
@@ -202,14 +198,33 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> TraceFileError + '_ {
 }
 
 /// Opens `path` and tells what it holds, looking through gzip: the format, whether it was
-/// compressed, and a reader positioned at the start of the (decompressed) content.
+/// compressed, and a reader positioned at the start of the (decompressed) content. What a
+/// compressed file may decompress to is bounded by [`ImportLimits::from_env`].
 pub fn open_trace(path: &Path) -> Result<(Sniffed, bool, Box<dyn BufRead>), TraceFileError> {
+    open_trace_with(path, &ImportLimits::from_env())
+}
+
+/// As [`open_trace`], with what a compressed file may decompress to bounded by `limits`
+/// ([`ImportLimits::max_decompressed_bytes`]): reading past it fails with an error that
+/// names the limit and the variable that raises it.
+pub fn open_trace_with(
+    path: &Path,
+    limits: &ImportLimits,
+) -> Result<(Sniffed, bool, Box<dyn BufRead>), TraceFileError> {
     let file = std::fs::File::open(path).map_err(io_error(path))?;
+    let compressed_bytes = file.metadata().map_err(io_error(path))?.len();
     let mut reader: Box<dyn BufRead> = Box::new(BufReader::with_capacity(1 << 16, file));
     let mut sniffed = sniff(reader.fill_buf().map_err(io_error(path))?);
     let gzip = sniffed == Sniffed::Gzip;
     if gzip {
-        let decoder = flate2::bufread::MultiGzDecoder::new(reader);
+        let decoder = Capped {
+            inner: flate2::bufread::MultiGzDecoder::new(reader),
+            left: limits.max_decompressed_bytes(compressed_bytes),
+            limit: limits.max_decompressed_bytes(compressed_bytes),
+            compressed_bytes,
+            ratio: limits.max_decompression_ratio,
+            floor: limits.min_decompressed_bytes,
+        };
         reader = Box::new(BufReader::with_capacity(1 << 16, decoder));
         sniffed = sniff(reader.fill_buf().map_err(io_error(path))?);
         if sniffed == Sniffed::Gzip {
@@ -219,10 +234,14 @@ pub fn open_trace(path: &Path) -> Result<(Sniffed, bool, Box<dyn BufRead>), Trac
     Ok((sniffed, gzip, reader))
 }
 
-/// A reader that fails once more than [`MAX_DECOMPRESSED_BYTES`] have been read from it.
+/// A decompressing reader that fails once more than `limit` bytes have come out of it.
 struct Capped<R> {
     inner: R,
     left: u64,
+    limit: u64,
+    compressed_bytes: u64,
+    ratio: u64,
+    floor: u64,
 }
 
 impl<R: Read> Read for Capped<R> {
@@ -234,7 +253,13 @@ impl<R: Read> Read for Capped<R> {
                 0 => Ok(0),
                 _ => Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes"),
+                    format!(
+                        "its {} compressed bytes decompress to more than {} bytes, the limit \
+                         for a compressed trace ({} times its size, at least {} bytes); real \
+                         traces compress far less. If the file is trusted, raise the ratio \
+                         with {MAX_DECOMPRESSION_RATIO_ENV}=<ratio>",
+                        self.compressed_bytes, self.limit, self.ratio, self.floor
+                    ),
                 )),
             };
         }
@@ -351,7 +376,7 @@ pub fn load_trace(path: &Path) -> Result<LoadedTrace, TraceFileError> {
 
 /// As [`load_trace`], with the expansion bounded by `limits`.
 pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace, TraceFileError> {
-    let (sniffed, gzip, mut reader) = open_trace(path)?;
+    let (sniffed, gzip, mut reader) = open_trace_with(path, limits)?;
     let malformed = |format: TraceFormat, message: String| TraceFileError::Malformed {
         path: path.to_path_buf(),
         format,
@@ -376,15 +401,24 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
         TraceFormat::PytorchPickle => {
             // Parsed as it is read (and inflated): a file that goes wrong at byte 2 is refused
             // after a chunk, however far it would inflate.
-            let mut capped = Capped {
-                inner: reader,
-                left: MAX_DECOMPRESSED_BYTES,
-            };
-            let value =
-                super::pickle::read_from(&mut capped, &super::pickle::ReadLimits::default())
-                    .map_err(|e| {
-                        malformed(format, super::pytorch::SnapshotError::from(e).to_string())
-                    })?;
+            let file_bytes = std::fs::metadata(path).map_err(io_error(path))?.len();
+            let mut read_limits = super::pickle::ReadLimits::default();
+            let max_values = limits.max_pickle_values(file_bytes);
+            read_limits.max_items = usize::try_from(max_values)
+                .unwrap_or(usize::MAX)
+                .min(read_limits.max_items);
+            let mut reader = reader;
+            let value = super::pickle::read_from(&mut reader, &read_limits).map_err(|e| {
+                let message = match e {
+                    super::pickle::PickleError::TooManyItems { limit, offset }
+                        if limit as u64 == max_values =>
+                    {
+                        too_many_values(file_bytes, limit, offset, limits)
+                    }
+                    other => super::pytorch::SnapshotError::from(other).to_string(),
+                };
+                malformed(format, message)
+            })?;
             super::pytorch::snapshot_from_pytorch_value_with(&value, limits)
                 .map_err(|e| malformed(format, e.to_string()))?
         }
@@ -402,6 +436,18 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
         gzip,
         snapshot,
     })
+}
+
+/// Why a pickle of `file_bytes` that pushed more than `limit` values is refused, and how to
+/// raise the limit.
+fn too_many_values(file_bytes: u64, limit: usize, offset: usize, limits: &ImportLimits) -> String {
+    format!(
+        "its {file_bytes} bytes push more than {limit} values by byte {offset} of the pickle, \
+         the limit for a file of its size ({} values per byte of the file, at least {}); real \
+         snapshots push at most about 20 per byte of gzip. If the file is trusted, raise it \
+         with {MAX_VALUES_PER_BYTE_ENV}=<values>",
+        limits.max_values_per_byte, limits.min_values
+    )
 }
 
 /// Writes `snapshot` to `path` as `format`, gzip-compressed when the name ends in `.gz`.

@@ -11,6 +11,14 @@ use crate::event::Frame;
 /// [`ImportLimits::from_env`] (and so in [`load_trace`](super::file::load_trace) and memtrace).
 pub const MAX_CONTEXT_BYTES_ENV: &str = "BLOCKPOOL_MAX_CONTEXT_BYTES";
 
+/// The environment variable that overrides [`ImportLimits::max_decompression_ratio`] in
+/// [`ImportLimits::from_env`].
+pub const MAX_DECOMPRESSION_RATIO_ENV: &str = "BLOCKPOOL_MAX_DECOMPRESSION_RATIO";
+
+/// The environment variable that overrides [`ImportLimits::max_values_per_byte`] in
+/// [`ImportLimits::from_env`].
+pub const MAX_VALUES_PER_BYTE_ENV: &str = "BLOCKPOOL_MAX_VALUES_PER_BYTE";
+
 /// Bounds on what reading one trace may build beyond the file's own bytes.
 ///
 /// ```
@@ -18,6 +26,10 @@ pub const MAX_CONTEXT_BYTES_ENV: &str = "BLOCKPOOL_MAX_CONTEXT_BYTES";
 ///
 /// let limits = ImportLimits::default();
 /// assert_eq!(limits.max_context_bytes, 1 << 30);
+/// assert_eq!(limits.max_decompression_ratio, 200);
+/// // A 10 MB .gz may hold 2 GB; anything smaller may hold 1 GiB.
+/// assert_eq!(limits.max_decompressed_bytes(10_000_000), 2_000_000_000);
+/// assert_eq!(limits.max_decompressed_bytes(1_000), 1 << 30);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -29,29 +41,74 @@ pub struct ImportLimits {
     /// the contexts costs, not what they occupy. Default 1 GiB, far above real files (the
     /// largest PyTorch snapshots we have seen spell out under 100 MiB).
     pub max_context_bytes: u64,
+    /// How many times its own size a compressed (gzip) trace may decompress to, beyond
+    /// [`min_decompressed_bytes`](Self::min_decompressed_bytes) (default 200). Real traces
+    /// compress far less: PyTorch snapshots 5 to 35 times, JSON Lines traces less than 50;
+    /// a file of blank lines or repeated values compresses a thousand times, and reading it
+    /// whole would take minutes.
+    pub max_decompression_ratio: u64,
+    /// What any compressed trace may decompress to, whatever its size (default 1 GiB).
+    pub min_decompressed_bytes: u64,
+    /// How many values a pickle may push per byte of the file, beyond
+    /// [`min_values`](Self::min_values) (default 100). Each value costs tens of bytes while
+    /// it is read, so this bounds memory by the file's size: real snapshots push at most
+    /// about 20 per byte of gzip and under one per byte uncompressed, where a few kilobytes
+    /// of gzip can push a hundred million `None`s.
+    pub max_values_per_byte: u64,
+    /// How many values any pickle may push, whatever its size (default 16 Mi).
+    pub min_values: u64,
 }
 
 impl Default for ImportLimits {
     fn default() -> Self {
         ImportLimits {
             max_context_bytes: 1 << 30,
+            max_decompression_ratio: 200,
+            min_decompressed_bytes: 1 << 30,
+            max_values_per_byte: 100,
+            min_values: 16 << 20,
         }
     }
 }
 
 impl ImportLimits {
     /// The defaults, with [`max_context_bytes`](Self::max_context_bytes) taken from
-    /// [`MAX_CONTEXT_BYTES_ENV`] (`BLOCKPOOL_MAX_CONTEXT_BYTES`) when it holds a number of
-    /// bytes.
+    /// [`MAX_CONTEXT_BYTES_ENV`] (`BLOCKPOOL_MAX_CONTEXT_BYTES`) and
+    /// [`max_decompression_ratio`](Self::max_decompression_ratio) from
+    /// [`MAX_DECOMPRESSION_RATIO_ENV`] (`BLOCKPOOL_MAX_DECOMPRESSION_RATIO`) and
+    /// [`max_values_per_byte`](Self::max_values_per_byte) from [`MAX_VALUES_PER_BYTE_ENV`]
+    /// (`BLOCKPOOL_MAX_VALUES_PER_BYTE`) when they hold a whole number.
     pub fn from_env() -> ImportLimits {
+        let number = |name: &str| -> Option<u64> { std::env::var(name).ok()?.trim().parse().ok() };
         let mut limits = ImportLimits::default();
-        if let Some(bytes) = std::env::var(MAX_CONTEXT_BYTES_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-        {
+        if let Some(bytes) = number(MAX_CONTEXT_BYTES_ENV) {
             limits.max_context_bytes = bytes;
         }
+        if let Some(ratio) = number(MAX_DECOMPRESSION_RATIO_ENV) {
+            limits.max_decompression_ratio = ratio;
+        }
+        if let Some(values) = number(MAX_VALUES_PER_BYTE_ENV) {
+            limits.max_values_per_byte = values;
+        }
         limits
+    }
+
+    /// The most values a pickle file of `file_bytes` (as stored, compressed or not) may push:
+    /// its size times [`max_values_per_byte`](Self::max_values_per_byte), at least
+    /// [`min_values`](Self::min_values).
+    pub fn max_pickle_values(&self, file_bytes: u64) -> u64 {
+        file_bytes
+            .saturating_mul(self.max_values_per_byte)
+            .max(self.min_values)
+    }
+
+    /// The most bytes a compressed file of `compressed_bytes` may decompress to: its size
+    /// times [`max_decompression_ratio`](Self::max_decompression_ratio), and at least
+    /// [`min_decompressed_bytes`](Self::min_decompressed_bytes).
+    pub fn max_decompressed_bytes(&self, compressed_bytes: u64) -> u64 {
+        compressed_bytes
+            .saturating_mul(self.max_decompression_ratio)
+            .max(self.min_decompressed_bytes)
     }
 }
 

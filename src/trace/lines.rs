@@ -50,6 +50,38 @@ pub(crate) fn read_line<R: BufRead>(
     }
 }
 
+/// Consumes the whitespace-only lines at the front of `input` (with their line ends) and
+/// returns how many there were: a stretch of blank lines costs one scan of its bytes, not a
+/// line read each, so a compressed file of nothing but blank lines is read at the speed of
+/// decompression. A blank stretch that a buffer boundary cuts is left to [`read_line`].
+pub(crate) fn skip_blank_lines<R: BufRead>(input: &mut R) -> Result<u64, LineError> {
+    let mut skipped = 0u64;
+    loop {
+        let available = match input.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LineError::Io(e)),
+        };
+        let blank = available
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(available.len());
+        let Some(last_end) = available[..blank].iter().rposition(|&b| b == b'\n') else {
+            return Ok(skipped);
+        };
+        let lines = available[..=last_end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        skipped += lines as u64;
+        let more = blank == available.len();
+        input.consume(last_end + 1);
+        if !more {
+            return Ok(skipped);
+        }
+    }
+}
+
 /// Implements `Iterator` and `FusedIterator` for the streaming reader `$reader<R: BufRead>`:
 /// it yields `Result<$record, $error>` until the end of its input or its first error, and
 /// nothing after either. The reader provides `fn next_record(&mut self) ->
@@ -80,6 +112,24 @@ pub(crate) use impl_record_iterator;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blank_lines_are_skipped_whole_and_counted() {
+        let mut input = io::BufReader::with_capacity(8, &b"\n \n\t\r\n\n  {\"a\":1}\n"[..]);
+        assert_eq!(skip_blank_lines(&mut input).ok(), Some(4));
+        let mut line = Vec::new();
+        assert!(matches!(
+            read_line(&mut input, &mut line, 64),
+            Ok(Some(true))
+        ));
+        assert_eq!(
+            line, b"  {\"a\":1}",
+            "the next line keeps its leading blanks"
+        );
+        assert_eq!(skip_blank_lines(&mut input).ok(), Some(0));
+        let mut empty: &[u8] = b"";
+        assert_eq!(skip_blank_lines(&mut empty).ok(), Some(0));
+    }
 
     #[test]
     fn lines_are_read_whole_bounded_and_the_last_may_lack_its_ending() {

@@ -202,35 +202,39 @@ impl<R: BufRead> JsonlReader<R> {
     /// Reads the next line into `buf`: `Some(true)` for a line with its ending, `Some(false)`
     /// for a last line without one, `None` at the end of input.
     fn read_line(&mut self) -> Result<Option<bool>, JsonlError> {
-        let number = self.line + 1;
         let gzip = matches!(self.input, Input::Gzip(_));
-        let ended =
-            match crate::trace::lines::read_line(&mut self.input, &mut self.buf, MAX_LINE_BYTES) {
-                Ok(None) => return Ok(None),
-                Ok(Some(ended)) => ended,
-                Err(LineError::TooLong) => {
-                    self.line = number;
-                    return Err(JsonlError::LineTooLong {
-                        line: number,
-                        limit_bytes: MAX_LINE_BYTES,
-                    });
+        // Blank lines are counted in bulk; the line read next is numbered after them.
+        let read = crate::trace::lines::skip_blank_lines(&mut self.input).and_then(|skipped| {
+            self.line += skipped;
+            crate::trace::lines::read_line(&mut self.input, &mut self.buf, MAX_LINE_BYTES)
+        });
+        let number = self.line + 1;
+        let ended = match read {
+            Ok(None) => return Ok(None),
+            Ok(Some(ended)) => ended,
+            Err(LineError::TooLong) => {
+                self.line = number;
+                return Err(JsonlError::LineTooLong {
+                    line: number,
+                    limit_bytes: MAX_LINE_BYTES,
+                });
+            }
+            // A gzip stream cut short (a crash mid-write) ends the input.
+            Err(LineError::Io(e)) if gzip && e.kind() == io::ErrorKind::UnexpectedEof => {
+                self.report.gzip_cut_short = true;
+                if self.buf.is_empty() {
+                    return Ok(None);
                 }
-                // A gzip stream cut short (a crash mid-write) ends the input.
-                Err(LineError::Io(e)) if gzip && e.kind() == io::ErrorKind::UnexpectedEof => {
-                    self.report.gzip_cut_short = true;
-                    if self.buf.is_empty() {
-                        return Ok(None);
-                    }
-                    false
-                }
-                Err(LineError::Io(source)) => {
-                    self.line = number;
-                    return Err(JsonlError::Read {
-                        line: number,
-                        source,
-                    });
-                }
-            };
+                false
+            }
+            Err(LineError::Io(source)) => {
+                self.line = number;
+                return Err(JsonlError::Read {
+                    line: number,
+                    source,
+                });
+            }
+        };
         self.line = number;
         self.report.lines = number;
         Ok(Some(ended))

@@ -66,12 +66,16 @@ pub struct ReadLimits {
     /// (default 1,000; snapshots nest about 6 deep). Dropping a [`Value`] recurses once per
     /// level, so a limit in the hundreds of thousands can overflow a thread's stack.
     pub max_depth: usize,
-    /// The most values the pickle may push, memo references included (default 100,000,000;
-    /// at most 2^32 in any case). Each costs up to about 60 bytes while reading and in the
-    /// result, and no input pushes more values than it has bytes, so this matters only for
-    /// inputs larger than it.
+    /// The most values the pickle may push, memo references included (default and most
+    /// 2^32 - 1, what the reader can index). No input pushes more values than it has bytes,
+    /// so memory grows with the input's size, and the size of a compressed one is bounded
+    /// where it is decompressed ([`ImportLimits::max_decompression_ratio`]
+    /// (crate::trace::ImportLimits::max_decompression_ratio)): a fixed lower default would
+    /// refuse real files for their size alone (ten million events push a few hundred million
+    /// values).
     pub max_items: usize,
-    /// The most memo entries (default 10,000,000).
+    /// The most memo entries (default 2^32 - 1; a pickle memoizes at most one entry per
+    /// value).
     pub max_memo_entries: usize,
     /// The longest single argument of an opcode: a string, a byte string or a text line
     /// (default 256 MiB; snapshot strings are file names and function names). A longer one is
@@ -80,12 +84,15 @@ pub struct ReadLimits {
     pub max_argument_bytes: usize,
 }
 
+/// The most values and memo entries the reader can index.
+const MOST_VALUES: usize = u32::MAX as usize;
+
 impl Default for ReadLimits {
     fn default() -> Self {
         ReadLimits {
             max_depth: 1_000,
-            max_items: 100_000_000,
-            max_memo_entries: 10_000_000,
+            max_items: MOST_VALUES,
+            max_memo_entries: MOST_VALUES,
             max_argument_bytes: 256 << 20,
         }
     }

@@ -123,6 +123,7 @@ impl From<&PytorchSnapshot> for Snapshot {
         // The model is already in memory, expanded as it is: no limit to guard.
         let unlimited = ImportLimits {
             max_context_bytes: u64::MAX,
+            ..ImportLimits::default()
         };
         let snapshot = Importer::new(source, None, &unlimited).and_then(Importer::run);
         // Without plain data nothing is read that could fail: no table, no extra keys, no

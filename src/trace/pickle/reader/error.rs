@@ -182,7 +182,10 @@ pub enum PickleError {
         offset: usize,
     },
     /// More values than [`ReadLimits::max_items`](super::ReadLimits).
-    #[error("more than {limit} values at byte {offset}: raise ReadLimits::max_items if the file is trusted")]
+    #[error(
+        "more than {limit} values at byte {offset} (ReadLimits::max_items; the reader indexes \
+         at most 4294967295)"
+    )]
     TooManyItems {
         /// The limit.
         limit: usize,
@@ -206,8 +209,8 @@ pub enum PickleError {
     },
     /// More memo entries than [`ReadLimits::max_memo_entries`](super::ReadLimits).
     #[error(
-        "more than {limit} memo entries at byte {offset}: raise ReadLimits::max_memo_entries if \
-         the file is trusted"
+        "more than {limit} memo entries at byte {offset} (ReadLimits::max_memo_entries; the \
+         reader indexes at most 4294967295)"
     )]
     TooManyMemoEntries {
         /// The limit.
