@@ -74,7 +74,7 @@ pub enum Command {
     #[command(group(clap::ArgGroup::new("viewer").multiple(true).args(["serve", "open"])))]
     Demo {
         /// Where to write the trace (`.gz`: compressed).
-        #[arg(long, default_value = "blockpool-demo.jsonl.gz")]
+        #[arg(long, short = 'o', default_value = "blockpool-demo.jsonl.gz")]
         out: PathBuf,
         /// Then serve the trace in the web viewer, as `memtrace serve` does (until Ctrl-C).
         #[arg(long)]
@@ -195,7 +195,7 @@ pub enum Command {
         /// The trace file.
         file: PathBuf,
         /// The SVG file to write.
-        #[arg(long)]
+        #[arg(long, short = 'o')]
         out: PathBuf,
         /// The device (default: the busiest, with the most events, then the most reserved bytes).
         #[arg(long)]
@@ -241,7 +241,8 @@ pub enum Command {
         /// Where to write; a name ending in `.gz` is gzip-compressed.
         output: PathBuf,
         /// The format to write; by default chosen from the output's name (`.pickle`/`.pkl`:
-        /// pytorch, `.csv`: rmm-csv, `.json`: perfetto, anything else: jsonl).
+        /// pytorch, `.csv`: rmm-csv, `.json`: perfetto, `.jsonl` or none: jsonl; another
+        /// extension is an error).
         #[arg(long, value_enum)]
         to: Option<OutputFormat>,
     },

@@ -1,5 +1,6 @@
 //! Inputs found in review to crash or exhaust memtrace: a call stack deeper than any thread's
-//! stack under `top --tree`, and hostile HTTP heads sent to `memtrace serve`.
+//! stack under `top --tree`, hostile HTTP heads sent to `memtrace serve`, and output names the
+//! commands took wrongly.
 
 mod common;
 
@@ -94,4 +95,37 @@ fn hostile_heads_get_their_status_at_once_and_a_bare_lf_head_is_served() {
         "{:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn outputs_take_o_and_an_unknown_extension_is_refused_with_the_formats() {
+    let trace = deep_stack_trace("review-convert.jsonl", 1);
+    let svg = scratch("review-timeline.svg");
+    let output = memtrace(&["timeline", &trace, "-o", &svg.to_string_lossy()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let drawn = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert!(drawn.starts_with("<svg"), "{drawn:.80}");
+
+    let parquet = scratch("review-out.parquet");
+    let output = memtrace(&["convert", &trace, &parquet.to_string_lossy()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(
+        message.contains("memtrace writes no format with this extension")
+            && message.contains(
+                ".jsonl (blockpool), .pickle or .pkl (PyTorch), .json (Perfetto), .csv (RMM)"
+            )
+            && message.contains("--to"),
+        "{message}"
+    );
+    assert!(
+        !parquet.exists(),
+        "nothing is written under a name that lies"
+    );
+
+    let plain = scratch("review-out");
+    let output = memtrace(&["convert", &trace, &plain.to_string_lossy()]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = std::fs::read_to_string(&plain).expect("written");
+    assert!(text.starts_with("{\"blockpool_trace\":1"), "{text:.80}");
 }

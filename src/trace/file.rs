@@ -58,20 +58,30 @@ pub enum OutputFormat {
 
 impl OutputFormat {
     /// The format a file named `path` would be expected to have: `.pickle`/`.pkl`: PyTorch,
-    /// `.csv`: RMM, `.json`: Perfetto, anything else: JSON Lines (a trailing `.gz` is ignored).
-    pub fn from_path(path: &Path) -> OutputFormat {
-        let name = path.to_string_lossy().to_ascii_lowercase();
+    /// `.csv`: RMM, `.json`: Perfetto, `.jsonl` or no extension: JSON Lines (a trailing `.gz`
+    /// is ignored). `None` for any other extension (`.parquet`, a typo): a file is never
+    /// written in a format its name does not say.
+    pub fn from_path(path: &Path) -> Option<OutputFormat> {
+        let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
         let name = name.strip_suffix(".gz").unwrap_or(&name);
-        if name.ends_with(".pickle") || name.ends_with(".pkl") {
-            OutputFormat::PytorchPickle
-        } else if name.ends_with(".csv") {
-            OutputFormat::RmmCsv
-        } else if name.ends_with(".json") {
-            OutputFormat::Perfetto
-        } else {
-            OutputFormat::Jsonl
+        let extension = match name.rsplit_once('.') {
+            // A leading dot is a hidden file's name, not an extension.
+            Some((stem, extension)) if !stem.is_empty() => extension,
+            _ => return Some(OutputFormat::Jsonl),
+        };
+        match extension {
+            "pickle" | "pkl" => Some(OutputFormat::PytorchPickle),
+            "csv" => Some(OutputFormat::RmmCsv),
+            "json" => Some(OutputFormat::Perfetto),
+            "jsonl" => Some(OutputFormat::Jsonl),
+            _ => None,
         }
     }
+
+    /// The extensions [`from_path`](Self::from_path) knows, for an error that lists them.
+    pub const EXTENSIONS: &'static str =
+        ".jsonl (blockpool), .pickle or .pkl (PyTorch), .json (Perfetto), .csv (RMM), each \
+         optionally .gz";
 }
 
 /// What a file's first bytes say it is.
@@ -497,12 +507,15 @@ mod tests {
     #[test]
     fn output_format_follows_the_name() {
         let of = |name: &str| OutputFormat::from_path(Path::new(name));
-        assert_eq!(of("a.pickle"), OutputFormat::PytorchPickle);
-        assert_eq!(of("a.PKL.gz"), OutputFormat::PytorchPickle);
-        assert_eq!(of("a.csv"), OutputFormat::RmmCsv);
-        assert_eq!(of("a.json"), OutputFormat::Perfetto);
-        assert_eq!(of("a.jsonl.gz"), OutputFormat::Jsonl);
-        assert_eq!(of("trace"), OutputFormat::Jsonl);
+        assert_eq!(of("a.pickle"), Some(OutputFormat::PytorchPickle));
+        assert_eq!(of("a.PKL.gz"), Some(OutputFormat::PytorchPickle));
+        assert_eq!(of("a.csv"), Some(OutputFormat::RmmCsv));
+        assert_eq!(of("a.json"), Some(OutputFormat::Perfetto));
+        assert_eq!(of("a.jsonl.gz"), Some(OutputFormat::Jsonl));
+        assert_eq!(of("dir.v2/trace"), Some(OutputFormat::Jsonl));
+        assert_eq!(of(".trace.gz"), Some(OutputFormat::Jsonl));
+        assert_eq!(of("out.parquet"), None);
+        assert_eq!(of("out.pickel"), None);
     }
 
     #[test]

@@ -21,7 +21,14 @@ pub fn run(
         Some(CliFormat::Pytorch) => OutputFormat::PytorchPickle,
         Some(CliFormat::Perfetto) => OutputFormat::Perfetto,
         Some(CliFormat::RmmCsv) => OutputFormat::RmmCsv,
-        None => OutputFormat::from_path(output),
+        None => OutputFormat::from_path(output).with_context(|| {
+            format!(
+                "{}: memtrace writes no format with this extension; name the output with one \
+                 of {}, or choose the format with --to",
+                output.display(),
+                OutputFormat::EXTENSIONS
+            )
+        })?,
     };
     if same_file(input, output) {
         anyhow::bail!(
