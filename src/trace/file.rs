@@ -188,6 +188,17 @@ pub enum TraceFileError {
         /// What it looked like instead.
         what: String,
     },
+    /// The machine could not give the memory that holding the trace takes.
+    #[error(
+        "{path}: memory ran out holding {what}: the trace needs more memory than this \
+         machine could give; read it on a machine with more, or cut it into parts"
+    )]
+    OutOfMemory {
+        /// The file.
+        path: PathBuf,
+        /// How far reading got.
+        what: String,
+    },
     /// The content was recognized but is malformed.
     #[error("{path}: {format}: {message}")]
     Malformed {
@@ -433,9 +444,23 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
                 .map_err(|e| malformed(format, e.to_string()))?
         }
         TraceFormat::RmmCsv => {
-            let records =
-                super::rmm::read_rmm_csv(reader).map_err(|e| malformed(format, e.to_string()))?;
-            super::rmm::snapshot_from_rmm(&records)
+            let mut import = super::rmm::RmmImport::default();
+            let mut records =
+                super::rmm::RmmReader::new(reader).map_err(|e| malformed(format, e.to_string()))?;
+            while let Some(record) = records.next() {
+                let record = record.map_err(|e| malformed(format, e.to_string()))?;
+                import
+                    .push(&record)
+                    .map_err(|_| TraceFileError::OutOfMemory {
+                        path: path.to_path_buf(),
+                        what: format!(
+                            "{} events, at line {} of the log",
+                            import.events(),
+                            records.line_number()
+                        ),
+                    })?;
+            }
+            import.finish()
         }
     };
     snapshot

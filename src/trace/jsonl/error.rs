@@ -175,6 +175,17 @@ pub enum JsonlError {
     /// another stream of the same allocator is running; stop that one first.
     #[error("this allocator already streams its history to a file; stop that stream first")]
     AlreadyStreaming,
+    /// The machine could not give the memory for the events read so far and the next.
+    #[error(
+        "line {line}: memory ran out holding {events} events: the trace needs more memory than \
+         this machine could give; read it on a machine with more, or cut it into parts"
+    )]
+    OutOfMemory {
+        /// The line whose event did not fit.
+        line: u64,
+        /// Events held when memory ran out.
+        events: usize,
+    },
 }
 
 impl JsonlError {
@@ -192,7 +203,8 @@ impl JsonlError {
             | JsonlError::AfterEnd { line, .. }
             | JsonlError::CountMismatch { line, .. }
             | JsonlError::Invalid { line, .. }
-            | JsonlError::Limit { line, .. } => Some(*line),
+            | JsonlError::Limit { line, .. }
+            | JsonlError::OutOfMemory { line, .. } => Some(*line),
             JsonlError::NotATrace | JsonlError::UnsupportedVersion { .. } => Some(1),
             JsonlError::Open { .. }
             | JsonlError::Write(_)

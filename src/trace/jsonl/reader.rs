@@ -508,7 +508,14 @@ pub fn read_snapshot_with<R: BufRead>(
     let mut segments: Vec<(Segment, u64)> = Vec::new();
     while let Some(record) = reader.next() {
         match record? {
-            Record::Event(event) => events.push(event),
+            Record::Event(event) => {
+                // Amortized doubling, as `push`, but an error instead of an abort.
+                events.try_reserve(1).map_err(|_| JsonlError::OutOfMemory {
+                    line: reader.line_number(),
+                    events: events.len(),
+                })?;
+                events.push(event);
+            }
             Record::Segment(segment) => segments.push((segment, reader.line_number())),
         }
     }

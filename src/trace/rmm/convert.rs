@@ -60,16 +60,59 @@ const MIDNIGHT_STEP_US: u64 = MICROS_PER_DAY / 2;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn snapshot_from_rmm(records: &[RmmRecord]) -> Snapshot {
-    let Some(first) = records.first() else {
-        return Snapshot::default();
-    };
-    let mut contexts = Contexts::new();
-    let mut threads: HashMap<u64, ContextId> = HashMap::new();
-    let mut events = Vec::with_capacity(records.len() + records.len() / 2);
-    let mut clock = Clock::new(first.time_us);
+    let mut import = RmmImport::default();
+    import.events.reserve(records.len() + records.len() / 2);
     for record in records {
+        import.add(record);
+    }
+    import.finish()
+}
+
+/// Builds a [`Snapshot`] from RMM records one at a time (as [`snapshot_from_rmm`] does), so a
+/// log is converted while it is read and its records are never all held; the events' memory
+/// is asked for fallibly, so a log larger than the machine's memory is an error, not an abort.
+#[derive(Default)]
+pub struct RmmImport {
+    contexts: Contexts,
+    threads: HashMap<u64, ContextId>,
+    events: Vec<TraceEvent>,
+    clock: Option<Clock>,
+}
+
+impl RmmImport {
+    /// Adds the events of `record`; fails, adding nothing, when the memory for them cannot be
+    /// had.
+    ///
+    /// ```
+    /// use blockpool::trace::rmm::{RmmImport, RmmReader};
+    ///
+    /// let log = "Thread,Time,Action,Pointer,Size,Stream\n\
+    ///            7,10:00:00.000001,allocate,0x7f0000000000,512,0\n";
+    /// let mut import = RmmImport::default();
+    /// for record in RmmReader::new(log.as_bytes())? {
+    ///     import.push(&record?)?;
+    /// }
+    /// assert_eq!(import.finish().events.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn push(&mut self, record: &RmmRecord) -> Result<(), std::collections::TryReserveError> {
+        // Amortized: `try_reserve` grows the vector by doubling, as `push` does.
+        self.events.try_reserve(2)?;
+        self.add(record);
+        Ok(())
+    }
+
+    /// Events held so far.
+    pub fn events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Adds the events of `record` (two at most), growing the vector as `push` does.
+    fn add(&mut self, record: &RmmRecord) {
+        let clock = self.clock.get_or_insert_with(|| Clock::new(record.time_us));
         let time_us = clock.since_first(record.time_us);
-        let context = *threads.entry(record.thread).or_insert_with(|| {
+        let contexts = &mut self.contexts;
+        let context = *self.threads.entry(record.thread).or_insert_with(|| {
             contexts.intern(Context {
                 tags: vec![Arc::from(format!("{THREAD_TAG_PREFIX}{}", record.thread))],
                 frames: Vec::new(),
@@ -87,21 +130,30 @@ pub fn snapshot_from_rmm(records: &[RmmRecord]) -> Snapshot {
         };
         let pointer = record.pointer.map_or(0, NonZeroU64::get);
         match record.action {
-            RmmAction::Allocate => events.push(event(Action::Alloc, pointer, record.size)),
+            RmmAction::Allocate => self.events.push(event(Action::Alloc, pointer, record.size)),
             RmmAction::Free => {
-                events.push(event(Action::FreeRequested, pointer, record.size));
-                events.push(event(Action::FreeCompleted, pointer, record.size));
+                self.events
+                    .push(event(Action::FreeRequested, pointer, record.size));
+                self.events
+                    .push(event(Action::FreeCompleted, pointer, record.size));
             }
-            RmmAction::AllocateFailure => events.push(event(Action::Oom, 0, 0)),
+            RmmAction::AllocateFailure => self.events.push(event(Action::Oom, 0, 0)),
         }
     }
-    Snapshot {
-        segments: Vec::new(),
-        events,
-        contexts,
-        allocator_config: None,
-        time_origin_unix_us: Some(first.time_us),
-        pytorch: Default::default(),
+
+    /// The snapshot of the records pushed.
+    pub fn finish(self) -> Snapshot {
+        let Some(clock) = self.clock else {
+            return Snapshot::default();
+        };
+        Snapshot {
+            segments: Vec::new(),
+            events: self.events,
+            contexts: self.contexts,
+            allocator_config: None,
+            time_origin_unix_us: Some(clock.first_us),
+            pytorch: Default::default(),
+        }
     }
 }
 

@@ -56,7 +56,7 @@ mod reader;
 mod record;
 mod writer;
 
-pub use convert::{snapshot_from_rmm, snapshot_to_rmm};
+pub use convert::{snapshot_from_rmm, snapshot_to_rmm, RmmImport};
 pub use error::{FieldProblem, RmmError, RmmField};
 pub use reader::{read_rmm_csv, RmmReader, MAX_LINE_BYTES};
 pub use record::{time_of_day_us, RmmAction, RmmRecord, HEADER, MICROS_PER_DAY};

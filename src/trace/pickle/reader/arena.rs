@@ -7,6 +7,7 @@
 //! Handles keep the hot paths cheap: a memo `GET` copies 8 bytes instead of cloning a value,
 //! and `APPENDS` moves handles, not values.
 
+use std::collections::TryReserveError;
 use std::num::NonZeroU64;
 
 use super::super::Value;
@@ -229,6 +230,14 @@ fn count_ref(refs: &mut [u32], slot: Slot) {
 }
 
 impl Arena {
+    /// Makes room for one more scalar and one more container, asking for the memory
+    /// fallibly: a file larger than the machine's memory is an error, not an abort.
+    pub(super) fn make_room(&mut self) -> Result<(), TryReserveError> {
+        self.scalars.try_reserve(1)?;
+        self.nodes.try_reserve(1)?;
+        self.refs.try_reserve(1)
+    }
+
     /// Stores a scalar, in the slot itself when it fits; `None` when 2^32 handles are used up.
     pub(super) fn scalar(&mut self, value: Value) -> Option<Slot> {
         debug_assert!(!matches!(
@@ -320,21 +329,28 @@ impl Arena {
         }
     }
 
-    /// Makes room for `additional` more slots in container `id`.
-    pub(super) fn reserve(&mut self, id: u32, additional: usize) {
-        if let Some(node) = self.nodes.get_mut(id as usize) {
-            node.slots.reserve(additional);
+    /// Makes room for `additional` more slots in container `id`, fallibly.
+    pub(super) fn reserve(&mut self, id: u32, additional: usize) -> Result<(), TryReserveError> {
+        match self.nodes.get_mut(id as usize) {
+            Some(node) => node.slots.try_reserve(additional),
+            None => Ok(()),
         }
     }
 
-    /// Appends `items` to the list `id`.
-    pub(super) fn extend(&mut self, id: u32, items: impl IntoIterator<Item = Slot>) {
+    /// Appends `items` to the list `id`, asking for their memory fallibly first.
+    pub(super) fn extend(
+        &mut self,
+        id: u32,
+        items: impl ExactSizeIterator<Item = Slot>,
+    ) -> Result<(), TryReserveError> {
         let Arena { nodes, refs, .. } = self;
         if let Some(node) = nodes.get_mut(id as usize) {
             debug_assert_eq!(node.kind, Kind::List);
+            node.slots.try_reserve(items.len())?;
             node.slots
-                .extend(items.into_iter().inspect(|&slot| count_ref(refs, slot)));
+                .extend(items.inspect(|&slot| count_ref(refs, slot)));
         }
+        Ok(())
     }
 
     /// Sets `key` to `value` in the dict `id`, or (with `value` `None`) adds `key` to the set

@@ -207,6 +207,15 @@ pub enum PickleError {
         /// The limit.
         limit: usize,
     },
+    /// The machine could not give the memory for the values read so far and the next.
+    #[error(
+        "memory ran out at byte {offset} holding the pickle's values: the file needs more \
+         memory than this machine could give"
+    )]
+    OutOfMemory {
+        /// Where the opcode whose value did not fit starts.
+        offset: usize,
+    },
     /// More memo entries than [`ReadLimits::max_memo_entries`](super::ReadLimits).
     #[error(
         "more than {limit} memo entries at byte {offset} (ReadLimits::max_memo_entries; the \
@@ -265,6 +274,7 @@ impl PickleError {
             | PickleError::TooDeep { offset, .. }
             | PickleError::TooManyItems { offset, .. }
             | PickleError::TooManyMemoEntries { offset, .. }
+            | PickleError::OutOfMemory { offset }
             | PickleError::InvalidString { offset, .. }
             | PickleError::BadArgument { offset, .. }
             | PickleError::Read { offset, .. } => offset,

@@ -260,12 +260,16 @@ impl Machine<'_, '_> {
                 self.require(2, at)?;
                 let list = self.container_at(self.stack.len() - 2, Kind::List, at)?;
                 let item = self.pop(at)?;
-                self.arena.extend(list, [item]);
+                self.arena
+                    .extend(list, [item].into_iter())
+                    .map_err(|_| out_of_memory(at))?;
             }
             APPENDS => {
                 let mark = self.pop_mark(at)?;
                 if let Some(list) = self.container_below(mark, Kind::List, at)? {
-                    self.arena.extend(list, self.stack.drain(mark..));
+                    self.arena
+                        .extend(list, self.stack.drain(mark..))
+                        .map_err(|_| out_of_memory(at))?;
                 }
             }
             SETITEM => {
@@ -364,12 +368,14 @@ impl Machine<'_, '_> {
             return Err(self.too_many_items(at));
         }
         self.items += 1;
+        self.stack.try_reserve(1).map_err(|_| out_of_memory(at))?;
         self.stack.push(slot);
         Ok(())
     }
 
     /// Stores a scalar and pushes it.
     fn push_value(&mut self, value: Value, at: At) -> Result<(), PickleError> {
+        self.arena.make_room().map_err(|_| out_of_memory(at))?;
         let slot = self
             .arena
             .scalar(value)
@@ -379,6 +385,7 @@ impl Machine<'_, '_> {
 
     /// Creates a container.
     fn create(&mut self, kind: Kind, items: Vec<Slot>, at: At) -> Result<Slot, PickleError> {
+        self.arena.make_room().map_err(|_| out_of_memory(at))?;
         self.arena
             .create(kind, at.offset, items)
             .ok_or_else(|| self.too_many_items(at))
@@ -557,12 +564,19 @@ fn set_items(
             count: items.len(),
         });
     }
-    arena.reserve(dict, items.len());
+    arena
+        .reserve(dict, items.len())
+        .map_err(|_| out_of_memory(at))?;
     while let (Some(key), Some(value)) = (items.next(), items.next()) {
         check_hashable(arena, key, at)?;
         arena.insert(dict, key, Some(value));
     }
     Ok(())
+}
+
+/// The error of an opcode whose value the machine could not give memory for.
+fn out_of_memory(at: At) -> PickleError {
+    PickleError::OutOfMemory { offset: at.offset }
 }
 
 /// Adds `items` to the set or frozenset `set`.
@@ -572,7 +586,9 @@ fn add_items(
     items: impl ExactSizeIterator<Item = Slot>,
     at: At,
 ) -> Result<(), PickleError> {
-    arena.reserve(set, items.len());
+    arena
+        .reserve(set, items.len())
+        .map_err(|_| out_of_memory(at))?;
     for item in items {
         check_hashable(arena, item, at)?;
         arena.insert(set, item, None);
