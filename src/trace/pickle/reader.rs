@@ -69,10 +69,10 @@ pub struct ReadLimits {
     /// The most values the pickle may push, memo references included (default and most
     /// 2^32 - 1, what the reader can index). No input pushes more values than it has bytes,
     /// so memory grows with the input's size, and the size of a compressed one is bounded
-    /// where it is decompressed ([`ImportLimits::max_decompression_ratio`]
-    /// (crate::trace::ImportLimits::max_decompression_ratio)): a fixed lower default would
-    /// refuse real files for their size alone (ten million events push a few hundred million
-    /// values).
+    /// where it is decompressed
+    /// ([`ImportLimits`](crate::trace::ImportLimits)`::max_decompression_ratio`): a fixed
+    /// lower default would refuse real files for their size alone (ten million events push a
+    /// few hundred million values).
     pub max_items: usize,
     /// The most memo entries (default 2^32 - 1; a pickle memoizes at most one entry per
     /// value).
