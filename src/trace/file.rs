@@ -440,7 +440,7 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
                 };
                 malformed(format, message)
             })?;
-            super::pytorch::snapshot_from_pytorch_value_with(&value, limits)
+            super::pytorch::snapshot_from_owned_pytorch_value(value, limits)
                 .map_err(|e| malformed(format, e.to_string()))?
         }
         TraceFormat::RmmCsv => {

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use super::convert::snapshot_from_value;
 use super::error::SnapshotError;
 use super::extras::{self, TAG_FILENAME};
-use super::fields::{bool_at, str_at, u64_at, Fields, Path};
+use super::fields::Path;
 use super::model::{self, Frame as PtFrame, PytorchSnapshot, SegmentType};
 use crate::backend::StreamId;
 use crate::pool::PoolKind;
@@ -53,6 +53,9 @@ use crate::trace::{
 use crate::AllocatorConfig;
 
 mod events;
+mod raw;
+
+use raw::{extras_of, item, Extras};
 
 /// Reads a PyTorch memory snapshot file (or one [`write_pytorch_snapshot`] wrote) straight
 /// into a [`Snapshot`]: [`pickle::read`](crate::trace::pickle::read) with default limits, then
@@ -97,6 +100,20 @@ pub fn snapshot_from_pytorch_value_with(
     Importer::new(&source, Some(value), limits)?.run()
 }
 
+/// As [`snapshot_from_pytorch_value_with`], taking the tree: it is dropped as soon as what
+/// the import needs of it is read (the typed model, blockpool's table and each entry's
+/// extras), before the events are built, so the tree and the events are never all in memory
+/// at once. For a file read whole, the tree is most of the memory.
+pub(crate) fn snapshot_from_owned_pytorch_value(
+    value: Value,
+    limits: &ImportLimits,
+) -> Result<Snapshot, SnapshotError> {
+    let source = snapshot_from_value(&value)?;
+    let read = Importer::new(&source, Some(&value), limits)?.read_raw()?;
+    drop(value);
+    read.finish()
+}
+
 /// Converts a PyTorch snapshot's plain-data tree into a [`Snapshot`], as described in this
 /// module: [`snapshot_from_value`] for PyTorch's keys, plus each trace entry's
 /// `user_metadata` and blockpool's own keys, so that a file [`snapshot_to_pytorch_value`]
@@ -125,62 +142,11 @@ impl From<&PytorchSnapshot> for Snapshot {
             max_context_bytes: u64::MAX,
             ..ImportLimits::default()
         };
-        let snapshot = Importer::new(source, None, &unlimited).and_then(Importer::run);
+        let snapshot = Importer::new(source, None, &unlimited).and_then(|i| i.run());
         // Without plain data nothing is read that could fail: no table, no extra keys, no
         // limit.
         debug_assert!(snapshot.is_ok(), "typed import failed: {snapshot:?}");
         snapshot.unwrap_or_default()
-    }
-}
-
-/// What blockpool's keys and `user_metadata` say about one segment, block or trace entry.
-#[derive(Default)]
-struct Extras {
-    context: Option<u64>,
-    block_size: Option<u64>,
-    requested: Option<u64>,
-    user_metadata: Option<Arc<str>>,
-}
-
-/// Reads the extras of the dict at `path` in one pass over its keys.
-fn extras_of(value: Option<&Value>, path: &Path<'_>) -> Result<Extras, SnapshotError> {
-    let mut extras = Extras::default();
-    let Some(Value::Dict(pairs)) = value else {
-        return Ok(extras);
-    };
-    for (key, value) in pairs.iter() {
-        let Value::Str(key) = key else { continue };
-        match &**key {
-            extras::CONTEXT => extras.context = Some(u64_at(value, &path.key(extras::CONTEXT))?),
-            extras::BLOCK_SIZE => {
-                extras.block_size = Some(u64_at(value, &path.key(extras::BLOCK_SIZE))?)
-            }
-            extras::REQUESTED => {
-                extras.requested = Some(u64_at(value, &path.key(extras::REQUESTED))?)
-            }
-            "user_metadata" => {
-                let text = str_at(value, &path.key("user_metadata"))?;
-                if !text.is_empty() {
-                    extras.user_metadata = Some(Arc::clone(text));
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(extras)
-}
-
-/// The item `index` of the list under `key` of a dict, if all of that is there.
-fn item<'v>(value: Option<&'v Value>, key: &str, index: usize) -> Option<&'v Value> {
-    let Some(Value::Dict(pairs)) = value else {
-        return None;
-    };
-    let (_, items) = pairs
-        .iter()
-        .find(|(k, _)| matches!(k, Value::Str(name) if &**name == key))?;
-    match items {
-        Value::List(items) | Value::Tuple(items) => items.get(index),
-        _ => None,
     }
 }
 
@@ -194,10 +160,12 @@ struct Table {
     settings_recorded: bool,
 }
 
-/// Conversion state.
-struct Importer<'a> {
+/// Conversion state: `source` the typed model, `raw` the plain-data tree it came from (for
+/// blockpool's keys and `user_metadata`), until [`Importer::read_raw`] has read what the
+/// import needs of it.
+struct Importer<'a, 'r> {
     source: &'a PytorchSnapshot,
-    raw: Option<&'a Value>,
+    raw: Option<&'r Value>,
     contexts: Contexts,
     table: Option<Table>,
     /// Context ids by (frame list, user_metadata) pointers, so each shared list is converted
@@ -207,12 +175,16 @@ struct Importer<'a> {
     budget: ContextBudget,
     /// The settings that round a request to its block size (the file's, else the defaults).
     rounding: AllocatorConfig,
+    /// What [`read_raw`](Importer::read_raw) read: the segments, and each device's trace
+    /// entries that have extras, by index.
+    segments: Option<Vec<Segment>>,
+    entry_extras: Vec<Vec<(usize, Extras)>>,
 }
 
-impl<'a> Importer<'a> {
+impl<'a, 'r> Importer<'a, 'r> {
     fn new(
         source: &'a PytorchSnapshot,
-        raw: Option<&'a Value>,
+        raw: Option<&'r Value>,
         limits: &ImportLimits,
     ) -> Result<Self, SnapshotError> {
         let mut importer = Importer {
@@ -223,121 +195,28 @@ impl<'a> Importer<'a> {
             by_pointer: HashMap::new(),
             budget: ContextBudget::new(limits),
             rounding: AllocatorConfig::default(),
+            segments: None,
+            entry_extras: Vec::new(),
         };
         importer.read_table()?;
         Ok(importer)
     }
 
-    fn read_table(&mut self) -> Result<(), SnapshotError> {
-        let Some(Value::Dict(pairs)) = self.raw else {
-            return Ok(());
-        };
-        let Some((_, table)) = pairs
-            .iter()
-            .find(|(k, _)| matches!(k, Value::Str(name) if &**name == extras::ROOT))
-        else {
-            return Ok(());
-        };
-        let root = Path::ROOT;
-        let path = root.key(extras::ROOT);
-        let fields = Fields::new(table, &path)?;
-        let version = fields.u64("version")?;
-        if version != extras::VERSION {
-            return Err(SnapshotError::OutOfRange {
-                path: path.key("version").to_string(),
-                expected: "version 1 of blockpool's table (written by this blockpool)",
-                found: version.to_string(),
-            });
-        }
-        let time_origin_unix_us = match fields.require("time_origin_unix_us")? {
-            Value::None => None,
-            origin => Some(u64_at(origin, &path.key("time_origin_unix_us"))?),
-        };
-        let contexts_path = path.key("contexts");
-        let mut ids = Vec::new();
-        for (i, entry) in fields.list("contexts")?.iter().enumerate() {
-            let entry_path = contexts_path.index(i);
-            let entry = Fields::new(entry, &entry_path)?;
-            let tags_path = entry_path.key("tags");
-            let tags = entry
-                .list("tags")?
-                .iter()
-                .enumerate()
-                .map(|(t, tag)| str_at(tag, &tags_path.index(t)).cloned())
-                .collect::<Result<Vec<Arc<str>>, _>>()?;
-            let text = tags.iter().map(|t| t.len()).sum();
-            self.budget
-                .tags(tags.len(), text)
-                .map_err(|source| SnapshotError::Limit {
-                    path: tags_path.to_string(),
-                    source,
-                })?;
-            let frames_path = entry_path.key("frames");
-            let listed = entry.list("frames")?;
-            // The list ends with one frame per tag, for PyTorch's viewer.
-            let real =
-                listed
-                    .len()
-                    .checked_sub(tags.len())
-                    .ok_or_else(|| SnapshotError::OutOfRange {
-                        path: frames_path.to_string(),
-                        expected: "at least one frame per tag",
-                        found: format!("{} frames for {} tags", listed.len(), tags.len()),
-                    })?;
-            let frames = listed[..real]
-                .iter()
-                .enumerate()
-                .map(|(f, frame)| {
-                    let frame_path = frames_path.index(f);
-                    let frame = Fields::new(frame, &frame_path)?;
-                    let frame = Frame {
-                        name: Arc::clone(frame.str("name")?),
-                        filename: Arc::clone(frame.str("filename")?),
-                        line: frame.line("line")?,
-                    };
-                    self.budget
-                        .frame(&frame.name, &frame.filename)
-                        .map_err(|source| SnapshotError::Limit {
-                            path: frame_path.to_string(),
-                            source,
-                        })?;
-                    Ok(frame)
-                })
-                .collect::<Result<Vec<Frame>, SnapshotError>>()?;
-            ids.push(self.contexts.intern(Context { tags, frames }));
-        }
-        let settings_recorded = match fields.get(extras::SETTINGS_RECORDED) {
-            Some(flag) => bool_at(flag, &path.key(extras::SETTINGS_RECORDED))?,
-            None => false,
-        };
-        self.table = Some(Table {
-            time_origin_unix_us,
-            ids,
-            settings_recorded,
-        });
-        Ok(())
+    /// The whole import: [`read_raw`](Self::read_raw), then [`finish`](Self::finish).
+    fn run(self) -> Result<Snapshot, SnapshotError> {
+        self.read_raw()?.finish()
     }
 
-    fn run(mut self) -> Result<Snapshot, SnapshotError> {
+    /// The snapshot, once [`read_raw`](Self::read_raw) has read the tree.
+    fn finish(mut self) -> Result<Snapshot, SnapshotError> {
         let allocator_config = self.allocator_config();
-        // Block sizes are rounded as the file's own allocator rounded them; settings blockpool
-        // does not understand round as PyTorch's defaults do (512 bytes).
-        self.rounding = allocator_config
-            .as_deref()
-            .and_then(|conf| AllocatorConfig::parse(conf).ok())
-            .unwrap_or_default();
-        let segments = self.segments()?;
-        let (merged, time_origin_unix_us) = self.events()?;
-        let mut events = Vec::with_capacity(merged.len());
-        let mut compile_contexts = Vec::new();
-        let mut inserted_events = Vec::new();
-        for (index, (event, compile_context, inserted)) in merged.into_iter().enumerate() {
-            events.push(event);
-            compile_contexts.extend(compile_context.map(|text| (index, text)));
-            if inserted {
-                inserted_events.push(index);
-            }
-        }
+        let segments = self.segments.take().unwrap_or_default();
+        let (streams, time_origin_unix_us) = self.events()?;
+        let events::Merged {
+            events,
+            compile_contexts,
+            inserted: inserted_events,
+        } = events::merge_by_time(streams);
         let pytorch = PytorchDetails {
             allocator_settings: self.allocator_settings(),
             segment_pools: self.segment_pools(),
@@ -541,7 +420,7 @@ impl<'a> Importer<'a> {
 
 /// An imported event with its trace entry's `compile_context`, and whether the import
 /// inserted it (an external annotation, not one of `device_traces`' entries).
-type Merged = (TraceEvent, Option<Arc<str>>, bool);
+type Imported = (TraceEvent, Option<Arc<str>>, bool);
 
 /// Settings pairs with string keys, converted; pairs with other keys are left out.
 fn setting_pairs(pairs: &[(Value, Value)]) -> Vec<(String, SettingValue)> {

@@ -7,7 +7,7 @@ use super::super::error::SnapshotError;
 use super::super::extras::is_block_event;
 use super::super::fields::{list, Fields, Path};
 use super::super::model::PytorchTraceEntry;
-use super::{extras_of, item, Extras, Importer, Merged};
+use super::{Extras, Imported, Importer};
 use crate::backend::StreamId;
 use crate::pool::sizing::round_size;
 use crate::trace::pickle::Value;
@@ -16,10 +16,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
-impl Importer<'_> {
-    /// Every device's events and the external annotations, merged by time, each with its
-    /// entry's `compile_context`, and the origin.
-    pub(super) fn events(&mut self) -> Result<(Vec<Merged>, Option<u64>), SnapshotError> {
+impl Importer<'_, '_> {
+    /// Every device's events, then the external annotations', each list in time order and
+    /// each event with its entry's `compile_context`; and the origin.
+    pub(super) fn events(&mut self) -> Result<(Vec<Vec<Imported>>, Option<u64>), SnapshotError> {
         let source = self.source;
         let annotations = self.external_annotations()?;
         let origin = match &self.table {
@@ -35,24 +35,29 @@ impl Importer<'_> {
         let since_origin = |t: u64| origin.map_or(t, |o| t.saturating_sub(o));
         let root = Path::ROOT;
         let traces_path = root.key("device_traces");
-        let mut streams: Vec<Vec<Merged>> = Vec::with_capacity(source.device_traces.len() + 1);
+        let mut streams: Vec<Vec<Imported>> = Vec::with_capacity(source.device_traces.len() + 1);
+        let no_extras = Extras::default();
+        let entry_extras = std::mem::take(&mut self.entry_extras);
         for (d, trace) in source.device_traces.iter().enumerate() {
             let device = u32::try_from(d).unwrap_or(u32::MAX);
             let trace_path = traces_path.index(d);
-            let raw_trace = item(self.raw, "device_traces", d);
+            let mut with_extras = entry_extras.get(d).map_or(&[][..], Vec::as_slice).iter();
+            let mut next_extras = with_extras.next();
             let mut last = 0;
             let mut events = Vec::with_capacity(trace.len());
             for (i, entry) in trace.iter().enumerate() {
                 let path = trace_path.index(i);
-                let raw = match raw_trace {
-                    Some(Value::List(items)) | Some(Value::Tuple(items)) => items.get(i),
-                    _ => None,
+                let extras = match next_extras {
+                    Some((at, extras)) if *at == i => {
+                        next_extras = with_extras.next();
+                        extras
+                    }
+                    _ => &no_extras,
                 };
-                let extras = extras_of(raw, &path)?;
                 // An entry without time_us (old files) takes the time of the one before it.
                 let time_us = entry.time_us.map_or(last, since_origin);
                 last = time_us;
-                let event = self.event(device, entry, &extras, time_us, &path)?;
+                let event = self.event(device, entry, extras, time_us, &path)?;
                 events.push((event, entry.compile_context.clone(), false));
             }
             streams.push(events);
@@ -76,7 +81,7 @@ impl Importer<'_> {
         }
         annotation_events.sort_by_key(|e| e.0.time_us);
         streams.push(annotation_events);
-        Ok((merge_by_time(streams), origin))
+        Ok((streams, origin))
     }
 
     pub(super) fn event(
@@ -207,23 +212,50 @@ impl Importer<'_> {
     }
 }
 
+/// The events of an import in one list, with the `compile_context` of those that have one
+/// and the indices of those the import inserted, by index in `events`.
+pub(super) struct Merged {
+    pub events: Vec<TraceEvent>,
+    pub compile_contexts: Vec<(usize, Arc<str>)>,
+    pub inserted: Vec<usize>,
+}
+
 /// Merges lists that are each in order into one ordered by time; ties go to the earlier list,
-/// and each list keeps its own order even where its times go back.
-fn merge_by_time(streams: Vec<Vec<Merged>>) -> Vec<Merged> {
+/// and each list keeps its own order even where its times go back. Each event is moved out
+/// of its list once, so no second copy of the lists is made.
+pub(super) fn merge_by_time(streams: Vec<Vec<Imported>>) -> Merged {
     let total = streams.iter().map(Vec::len).sum();
-    let mut merged = Vec::with_capacity(total);
+    let mut merged = Merged {
+        events: Vec::with_capacity(total),
+        compile_contexts: Vec::new(),
+        inserted: Vec::new(),
+    };
+    let mut cursors: Vec<std::iter::Peekable<std::vec::IntoIter<Imported>>> = streams
+        .into_iter()
+        .map(|stream| stream.into_iter().peekable())
+        .collect();
     let mut heads: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    let mut cursors = vec![0usize; streams.len()];
-    for (s, stream) in streams.iter().enumerate() {
-        if let Some(first) = stream.first() {
+    for (s, cursor) in cursors.iter_mut().enumerate() {
+        if let Some(first) = cursor.peek() {
             heads.push(Reverse((first.0.time_us, s)));
         }
     }
     while let Some(Reverse((_, s))) = heads.pop() {
-        let stream = &streams[s];
-        merged.push(stream[cursors[s]].clone());
-        cursors[s] += 1;
-        if let Some(next) = stream.get(cursors[s]) {
+        let Some(cursor) = cursors.get_mut(s) else {
+            continue;
+        };
+        let Some((event, compile_context, inserted)) = cursor.next() else {
+            continue;
+        };
+        let index = merged.events.len();
+        merged.events.push(event);
+        merged
+            .compile_contexts
+            .extend(compile_context.map(|text| (index, text)));
+        if inserted {
+            merged.inserted.push(index);
+        }
+        if let Some(next) = cursor.peek() {
             heads.push(Reverse((next.0.time_us, s)));
         }
     }
