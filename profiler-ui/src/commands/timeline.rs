@@ -118,6 +118,8 @@ pub fn render(
         let sample = series.get(index.min(series.len().saturating_sub(1)));
         sample.map_or(LEFT, |s| px(x_of(s)))
     };
+    // A label only where the one before it has ended: narrow steps keep their shading.
+    let mut free_from = LEFT;
     for (i, step) in steps.iter().enumerate() {
         let (x0, x1) = (index_x(step.start), index_x(step.end));
         if i % 2 == 0 {
@@ -127,29 +129,58 @@ pub fn render(
                 (x1 - x0).max(0.5)
             );
         }
-        let _ = writeln!(
-            svg,
-            r##"<text class="step" x="{:.1}" y="{:.1}" fill="#555">{}</text>"##,
-            x0 + 2.0,
-            TOP + 12.0,
-            escape(&step.tag)
-        );
+        if x0 + 2.0 >= free_from {
+            let _ = writeln!(
+                svg,
+                r##"<text class="step" x="{:.1}" y="{:.1}" fill="#555">{}</text>"##,
+                x0 + 2.0,
+                TOP + 12.0,
+                escape(&step.tag)
+            );
+            free_from = x0 + 2.0 + label_width(&step.tag) + 8.0;
+        }
     }
-    // Axes and gridlines.
-    for i in 0..=4 {
-        let bytes = (y_max * i as f64 / 4.0) as u64;
+    // Gridlines at round sizes.
+    for bytes in byte_ticks(y_max as u64) {
         let y = py(bytes);
         let _ = writeln!(
             svg,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            r##"<line class="ytick" x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
             WIDTH - RIGHT,
             LEFT - 6.0,
             y + 4.0,
             format_size(bytes)
         );
     }
+    // Ticks at round times since the first event, or round event numbers.
+    let bottom = TOP + plot_h;
+    let span = x_max - x_min;
+    // Whole microseconds or events at the finest.
+    let step = nice_step(span, X_TICKS).max(1.0);
+    let mut tick = 0.0;
+    while tick <= span {
+        let x = px(x_min + tick);
+        let label = if tick == 0.0 {
+            "0".to_owned()
+        } else if by_time {
+            duration(tick)
+        } else {
+            count(tick as u64)
+        };
+        let _ = writeln!(
+            svg,
+            r##"<line class="xtick" x1="{x:.1}" y1="{bottom:.1}" x2="{x:.1}" y2="{:.1}" stroke="#888"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            bottom + 5.0,
+            bottom + 18.0,
+            escape(&label)
+        );
+        tick += step;
+    }
     let axis = if by_time {
-        format!("time (µs), {}", duration(x_max - x_min))
+        format!(
+            "time since the first event (of {})",
+            duration(x_max - x_min)
+        )
     } else {
         format!(
             "events in order (no times recorded): {}",
@@ -200,6 +231,38 @@ pub fn render(
     svg
 }
 
+/// About how many ticks the x axis gets.
+const X_TICKS: f64 = 8.0;
+
+/// The width of `text` at the chart's 12 px font, about.
+fn label_width(text: &str) -> f64 {
+    text.chars().count() as f64 * 7.0
+}
+
+/// The step from the 1-2-5 series (times a power of ten) that cuts `span` into at most about
+/// `target` parts.
+fn nice_step(span: f64, target: f64) -> f64 {
+    let raw = (span / target).max(f64::MIN_POSITIVE);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|&step| step >= raw)
+        .unwrap_or(10.0 * magnitude)
+}
+
+/// Gridlines from 0 to `max` bytes: a 1-2-5 step in the binary unit `max` is written in (so
+/// the labels are round: 512 MiB, 1.00 GiB, ...; GiB at most, as sizes are printed), about
+/// four of them.
+fn byte_ticks(max: u64) -> Vec<u64> {
+    let mut unit = 1u64;
+    while unit < 1 << 30 && max >= unit * 1024 {
+        unit *= 1024;
+    }
+    let step = ((nice_step(max as f64 / unit as f64, 4.0) * unit as f64) as u64).max(1);
+    (0..=max / step).map(|i| i * step).collect()
+}
+
 /// `text` safe inside SVG text and attributes.
 pub fn escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
@@ -215,4 +278,63 @@ pub fn escape(text: &str) -> String {
         }
     }
     escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_come_from_the_1_2_5_series() {
+        assert_eq!(nice_step(10.0, 8.0), 2.0);
+        assert_eq!(nice_step(7_300_000.0, 8.0), 1_000_000.0);
+        assert_eq!(nice_step(3.0, 8.0), 0.5);
+        assert_eq!(nice_step(123_456.0, 8.0), 20_000.0);
+    }
+
+    #[test]
+    fn gridlines_are_round_sizes_not_quarters_of_the_peak() {
+        const MIB: u64 = 1 << 20;
+        const GIB: u64 = 1 << 30;
+        // 5.48 GiB: quarters would be 1.37 GiB apart.
+        assert_eq!(byte_ticks(5 * GIB + GIB / 2), [0, 2 * GIB, 4 * GIB]);
+        assert_eq!(byte_ticks(300 * MIB), [0, 100 * MIB, 200 * MIB, 300 * MIB]);
+        assert_eq!(byte_ticks(0), [0]);
+        assert_eq!(byte_ticks(2200 * GIB), [0, 1000 * GIB, 2000 * GIB]);
+    }
+
+    fn sample(index: usize, time_us: u64, bytes: u64) -> Sample {
+        Sample {
+            index,
+            time_us,
+            allocated: bytes,
+            reserved: bytes,
+            requested: bytes,
+            active: bytes,
+        }
+    }
+
+    #[test]
+    fn the_x_axis_has_round_ticks_and_step_labels_do_not_overlap() {
+        let series: Vec<Sample> = (0..1000)
+            .map(|i| sample(i, 1_000_000 + i as u64 * 7_000, (i as u64 % 10) << 20))
+            .collect();
+        let steps: Vec<Step> = (0..100)
+            .map(|i| Step {
+                tag: format!("step {i}"),
+                start: i * 10,
+                end: i * 10 + 10,
+            })
+            .collect();
+        let svg = render("t", 0, &series, &steps, 1000);
+        // 6.993 s in 1 s steps: 0 s to 6 s.
+        assert_eq!(svg.matches(r#"<line class="xtick""#).count(), 7);
+        assert!(svg.contains(">1.000 s</text>") && svg.contains(">6.000 s</text>"));
+        // 100 steps of 10 px each: a label fits every few steps only.
+        let labels = svg.matches(r#"<text class="step""#).count();
+        assert!((10..=25).contains(&labels), "{labels} step labels");
+        let untimed: Vec<Sample> = (0..1000).map(|i| sample(i, 0, 1 << 20)).collect();
+        let svg = render("t", 0, &untimed, &[], 1000);
+        assert!(svg.contains(">800</text>") && !svg.contains(">1,000</text>"));
+    }
 }
