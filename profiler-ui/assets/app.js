@@ -137,6 +137,18 @@ function bandEventLabel(state) {
   return state === 0 ? 'before the trace began' : eventLabel(state - 1);
 }
 
+// A band's life in the file's event numbers, the same words wherever it is shown: `end` past
+// the last state (or null) is alive at the end.
+function bandSpanLabel(start, end) {
+  const until = end === null || end > deviceMeta().events ? 'alive at the end' : `until ${bandEventLabel(end)}`;
+  return `from ${bandEventLabel(start)}, ${until}`;
+}
+
+// How many of a device's events the file numbers (its own, not the inserted annotations).
+function numberedEvents(device) {
+  return device.events - (device.inserted_events || []).length;
+}
+
 function deviceMeta() {
   return view.meta.devices.find((d) => d.device === view.device) || view.meta.devices[0];
 }
@@ -529,7 +541,8 @@ function showContext(title, facts, context) {
 
 async function showAllocation(id) {
   const a = await getJSON(`/api/allocation?device=${view.device}&id=${id}`);
-  const end = a.end === null ? 'alive at the end' : `${bandEventLabel(a.end)} (${fmtTime(a.end_us)})`;
+  const end = a.end === null || a.end > deviceMeta().events
+    ? 'alive at the end' : `${bandEventLabel(a.end)} (${fmtTime(a.end_us)})`;
   showContext(`allocation ${a.id}`, [
     ['size', `${fmtBytes(a.size)} (asked ${fmtBytes(a.requested)})`], ['address', a.addr],
     ['stream', String(a.stream)], ['from', `${bandEventLabel(a.start)} (${fmtTime(a.start_us)})`], ['until', end],
@@ -799,7 +812,7 @@ function setupTooltip() {
     if (oom) { placeTip(tip, e, oomText(oom.oom)); return; }
     const band = bandAt(x, y);
     if (band) {
-      placeTip(tip, e, `${fmtBytes(band.size)}  ${band.site}\nstream ${band.stream}, events ${band.start}–${band.end}\nclick for its context`);
+      placeTip(tip, e, `${fmtBytes(band.size)}  ${band.site}\nstream ${band.stream}, ${bandSpanLabel(band.start, band.end)}\nclick for its context`);
       return;
     }
     const c = summarizedAt(x, y);
@@ -878,7 +891,7 @@ async function main() {
   $('file').textContent = `${view.meta.file} (${view.meta.format})`;
   if (FILE !== null) await showFileOfComparison();
   if (!view.meta.devices.length) { $('status').textContent = 'this trace has no devices'; return; }
-  for (const d of view.meta.devices) { const o = el('option', `${d.device} (${d.events} events)`); o.value = String(d.device); $('device').append(o); }
+  for (const d of view.meta.devices) { const o = el('option', `${d.device} (${numberedEvents(d)} events)`); o.value = String(d.device); $('device').append(o); }
   $('device').addEventListener('change', () => selectDevice(Number($('device').value)));
   $('axis').addEventListener('change', () => { view.axis = $('axis').value; [view.from, view.to] = fullWindow(); refresh(); });
   $('reset').addEventListener('click', () => { [view.from, view.to] = fullWindow(); refresh(); });
@@ -935,6 +948,7 @@ async function main() {
 // timeline canvas.
 window.memtrace = {
   view,
+  meta: () => view.meta,
   bandRects: () => view.targets.map((r) => ({ id: r.band.id, site: r.band.site, x: r.x, y: r.y, w: r.w, h: r.h })),
   // The widest stretch of the grey summarized band: a point inside it, or null.
   summarizedPoint: () => {

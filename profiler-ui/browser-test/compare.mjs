@@ -7,7 +7,7 @@
 // OUT: where the screenshot goes, default a new temp dir)
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -261,6 +261,36 @@ try {
   check('two files: the title names both', (await second.textContent('#sites-title')) === 'Sites: rank 2 against rank 0', await second.textContent('#sites-title'));
   check('two files: the note counts the sites', /^1 sites changed, 1 the same\./.test(await second.textContent('#sites-note')), await second.textContent('#sites-note'));
   check('no script errors on the two-file page', errors.length === 0, errors.join('; '));
+
+  // Long paths (a run folder several names deep) and a long site wrap within their columns,
+  // and the page fits its window: no path one character per line, nothing wider than the page.
+  const deep = join(work, 'experiments_with_a_rather_long_folder_name_'.repeat(3), 'run_2026_12_06_seed_1234_lr_3e-4_batch_512_sequence_4096');
+  mkdirSync(deep, { recursive: true });
+  const long = [0, 1, 2].map((rank) => {
+    // A site name with no place to break, as a module path without separators can be.
+    const path = join(deep, `checkpointed_transformer_memory_snapshot_rank-${rank}.jsonl`);
+    const text = readFileSync(join(work, `rank-${rank}.jsonl`), 'utf8')
+      .replaceAll('"activations"', `"${'activations_of_the_transformer_blocks_'.repeat(4)}"`);
+    writeFileSync(path, text);
+    return path;
+  });
+  const longServer = await serve(long);
+  servers.push(longServer.child);
+  const third = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  third.on('pageerror', (e) => errors.push(String(e)));
+  await third.goto(longServer.url);
+  await third.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
+  const layout = await third.evaluate(() => ({
+    pathWidths: [...document.querySelectorAll('#files td.path')].map((td) => Math.round(td.getBoundingClientRect().width)),
+    pageWidth: document.documentElement.scrollWidth,
+    window: window.innerWidth,
+  }));
+  check('long paths wrap within a readable column and the page fits its window',
+    layout.pathWidths.length === 3 && layout.pathWidths.every((w) => w >= 180) && layout.pageWidth <= layout.window,
+    JSON.stringify(layout));
+  await third.screenshot({ path: join(outDir, 'memtrace-compare-long-paths.png'), fullPage: true });
+  console.log(`screenshot: ${join(outDir, 'memtrace-compare-long-paths.png')}`);
+  check('no script errors on the page of long paths', errors.length === 0, errors.join('; '));
   console.log(`traces: ${events.join(', ')} events`);
 } finally {
   await browser.close();

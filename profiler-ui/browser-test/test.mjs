@@ -175,6 +175,27 @@ try {
     return page.evaluate(() => { const t = document.getElementById('tooltip'); return t.hidden ? '(hidden)' : t.textContent; });
   };
 
+  // 4b. Hovering the band clicked in 3 says its life in the words of its context pane: the
+  // file's event numbers, never a state index or a number past the last event.
+  if (target) {
+    const pane = await page.textContent('#context-body');
+    const again = (await page.evaluate(() => window.memtrace.bandRects())).find((r) => r.id === target.id);
+    if (again) {
+      await page.mouse.move(timelineBox.x + again.x + again.w / 2, timelineBox.y + again.y + again.h / 2);
+      const tip = await tipText('from ');
+      const from = /from(before the trace began|event \d+|annotation after event \d+) \(/.exec(pane);
+      const until = /until(event \d+|annotation after event \d+) \(|untilalive at the end/.exec(pane);
+      const events = await page.evaluate(() => window.memtrace.meta().devices[0].events);
+      const numbers = [...tip.matchAll(/event (\d+)/g)].map((m) => Number(m[1]));
+      check('a band\'s hover and its context pane name the same events',
+        Boolean(from && until) && tip.includes(`from ${from[1]}`) &&
+        (until[1] ? tip.includes(`until ${until[1]}`) : tip.includes('alive at the end')) &&
+        numbers.every((n) => n < events), `${tip} | ${pane.slice(0, 300)}`);
+    } else {
+      check('a band\'s hover and its context pane name the same events', false, 'the clicked band is gone');
+    }
+  }
+
   // 5. The detail control: 20 bands drawn on their own, the rest in the grey band.
   await page.fill('#detail', '20');
   await page.locator('#detail').dispatchEvent('change');
