@@ -3,11 +3,14 @@
 //! however many events the window holds.
 //!
 //! Each column stands for the states it covers by one representative state, the one where the
-//! plotted memory is highest, so peaks survive any zoom. Bands: the `limit` largest
-//! allocations in the window are stacked individually (oldest at the bottom, as PyTorch's
-//! viewer stacks them), each drawn as runs of columns at a constant height; every other
-//! allocation the filter keeps is summed into one band on top ([`summarized`] says what one
-//! column of it holds). The same stacking draws the reserved segments ([`segment_timeline`]).
+//! plotted memory is highest, so peaks survive any zoom. Bands: `limit` allocations in the
+//! window are stacked individually (oldest at the bottom, as PyTorch's viewer stacks them),
+//! each drawn as runs of columns at a constant height; every other allocation the filter
+//! keeps is summed into one band on top ([`summarized`] says what one column of it holds).
+//! The ones shown are those alive in some column's state (the others would draw nothing)
+//! that stand out most where they live: the largest share of the memory alive in their
+//! columns, so every stretch of the window shows its own largest allocations, not only the
+//! stretch where the window's largest live. The same stacking draws the reserved segments ([`segment_timeline`]).
 //! The work per request is one pass over the window's states and the allocations, plus the
 //! columns each shown band is alive in.
 
@@ -322,11 +325,11 @@ impl Layout {
         spans: &[Allocation],
         limit: usize,
     ) -> (Timeline, Vec<usize>) {
+        let ranked = self.ranked(spans, limit);
         let mut cap = limit;
         loop {
-            let shown_limit = cap.min(self.candidates.len());
-            let (bands, shown, runs) =
-                stack(model, spans, &self.candidates, &self.states, shown_limit);
+            let shown_limit = cap.min(ranked.len());
+            let (bands, shown, runs) = stack(model, spans, &ranked[..shown_limit], &self.states);
             if runs <= MAX_RUNS || shown_limit == 0 {
                 let mut other = self.total.clone();
                 for band in &bands {
@@ -354,6 +357,44 @@ impl Layout {
     }
 }
 
+impl Layout {
+    /// The candidates that draw something (alive in some column's state), at most `limit` of
+    /// them, those that stand out most where they live first: the largest share of the most
+    /// memory alive in their columns (compared without division), then the largest.
+    fn ranked(&self, spans: &[Allocation], limit: usize) -> Vec<usize> {
+        let peaks = RangeMax::new(&self.total);
+        // (id, size, the most bytes alive in its columns)
+        let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(self.candidates.len());
+        for &id in &self.candidates {
+            let a = &spans[id];
+            let (c0, c1) = columns_of(&self.states, a);
+            if c0 < c1 {
+                visible.push((id, a.size, peaks.max(c0, c1).max(a.size).max(1)));
+            }
+        }
+        let by_share_desc = |a: &(usize, u64, u64), b: &(usize, u64, u64)| {
+            let left = u128::from(b.1) * u128::from(a.2);
+            let right = u128::from(a.1) * u128::from(b.2);
+            left.cmp(&right).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0))
+        };
+        if limit < visible.len() {
+            visible.select_nth_unstable_by(limit, by_share_desc);
+            visible.truncate(limit);
+        }
+        visible.sort_unstable_by(by_share_desc);
+        visible.into_iter().map(|(id, _, _)| id).collect()
+    }
+}
+
+/// The columns allocation `a` is alive in: `[first, end)` of the columns whose states are
+/// `states` (ascending).
+fn columns_of(states: &[usize], a: &Allocation) -> (usize, usize) {
+    (
+        states.partition_point(|&s| s < a.start),
+        states.partition_point(|&s| s < a.end),
+    )
+}
+
 /// The window as the columns cover it.
 fn clamped(window: Window, first: usize, last: usize) -> Window {
     let width = window.width.max(1);
@@ -372,24 +413,17 @@ fn clamped(window: Window, first: usize, last: usize) -> Window {
     }
 }
 
-/// The `limit` largest of `candidates` stacked over the columns showing `states` (which never
-/// decrease from column to column), their ids ascending, and the number of runs they make.
+/// The `chosen` allocations stacked over the columns showing `states` (which never decrease
+/// from column to column), their ids ascending, and the number of runs they make.
 /// Each band visits only the columns it is alive in: the work is the columns the shown bands
 /// cover, not columns times bands.
 fn stack(
     model: &TraceModel,
     spans: &[Allocation],
-    candidates: &[usize],
+    chosen: &[usize],
     states: &[usize],
-    limit: usize,
 ) -> (Vec<Band>, Vec<usize>, usize) {
-    let mut shown = candidates.to_vec();
-    if limit < shown.len() {
-        let by_size_desc =
-            |a: &usize, b: &usize| spans[*b].size.cmp(&spans[*a].size).then(a.cmp(b));
-        shown.select_nth_unstable_by(limit, by_size_desc);
-        shown.truncate(limit);
-    }
+    let mut shown = chosen.to_vec();
     // Ids are in order of becoming alive: oldest at the bottom.
     shown.sort_unstable();
     debug_assert!(
@@ -401,8 +435,7 @@ fn stack(
     let mut bands = Vec::with_capacity(shown.len());
     for &id in &shown {
         let a = &spans[id];
-        let c0 = states.partition_point(|&s| s < a.start);
-        let c1 = states.partition_point(|&s| s < a.end);
+        let (c0, c1) = columns_of(states, a);
         let mut runs: Vec<[u64; 3]> = Vec::new();
         for (c, under) in below.iter_mut().enumerate().take(c1).skip(c0) {
             let c = c as u64;
@@ -427,6 +460,43 @@ fn stack(
         });
     }
     (bands, shown, count)
+}
+
+/// The highest of a slice's values over any range of it, in constant time: a sparse table,
+/// `log2(len)` levels of the maxima of spans of `2^level` values.
+struct RangeMax {
+    levels: Vec<Vec<u64>>,
+}
+
+impl RangeMax {
+    fn new(values: &[u64]) -> RangeMax {
+        let mut levels = vec![values.to_vec()];
+        let mut span = 1;
+        while span * 2 <= values.len() {
+            let previous = levels.last().map_or(&[][..], Vec::as_slice);
+            let next: Vec<u64> = (0..=values.len() - span * 2)
+                .map(|i| previous[i].max(previous[i + span]))
+                .collect();
+            levels.push(next);
+            span *= 2;
+        }
+        RangeMax { levels }
+    }
+
+    /// The highest value in `[lo, hi)`; 0 for an empty range.
+    fn max(&self, lo: usize, hi: usize) -> u64 {
+        if hi <= lo {
+            return 0;
+        }
+        let level = (usize::BITS - 1 - (hi - lo).leading_zeros()) as usize;
+        let Some(values) = self.levels.get(level) else {
+            return 0;
+        };
+        let span = 1 << level;
+        let left = values.get(lo).copied().unwrap_or(0);
+        let right = values.get(hi - span).copied().unwrap_or(0);
+        left.max(right)
+    }
 }
 
 /// Allocated, reserved, requested and active memory of a window: the highest value of each

@@ -239,3 +239,87 @@ fn hostile_windows_are_clamped_not_panics() {
         assert_eq!(c.allocated.len(), w.width);
     }
 }
+
+/// A device whose events are `(alloc?, addr, size)` in order, one microsecond apart: an
+/// allocation, or the free (requested, then completed) of the block at `addr`.
+fn model_of(steps: &[(bool, u64, u64)]) -> TraceModel {
+    let mut snapshot = Snapshot::default();
+    let mut time_us = 0;
+    for &(alloc, addr, size) in steps {
+        let actions: &[Action] = if alloc {
+            &[Action::Alloc]
+        } else {
+            &[Action::FreeRequested, Action::FreeCompleted]
+        };
+        for &action in actions {
+            time_us += 1;
+            snapshot.events.push(TraceEvent {
+                action,
+                device: 0,
+                stream: StreamId::DEFAULT,
+                addr,
+                size,
+                requested: size,
+                time_us,
+                context: ContextId::NONE,
+            });
+        }
+    }
+    TraceModel::build(Path::new("t.jsonl"), "jsonl", snapshot).expect("the model builds")
+}
+
+#[test]
+fn an_allocation_no_column_shows_does_not_use_up_the_limit() {
+    // One column: its state is the peak, 20 blocks of 100 bytes; a block of 1000 bytes was
+    // allocated and freed before it, so no column shows it.
+    let mut steps = vec![(true, 0x5000, 1000), (false, 0x5000, 1000)];
+    steps.extend((0..20).map(|i| (true, 0x9000 + i * 0x100, 100)));
+    let model = model_of(&steps);
+    let device = &model.devices[0];
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, device.events as u64 + 1, 1),
+        &Filter::default(),
+        1,
+    );
+    assert_eq!(t.states, [device.events], "the column shows the peak");
+    let sizes: Vec<u64> = t.bands.iter().map(|b| b.size).collect();
+    assert_eq!(
+        sizes,
+        [100],
+        "the one band the limit allows is one that draws"
+    );
+}
+
+#[test]
+fn every_stretch_of_the_window_shows_its_own_largest_allocations() {
+    const MIB: u64 = 1 << 20;
+    // Weights of 1000 MiB and 100 MiB of activations, then both freed and a quiet stretch of
+    // 1 MiB buffers: by size alone both bands would come from the first stretch.
+    let mut steps = vec![
+        (true, 0x1000_0000, 1000 * MIB),
+        (true, 0x8000_0000, 100 * MIB),
+    ];
+    steps.extend((0..20).map(|i| (true, 0x100 + i * 0x10, 16)));
+    steps.push((false, 0x8000_0000, 100 * MIB));
+    steps.push((false, 0x1000_0000, 1000 * MIB));
+    steps.push((true, 0xa000_0000, MIB));
+    steps.extend((0..20).map(|i| (false, 0x100 + i * 0x10, 16)));
+    let model = model_of(&steps);
+    let device = &model.devices[0];
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, device.events as u64 + 1, 16),
+        &Filter::default(),
+        2,
+    );
+    let mut sizes: Vec<u64> = t.bands.iter().map(|b| b.size).collect();
+    sizes.sort_unstable();
+    assert_eq!(
+        sizes,
+        [MIB, 1000 * MIB],
+        "the late stretch's largest (all of its memory) beside the weights (91% of theirs)"
+    );
+}
