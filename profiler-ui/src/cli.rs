@@ -90,8 +90,13 @@ pub enum Command {
     /// allocation sites at the peak, and each out-of-memory event explained.
     #[command(after_help = SITE_HELP)]
     Summary {
-        /// The trace file.
-        file: PathBuf,
+        /// The trace file. Several files, a folder (its .pickle, .pkl, .jsonl and .csv files,
+        /// each optionally .gz) or a rank pattern (`run-{rank}.pickle`) give one line per file
+        /// instead (its busiest device's events, peaks and out-of-memory events), how the
+        /// peaks spread across the files, and the outliers (a peak more than 10% above the
+        /// mean); up to 4096 files, read one at a time.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
         /// Name sites by every frame memory_viz shows (torch's wrappers, installed packages,
         /// the allocator itself) instead of the user's own code.
         #[arg(long)]

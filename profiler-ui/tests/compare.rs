@@ -481,3 +481,65 @@ fn serve_help_documents_several_files_and_the_bounds() {
         assert!(help.contains(words), "{words:?} in\n{help}");
     }
 }
+
+#[test]
+fn summary_of_a_rank_series_gives_each_rank_the_spread_and_the_outliers() {
+    let dir = ranks();
+    let pattern = path_text(&dir.join("rank-{rank}.jsonl"));
+    let output = common::memtrace(&["summary", &pattern, "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", common::stderr(&output));
+    let report: Value = serde_json::from_str(&common::stdout(&output)).expect("JSON");
+    assert_eq!(report["ranks"], true);
+    let files = report["files"].as_array().expect("files");
+    let lines: Vec<(String, u64, u64, u64)> = files
+        .iter()
+        .map(|f| {
+            (
+                f["label"].as_str().expect("label").to_string(),
+                f["events"].as_u64().expect("events"),
+                f["peak_allocated"].as_u64().expect("allocated"),
+                f["peak_reserved"].as_u64().expect("reserved"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("rank 0".to_string(), 8, 32 * MIB, 40 * MIB),
+            ("rank 1".to_string(), 8, 36 * MIB, 44 * MIB),
+            ("rank 2".to_string(), 8, 52 * MIB, 60 * MIB),
+        ]
+    );
+    assert_eq!(report["allocated"]["mean"], Value::from((40 * MIB) as f64));
+    assert_eq!(report["reserved"]["outlier"], 2);
+    assert_eq!(
+        report["outliers"],
+        serde_json::json!([2]),
+        "52 MiB > 1.1 x 40 MiB"
+    );
+
+    // The folder reads the same ranks (its other file left alone), as text.
+    let output = common::memtrace(&["summary", &path_text(&dir)]);
+    assert_eq!(output.status.code(), Some(0), "{}", common::stderr(&output));
+    let text = common::stdout(&output);
+    assert!(text.starts_with("3 ranks\n"), "{text}");
+    assert!(
+        text.contains("allocated peaks: highest 52.00 MiB (rank 2), lowest 32.00 MiB (rank 0), mean 40.00 MiB, max / min 1.625x, max - mean 12.00 MiB; farthest from the mean: rank 2"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("outliers (a peak more than 10% above the mean): rank 2\n"),
+        "{text}"
+    );
+
+    // A folder without traces is refused in one line.
+    let empty = scratch("no-traces");
+    std::fs::create_dir_all(&empty).expect("folder");
+    let output = common::memtrace(&["summary", &path_text(&empty)]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        common::stderr(&output).contains("no trace files in this folder"),
+        "{}",
+        common::stderr(&output)
+    );
+}

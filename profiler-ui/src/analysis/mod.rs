@@ -2,13 +2,15 @@
 //! ([`sites`], named from whose code each frame is, [`frames`]; as a stack tree, [`tree`]), how
 //! it moved over time ([`timeline`]), what was never given back or grows step after step ([`leaks`], steps as [`steps`] finds them), the peaks,
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
-//! ([`summary`]), and two traces site by site ([`diff`]).
+//! ([`summary`]), two traces site by site ([`diff`]), and a figure across several files
+//! ([`spread`]).
 
 pub mod diff;
 pub mod fragmentation;
 pub mod frames;
 pub mod leaks;
 pub mod sites;
+pub mod spread;
 pub mod steps;
 pub mod summary;
 pub mod timeline;

@@ -3,7 +3,8 @@
 //! it; `demo --serve` runs the demo and then the viewer on the trace it wrote.
 
 use super::{
-    convert, demo, diff, doctor, info, leaks, plan, replay, segments, serve, summary, timeline, top,
+    convert, demo, diff, doctor, info, leaks, plan, rank_summary, replay, segments, serve, summary,
+    timeline, top,
 };
 use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::Point;
@@ -17,10 +18,15 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
         Command::Info { file, json } => info::run(&file, json, out),
         Command::Summary {
-            file,
+            files,
             all_frames,
             json,
-        } => summary::run(&file, FrameView::from_flag(all_frames), json, out),
+        } => match files.as_slice() {
+            [file] if !rank_summary::is_several(&files) => {
+                summary::run(file, FrameView::from_flag(all_frames), json, out)
+            }
+            _ => rank_summary::run(&files, json, out),
+        },
         Command::Leaks {
             file,
             all_frames,

@@ -11,6 +11,7 @@ mod doctor;
 mod info;
 mod leaks;
 mod plan;
+mod rank_summary;
 mod replay;
 mod segments;
 mod serve;

@@ -15,6 +15,7 @@ use super::model::TraceModel;
 use crate::analysis::diff::{diff, SiteDiff};
 use crate::analysis::frames::FrameView;
 use crate::analysis::sites::Site;
+use crate::analysis::spread::{spread, Spread};
 use crate::analysis::summary::{DeviceSummary, Peak};
 use crate::analysis::timeline::pick_device;
 use serde::Serialize;
@@ -135,27 +136,6 @@ pub struct Imbalance {
     pub allocated: Spread,
     /// Of the reserved peaks.
     pub reserved: Spread,
-}
-
-/// How one peak spreads across the files.
-#[derive(Debug, PartialEq, Serialize)]
-pub struct Spread {
-    /// The highest peak, in bytes.
-    pub max: u64,
-    /// Its file (the first, on a tie).
-    pub max_file: usize,
-    /// The lowest peak, in bytes.
-    pub min: u64,
-    /// Its file (the first, on a tie).
-    pub min_file: usize,
-    /// The mean of the peaks, in bytes.
-    pub mean: f64,
-    /// `max / min`; `None` when the lowest is 0.
-    pub max_over_min: Option<f64>,
-    /// `max - mean`, in bytes: what the highest holds beyond the average file.
-    pub max_minus_mean: f64,
-    /// The file whose peak is farthest from the mean, above or below (the first, on a tie).
-    pub outlier: usize,
 }
 
 /// Two files site by site (`memtrace diff`'s analysis).
@@ -304,29 +284,6 @@ fn peak_view(trace: &TraceModel, device: u32, first_us: u64, peak: &Peak) -> Pea
 }
 
 /// The spread of `peaks` (at least one).
-fn spread(peaks: &[u64]) -> Spread {
-    let first_of = |value: u64| peaks.iter().position(|&p| p == value).unwrap_or(0);
-    let max = peaks.iter().copied().max().unwrap_or(0);
-    let min = peaks.iter().copied().min().unwrap_or(0);
-    let mean = peaks.iter().map(|&p| p as f64).sum::<f64>() / peaks.len().max(1) as f64;
-    let mut outlier = 0;
-    for (i, &p) in peaks.iter().enumerate() {
-        if (p as f64 - mean).abs() > (peaks[outlier] as f64 - mean).abs() {
-            outlier = i;
-        }
-    }
-    Spread {
-        max,
-        max_file: first_of(max),
-        min,
-        min_file: first_of(min),
-        mean,
-        max_over_min: (min > 0).then(|| max as f64 / min as f64),
-        max_minus_mean: max as f64 - mean,
-        outlier,
-    }
-}
-
 fn sites_compared(
     a: &TraceModel,
     b: &TraceModel,

@@ -7,6 +7,7 @@
 //! `snapshot_rank1`, ...), as PyTorch DDP jobs name one snapshot per rank. A rank series is
 //! shown in rank order; other files in the order given (a folder's by name).
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Most files one page shows side by side.
@@ -84,16 +85,32 @@ pub enum FileListError {
         /// The other.
         second: PathBuf,
     },
-    /// More files than one page shows.
-    #[error("{count} files given; one page shows at most {MAX_FILES} side by side")]
+    /// More files than the command takes.
+    #[error("{count} files given; {limit}")]
     TooMany {
         /// How many were given (after folders and patterns were expanded).
         count: usize,
+        /// The limit, in words: "one page shows at most 64 side by side".
+        limit: String,
     },
 }
 
-/// The files `args` name, labelled and in the order the page shows them.
+/// The files `args` name, labelled and in the order the page shows them, at most
+/// [`MAX_FILES`].
 pub fn resolve(args: &[PathBuf]) -> Result<Vec<FileEntry>, FileListError> {
+    resolve_at_most(
+        args,
+        MAX_FILES,
+        &format!("one page shows at most {MAX_FILES} side by side"),
+    )
+}
+
+/// As [`resolve`], taking at most `max` files; `limit` says so in the error.
+pub fn resolve_at_most(
+    args: &[PathBuf],
+    max: usize,
+    limit: &str,
+) -> Result<Vec<FileEntry>, FileListError> {
     let mut paths: Vec<(PathBuf, Option<u32>)> = Vec::new();
     let mut all_from_patterns = true;
     for arg in args {
@@ -109,27 +126,30 @@ pub fn resolve(args: &[PathBuf]) -> Result<Vec<FileEntry>, FileListError> {
             return Err(FileListError::Missing(arg.clone()));
         }
     }
-    if paths.len() > MAX_FILES {
-        return Err(FileListError::TooMany { count: paths.len() });
+    if paths.len() > max {
+        return Err(FileListError::TooMany {
+            count: paths.len(),
+            limit: limit.to_owned(),
+        });
     }
-    for (i, (path, _)) in paths.iter().enumerate() {
-        let same = |other: &PathBuf| match (path.canonicalize(), other.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => path == other,
-        };
-        if paths[..i].iter().any(|(other, _)| same(other)) {
+    // Each path resolved and named once: a thousand files cost a thousand lookups.
+    let mut seen: HashSet<PathBuf> = HashSet::with_capacity(paths.len());
+    for (path, _) in &paths {
+        if !seen.insert(path.canonicalize().unwrap_or_else(|_| path.clone())) {
             return Err(FileListError::SameFile(path.clone()));
         }
     }
-    for (i, (path, _)) in paths.iter().enumerate() {
+    let mut named: HashMap<String, &PathBuf> = HashMap::with_capacity(paths.len());
+    for (path, _) in &paths {
         let name = file_name(path);
-        if let Some((first, _)) = paths[..i].iter().find(|(p, _)| file_name(p) == name) {
+        if let Some(first) = named.get(&name) {
             return Err(FileListError::SameName {
                 name,
-                first: first.clone(),
+                first: (*first).clone(),
                 second: path.clone(),
             });
         }
+        named.insert(name, path);
     }
     let ranks: Option<Vec<u32>> = if all_from_patterns && paths.len() > 1 {
         paths.iter().map(|(_, r)| *r).collect()
