@@ -30,6 +30,21 @@ impl Output {
         Ok(())
     }
 
+    /// Writes `report` as JSON when `json`, else as the text `render` makes of it.
+    pub fn report<T: serde::Serialize>(
+        &mut self,
+        report: &T,
+        json: bool,
+        render: impl FnOnce(&T) -> String,
+    ) -> anyhow::Result<()> {
+        if json {
+            return self.json(report);
+        }
+        self.write(&render(report))?;
+        self.flush()?;
+        Ok(())
+    }
+
     /// Flushes what is buffered.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()

@@ -11,6 +11,7 @@ mod jsonl;
 mod model;
 mod perfetto;
 mod pickle_fixtures;
+mod protocol5;
 mod pytorch_export;
 mod pytorch_snapshots;
 mod raw_races;

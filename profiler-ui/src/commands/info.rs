@@ -297,11 +297,5 @@ fn event_count(format: &str, device: &DeviceInfo, span: &str) -> String {
 pub fn run(file: &Path, json: bool, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(file).with_context(|| "cannot read the trace".to_string())?;
     let report = report(file, &trace);
-    if json {
-        out.json(&report)
-    } else {
-        out.write(&render(&report))?;
-        out.flush()?;
-        Ok(())
-    }
+    out.report(&report, json, render)
 }

@@ -188,11 +188,5 @@ pub fn render(report: &RankSummary) -> String {
 /// Runs `memtrace summary` over several files.
 pub fn run(files: &[PathBuf], json: bool, out: &mut Output) -> anyhow::Result<()> {
     let report = summarize(files)?;
-    if json {
-        out.json(&report)
-    } else {
-        out.write(&render(&report))?;
-        out.flush()?;
-        Ok(())
-    }
+    out.report(&report, json, render)
 }

@@ -79,13 +79,7 @@ pub struct ReplayReport {
 pub fn run(args: ReplayArgs, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(&args.file).context("cannot read the trace")?;
     let report = replay(&args, &trace.snapshot, trace.format)?;
-    if args.json {
-        out.json(&report)
-    } else {
-        out.write(&render(&report))?;
-        out.flush()?;
-        Ok(())
-    }
+    out.report(&report, args.json, render)
 }
 
 /// Replays `snapshot` as `args` say.

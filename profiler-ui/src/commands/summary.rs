@@ -164,11 +164,5 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
 pub fn run(file: &Path, view: FrameView, json: bool, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
     let report = summarize_in(file, trace.format.as_str(), &trace.snapshot, view)?;
-    if json {
-        out.json(&report)
-    } else {
-        out.write(&render(&report))?;
-        out.flush()?;
-        Ok(())
-    }
+    out.report(&report, json, render)
 }
