@@ -248,9 +248,8 @@ impl CudaBackend {
         if self.device(device)?.context.cu_ctx() == context {
             return Ok(device);
         }
-        let others = (0..self.inner.devices.len()).filter(|&d| d != device);
-        Ok(others
-            .into_iter()
+        Ok((0..self.inner.devices.len())
+            .filter(|&d| d != device)
             .find(|&other| {
                 self.device(other)
                     .is_ok_and(|d| d.context.cu_ctx() == context)

@@ -241,10 +241,8 @@ pub fn open_trace_with(
         let decoder = Capped {
             inner: flate2::bufread::MultiGzDecoder::new(reader),
             left: limits.max_decompressed_bytes(compressed_bytes),
-            limit: limits.max_decompressed_bytes(compressed_bytes),
             compressed_bytes,
-            ratio: limits.max_decompression_ratio,
-            floor: limits.min_decompressed_bytes,
+            limits: limits.clone(),
         };
         reader = Box::new(BufReader::with_capacity(1 << 16, decoder));
         sniffed = sniff(reader.fill_buf().map_err(io_error(path))?);
@@ -255,14 +253,14 @@ pub fn open_trace_with(
     Ok((sniffed, gzip, reader))
 }
 
-/// A decompressing reader that fails once more than `limit` bytes have come out of it.
+/// A decompressing reader of a file of `compressed_bytes` that fails once more than
+/// `limits` allow have come out of it ([`ImportLimits::max_decompressed_bytes`]).
 struct Capped<R> {
     inner: R,
+    /// Bytes it may still give.
     left: u64,
-    limit: u64,
     compressed_bytes: u64,
-    ratio: u64,
-    floor: u64,
+    limits: ImportLimits,
 }
 
 impl<R: Read> Read for Capped<R> {
@@ -279,7 +277,10 @@ impl<R: Read> Read for Capped<R> {
                          for a compressed trace ({} times its size, at least {} bytes); real \
                          traces compress far less. If the file is trusted, raise the ratio \
                          with {MAX_DECOMPRESSION_RATIO_ENV}=<ratio>",
-                        self.compressed_bytes, self.limit, self.ratio, self.floor
+                        self.compressed_bytes,
+                        self.limits.max_decompressed_bytes(self.compressed_bytes),
+                        self.limits.max_decompression_ratio,
+                        self.limits.min_decompressed_bytes
                     ),
                 )),
             };

@@ -13,7 +13,7 @@ use crate::analysis::timeline::pick_device;
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
-use crate::serve::files::resolve_at_most;
+use crate::serve::files::{is_pattern, resolve_at_most};
 use anyhow::Context as _;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -66,7 +66,7 @@ pub struct RankSummary {
 /// rank pattern.
 pub fn is_several(files: &[PathBuf]) -> bool {
     match files {
-        [one] => one.is_dir() || one.to_string_lossy().contains("{rank}"),
+        [one] => one.is_dir() || is_pattern(one),
         _ => true,
     }
 }

@@ -197,7 +197,8 @@ fn file_name(path: &Path) -> String {
     )
 }
 
-fn is_pattern(path: &Path) -> bool {
+/// Whether `path` is a rank pattern (its file name holds `{rank}`).
+pub fn is_pattern(path: &Path) -> bool {
     path.file_name()
         .is_some_and(|n| n.to_string_lossy().contains(RANK))
 }

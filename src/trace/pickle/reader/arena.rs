@@ -229,49 +229,65 @@ fn count_ref(refs: &mut [u32], slot: Slot) {
     }
 }
 
-impl Arena {
-    /// Makes room for one more scalar and one more container, asking for the memory
-    /// fallibly: a file larger than the machine's memory is an error, not an abort.
-    pub(super) fn make_room(&mut self) -> Result<(), TryReserveError> {
-        self.scalars.try_reserve(1)?;
-        self.nodes.try_reserve(1)?;
-        self.refs.try_reserve(1)
-    }
+/// Why the arena could not take one more value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Full {
+    /// 2^32 handles of the kind are used up.
+    Handles,
+    /// The machine could not give the memory (asked for fallibly: a file larger than the
+    /// machine's memory is an error, not an abort).
+    Memory,
+}
 
-    /// Stores a scalar, in the slot itself when it fits; `None` when 2^32 handles are used up.
-    pub(super) fn scalar(&mut self, value: Value) -> Option<Slot> {
+impl From<TryReserveError> for Full {
+    fn from(_: TryReserveError) -> Full {
+        Full::Memory
+    }
+}
+
+impl Arena {
+    /// Stores a scalar, in the slot itself when it fits.
+    pub(super) fn scalar(&mut self, value: Value) -> Result<Slot, Full> {
         debug_assert!(!matches!(
             value,
             Value::List(_) | Value::Tuple(_) | Value::Dict(_) | Value::Set(_)
         ));
         match value {
-            Value::None => return Some(Slot::NONE),
-            Value::Bool(flag) => return Some(Slot::bool(flag)),
+            Value::None => return Ok(Slot::NONE),
+            Value::Bool(flag) => return Ok(Slot::bool(flag)),
             Value::Int(int) => {
                 if let Some(slot) = Slot::small_int(int) {
-                    return Some(slot);
+                    return Ok(slot);
                 }
             }
             _ => {}
         }
-        let index = u32::try_from(self.scalars.len()).ok()?;
+        let index = u32::try_from(self.scalars.len()).map_err(|_| Full::Handles)?;
+        self.scalars.try_reserve(1)?;
         let slot = match &value {
             Value::Str(text) => Slot::scalar(index, Some(text)),
             _ => Slot::scalar(index, None),
         };
         self.scalars.push(value);
-        Some(slot)
+        Ok(slot)
     }
 
-    /// A new container of `kind` holding `slots`, created by the opcode at `offset`; `None`
-    /// when 2^32 handles are used up. Dicts and sets start empty and are filled with
-    /// [`insert`](Self::insert), which keeps keys unique.
-    pub(super) fn create(&mut self, kind: Kind, offset: usize, slots: Vec<Slot>) -> Option<Slot> {
+    /// A new container of `kind` holding `slots`, created by the opcode at `offset`. Dicts
+    /// and sets start empty and are filled with [`insert`](Self::insert), which keeps keys
+    /// unique.
+    pub(super) fn create(
+        &mut self,
+        kind: Kind,
+        offset: usize,
+        slots: Vec<Slot>,
+    ) -> Result<Slot, Full> {
         debug_assert!(
             slots.is_empty() || matches!(kind, Kind::List | Kind::Tuple),
             "dict and set items go through insert"
         );
-        let index = u32::try_from(self.nodes.len()).ok()?;
+        let index = u32::try_from(self.nodes.len()).map_err(|_| Full::Handles)?;
+        self.nodes.try_reserve(1)?;
+        self.refs.try_reserve(1)?;
         for &slot in &slots {
             count_ref(&mut self.refs, slot);
         }
@@ -282,7 +298,7 @@ impl Arena {
             slots,
             keys: None,
         });
-        Some(Slot::node(index))
+        Ok(Slot::node(index))
     }
 
     /// The scalar `slot` names or holds, or `None` for a container.

@@ -8,7 +8,7 @@
 //! value, memory stays linear in the input's length whatever the limits.
 
 use super::super::Value;
-use super::arena::{Arena, Kind, Slot};
+use super::arena::{Arena, Full, Kind, Slot};
 use super::error::PickleError;
 use super::input::{At, Input};
 use super::memo::Memo;
@@ -356,6 +356,14 @@ impl Machine<'_, '_> {
         }
     }
 
+    /// The error of an opcode whose value the arena could not take.
+    fn full(&self, full: Full, at: At) -> PickleError {
+        match full {
+            Full::Handles => self.too_many_items(at),
+            Full::Memory => out_of_memory(at),
+        }
+    }
+
     fn too_many_items(&self, at: At) -> PickleError {
         PickleError::TooManyItems {
             limit: self.limits.max_items,
@@ -375,20 +383,18 @@ impl Machine<'_, '_> {
 
     /// Stores a scalar and pushes it.
     fn push_value(&mut self, value: Value, at: At) -> Result<(), PickleError> {
-        self.arena.make_room().map_err(|_| out_of_memory(at))?;
         let slot = self
             .arena
             .scalar(value)
-            .ok_or_else(|| self.too_many_items(at))?;
+            .map_err(|full| self.full(full, at))?;
         self.push(slot, at)
     }
 
     /// Creates a container.
     fn create(&mut self, kind: Kind, items: Vec<Slot>, at: At) -> Result<Slot, PickleError> {
-        self.arena.make_room().map_err(|_| out_of_memory(at))?;
         self.arena
             .create(kind, at.offset, items)
-            .ok_or_else(|| self.too_many_items(at))
+            .map_err(|full| self.full(full, at))
     }
 
     /// Creates a container and pushes it.
