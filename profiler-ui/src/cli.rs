@@ -239,15 +239,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Convert a trace to another format.
+    /// Convert a trace to another format, or traces to a Parquet dataset for SQL engines
+    /// (DuckDB, Polars, Spark, Trino): `memtrace convert run.pickle out.parquet`, or a folder
+    /// or rank pattern (`'rank-{rank}.pickle'`) to one dataset partitioned by rank. The
+    /// dataset's schema and example queries are in the README.
     Convert {
-        /// The trace to read.
+        /// The trace to read; for a Parquet dataset also a folder of traces or a rank pattern.
         input: PathBuf,
-        /// Where to write; a name ending in `.gz` is gzip-compressed.
+        /// Where to write; a name ending in `.gz` is gzip-compressed. A Parquet dataset is a
+        /// new folder.
         output: PathBuf,
         /// The format to write; by default chosen from the output's name (`.pickle`/`.pkl`:
-        /// pytorch, `.csv`: rmm-csv, `.json`: perfetto, `.jsonl` or none: jsonl; another
-        /// extension is an error).
+        /// pytorch, `.csv`: rmm-csv, `.json`: perfetto, `.jsonl` or none: jsonl, `.parquet`:
+        /// parquet; another extension is an error).
         #[arg(long, value_enum)]
         to: Option<OutputFormat>,
     },
@@ -583,6 +587,8 @@ pub enum OutputFormat {
     Perfetto,
     /// RMM's CSV allocation log.
     RmmCsv,
+    /// A Parquet dataset: a folder of tables partitioned by rank, for SQL engines.
+    Parquet,
 }
 
 /// Prints a clap error and gives the exit status: help and version go to stdout with 0, every

@@ -9,15 +9,18 @@
 //! | `commands/` | one module per subcommand: read the trace, take what to show from `analysis/`, print it as text or JSON |
 //! | `cli` | the command line (clap): every subcommand's arguments |
 //! | `serve/` | the web viewer behind `memtrace serve` |
+//! | `export/` | the Parquet dataset behind `memtrace convert ... OUT.parquet` |
 //! | `analysis/` | what is computed from a trace: sites, timelines, leaks, the summary |
 //! | `load`, `output`, `format` | reading a trace file; writing to stdout; numbers as people read them |
 //!
 //! Imports run down the table, never up: `commands` uses the modules below it, `cli` and the
-//! viewer use `analysis`, `analysis` uses only `format`, and only this file uses `commands`.
+//! viewer and `export` use `analysis`, `analysis` uses only `format`, and only this file uses
+//! `commands`.
 
 mod analysis;
 mod cli;
 mod commands;
+mod export;
 mod format;
 mod load;
 mod output;

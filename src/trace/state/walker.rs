@@ -4,6 +4,7 @@
 use super::error::StateError;
 use super::memory::{DeviceState, Memory, MemoryTotals};
 use super::undo::{rebuild, Change};
+use crate::trace::snapshot::Block;
 use crate::trace::{Snapshot, TraceEvent};
 
 impl Snapshot {
@@ -150,6 +151,20 @@ impl StateWalker {
     /// The totals of the current state.
     pub fn totals(&self) -> MemoryTotals {
         self.memory.totals
+    }
+
+    /// The active block (allocated or pending free) at `address` in the current state, as
+    /// [`state`](Self::state) shows it, without a pass over the others: after an `alloc`
+    /// event, the block it handed out, its size as the end state knows it when it lives on
+    /// there.
+    pub fn active_block(&self, address: u64) -> Option<Block> {
+        self.memory.blocks.get(&address).map(|block| Block {
+            address,
+            size: block.size,
+            requested: block.requested,
+            state: block.state,
+            context: block.context,
+        })
     }
 
     /// The current state, tiled; this costs one pass over the live blocks and segments.
