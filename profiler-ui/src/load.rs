@@ -2,15 +2,20 @@
 //! content, not the name; gzip undone; errors that name the file and what is wrong with it)
 //! with a spinner on stderr while a large file loads.
 
+use crate::cache::{Cache, CACHE_ENV};
+
 /// Files at least this large get a spinner on stderr while they load.
 const SPINNER_FROM_BYTES: u64 = 16 << 20;
 
-/// Reads the trace in `path` (see [`blockpool::trace::file::load_trace`]), with a spinner on
-/// stderr while a large file loads. The spinner is drawn only when stderr is a terminal, so
-/// pipes and logs stay clean.
+/// Reads the trace in `path` (see [`blockpool::trace::file::load_trace`]), from the import
+/// cache when it holds this file ([`crate::cache`]), with a spinner on stderr while a large
+/// file loads. The spinner is drawn only when stderr is a terminal, so pipes and logs stay
+/// clean. A large file read from the trace is written to the cache for the next command; when
+/// that fails, one line on stderr says why, and the command goes on.
 pub fn load_trace(
     path: &std::path::Path,
 ) -> Result<blockpool::trace::file::LoadedTrace, blockpool::trace::file::TraceFileError> {
+    let cache = Cache::from_env().filter(|cache| cache.wants(path));
     let large = std::fs::metadata(path).is_ok_and(|m| m.len() >= SPINNER_FROM_BYTES);
     let spinner = large.then(|| {
         let spinner =
@@ -19,7 +24,22 @@ pub fn load_trace(
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
         spinner
     });
-    let loaded = blockpool::trace::file::load_trace(path);
+    let cached = cache.as_ref().and_then(|cache| cache.load(path));
+    let loaded = match cached {
+        Some(trace) => Ok(trace),
+        None => {
+            let loaded = blockpool::trace::file::load_trace(path);
+            if let (Some(cache), Ok(trace)) = (&cache, &loaded) {
+                if let Err(e) = cache.store(path, trace) {
+                    eprintln!(
+                        "memtrace: note: the import cache was not written ({e}); \
+                         {CACHE_ENV}=off stops trying"
+                    );
+                }
+            }
+            loaded
+        }
+    };
     if let Some(spinner) = spinner {
         spinner.finish_and_clear();
     }

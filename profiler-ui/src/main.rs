@@ -11,13 +11,14 @@
 //! | `serve/` | the web viewer behind `memtrace serve` |
 //! | `export/` | the Parquet dataset behind `memtrace convert ... OUT.parquet` |
 //! | `analysis/` | what is computed from a trace: sites, timelines, leaks, the summary |
-//! | `load`, `output`, `format` | reading a trace file; writing to stdout; numbers as people read them |
+//! | `load`, `cache`, `output`, `format` | reading a trace file, through the import cache; writing to stdout; numbers as people read them |
 //!
 //! Imports run down the table, never up: `commands` uses the modules below it, `cli` and the
 //! viewer and `export` use `analysis`, `analysis` uses only `format`, and only this file uses
 //! `commands`.
 
 mod analysis;
+mod cache;
 mod cli;
 mod commands;
 mod export;

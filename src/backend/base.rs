@@ -4,6 +4,7 @@
 use super::BackendError;
 #[cfg(doc)]
 use super::SimBackend;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Index of a device, as CUDA numbers them (`0..device_count`).
@@ -13,7 +14,9 @@ pub type DeviceIndex = usize;
 ///
 /// On CUDA this is the `CUstream` handle value; on [`SimBackend`] any number names a stream.
 /// [`StreamId::DEFAULT`] is the legacy default stream (handle 0).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct StreamId(pub u64);
 
 impl StreamId {

@@ -5,10 +5,11 @@
 //! interned elsewhere and referenced by [`ContextId`].
 
 use crate::backend::StreamId;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// What an event records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Action {
     /// A block was handed out (`size` is the block, `requested` what was asked for).
     Alloc,
@@ -88,7 +89,9 @@ impl fmt::Display for Action {
 }
 
 /// An interned context (tag stack and frames); 0 means none was recorded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct ContextId(pub u32);
 
 impl ContextId {
@@ -97,7 +100,7 @@ impl ContextId {
 }
 
 /// One recorded event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceEvent {
     /// What happened.
     pub action: Action,

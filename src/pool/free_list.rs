@@ -11,10 +11,11 @@
 
 use super::block::BlockId;
 use crate::backend::StreamId;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The two pools of PyTorch's allocator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum PoolKind {
     /// Blocks of at most 1 MiB, carved from 2 MiB segments.
     Small,

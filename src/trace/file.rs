@@ -6,13 +6,14 @@ use super::limits::{ImportLimits, MAX_DECOMPRESSION_RATIO_ENV, MAX_VALUES_PER_BY
 use super::snapshot::Snapshot;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The formats blockpool reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TraceFormat {
     /// blockpool's JSON Lines trace ([`jsonl`](super::jsonl)).
     Jsonl,

@@ -11,16 +11,21 @@
 use crate::backend::StreamId;
 use crate::event::{Action, ContextId, TraceEvent};
 use crate::pool::PoolKind;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
 mod contexts;
+mod stored;
 pub use contexts::{frames_context, Contexts};
 
 /// The allocator's segments at one moment, the events recorded before it and their contexts.
-#[derive(Clone, Debug, Default, PartialEq)]
+///
+/// It is `Serialize` and `Deserialize` (serde), as memtrace's import cache stores it; that
+/// encoding follows the types and is not a file format to exchange.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Every segment, ordered by device then address.
     pub segments: Vec<Segment>,
@@ -41,7 +46,7 @@ pub struct Snapshot {
 
 /// What PyTorch's snapshot files record beside segments, events and contexts, which the rest
 /// of a [`Snapshot`] has no place for.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PytorchDetails {
     /// `allocator_settings` whole, every key in the file's order (`PYTORCH_CUDA_ALLOC_CONF`,
     /// `max_split_size`, `garbage_collection_threshold`, `roundup_power2_divisions`,
@@ -71,7 +76,7 @@ impl PytorchDetails {
 }
 
 /// A segment of a private memory pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentPool {
     /// Device of the segment.
     pub device: u32,
@@ -82,7 +87,7 @@ pub struct SegmentPool {
 }
 
 /// One value of the allocator's settings as a trace file recorded it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum SettingValue {
     /// Python's `None`.
     None,
@@ -136,7 +141,7 @@ impl fmt::Display for SettingValue {
 }
 
 /// A segment: one device allocation, tiled by its blocks.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
     /// Device index.
     pub device: u32,
@@ -159,7 +164,7 @@ pub struct Segment {
 }
 
 /// A block of a segment.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Block {
     /// Device address.
     pub address: u64,
@@ -174,7 +179,7 @@ pub struct Block {
 }
 
 /// A block's state, named as PyTorch's snapshots name it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum BlockState {
     /// Handed out to a caller, `active_allocated`.
     ActiveAllocated,
