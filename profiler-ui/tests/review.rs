@@ -106,8 +106,8 @@ fn outputs_take_o_and_an_unknown_extension_is_refused_with_the_formats() {
     let drawn = std::fs::read_to_string(&svg).expect("the SVG was written");
     assert!(drawn.starts_with("<svg"), "{drawn:.80}");
 
-    let parquet = scratch("review-out.parquet");
-    let output = memtrace(&["convert", &trace, &parquet.to_string_lossy()]);
+    let unknown = scratch("review-out.arrow");
+    let output = memtrace(&["convert", &trace, &unknown.to_string_lossy()]);
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
     assert!(
@@ -115,11 +115,12 @@ fn outputs_take_o_and_an_unknown_extension_is_refused_with_the_formats() {
             && message.contains(
                 ".jsonl (blockpool), .pickle or .pkl (PyTorch), .json (Perfetto), .csv (RMM)"
             )
+            && message.contains("or .parquet for a Parquet dataset")
             && message.contains("--to"),
         "{message}"
     );
     assert!(
-        !parquet.exists(),
+        !unknown.exists(),
         "nothing is written under a name that lies"
     );
 

@@ -32,7 +32,7 @@ pub fn run(
         None => OutputFormat::from_path(output).with_context(|| {
             format!(
                 "{}: memtrace writes no format with this extension; name the output with one \
-                 of {} or .parquet, or choose the format with --to",
+                 of {}, or .parquet for a Parquet dataset, or choose the format with --to",
                 output.display(),
                 OutputFormat::EXTENSIONS
             )
