@@ -319,6 +319,10 @@ impl Layout {
 
     /// The timeline with at most `limit` bands on their own (fewer when they would make more
     /// than [`MAX_RUNS`] runs), and the ids of those shown, ascending.
+    ///
+    /// When the ranked bands would make too many runs, the most of the best-ranked that fit
+    /// are found by a binary search over counts of runs ([`count_runs`], without stacking),
+    /// and only those are stacked.
     fn timeline(
         &self,
         model: &TraceModel,
@@ -327,33 +331,69 @@ impl Layout {
     ) -> (Timeline, Vec<usize>) {
         let ranked = self.ranked(spans, limit);
         let mut cap = limit;
-        loop {
-            let shown_limit = cap.min(ranked.len());
-            let (bands, shown, runs) = stack(model, spans, &ranked[..shown_limit], &self.states);
-            if runs <= MAX_RUNS || shown_limit == 0 {
-                let mut other = self.total.clone();
-                for band in &bands {
-                    for run in &band.runs {
-                        for c in run[0]..run[1] {
-                            if let Some(o) = other.get_mut(c as usize) {
-                                *o = o.saturating_sub(band.size);
-                            }
-                        }
-                    }
+        if count_runs(spans, &ranked, &self.states) > MAX_RUNS {
+            // runs(0) = 0 fits; `fits` stays a count that fits, `over` one that does not.
+            let (mut fits, mut over) = (0, ranked.len());
+            while over - fits > 1 {
+                let mid = fits + (over - fits) / 2;
+                if count_runs(spans, &ranked[..mid], &self.states) <= MAX_RUNS {
+                    fits = mid;
+                } else {
+                    over = mid;
                 }
-                let timeline = Timeline {
-                    window: clamped(self.window, self.first, self.last),
-                    states: self.states.clone(),
-                    total: self.total.clone(),
-                    other,
-                    bands,
-                    matched: self.candidates.len(),
-                    limit: cap,
-                };
-                return (timeline, shown);
             }
-            cap = shown_limit * MAX_RUNS / runs;
+            cap = fits;
         }
+        let stacked = stack(spans, &ranked[..cap.min(ranked.len())], &self.states);
+        debug_assert!(stacked.runs <= MAX_RUNS, "the runs were counted to fit");
+        // What the bands cover of each column, by a difference array over their runs.
+        let mut covered = vec![0u64; self.total.len() + 1];
+        for (id, runs) in &stacked.bands {
+            let size = spans[*id].size;
+            for run in runs {
+                let (c0, c1) = (run[0] as usize, run[1] as usize);
+                if let (Some(_), Some(_)) = (covered.get(c0), covered.get(c1)) {
+                    covered[c0] = covered[c0].wrapping_add(size);
+                    covered[c1] = covered[c1].wrapping_sub(size);
+                }
+            }
+        }
+        let mut running = 0u64;
+        let other = self
+            .total
+            .iter()
+            .zip(&covered)
+            .map(|(total, d)| {
+                running = running.wrapping_add(*d);
+                total.saturating_sub(running)
+            })
+            .collect();
+        let bands = stacked
+            .bands
+            .into_iter()
+            .map(|(id, runs)| {
+                let a = &spans[id];
+                Band {
+                    id,
+                    size: a.size,
+                    stream: a.stream,
+                    site: model.allocation_site(a).to_string(),
+                    start: a.start,
+                    end: a.end,
+                    runs,
+                }
+            })
+            .collect();
+        let timeline = Timeline {
+            window: clamped(self.window, self.first, self.last),
+            states: self.states.clone(),
+            total: self.total.clone(),
+            other,
+            bands,
+            matched: self.candidates.len(),
+            limit: cap,
+        };
+        (timeline, stacked.shown)
     }
 }
 
@@ -413,16 +453,98 @@ fn clamped(window: Window, first: usize, last: usize) -> Window {
     }
 }
 
+/// The runs [`stack`] would make of `chosen`, in `O(n log width)` instead of the columns they
+/// cover: adding a band's size to the columns it covers changes the bytes below from one
+/// column to the next only at its two ends, so a band's runs are one plus the columns inside
+/// it where the bytes below change, counted in a Fenwick tree of those columns.
+fn count_runs(spans: &[Allocation], chosen: &[usize], states: &[usize]) -> usize {
+    let mut ids = chosen.to_vec();
+    ids.sort_unstable();
+    // step[c]: the bytes below at column c less those at c - 1 (wrapping); `changes` counts
+    // the columns where it is not zero.
+    let mut step = vec![0u64; states.len() + 1];
+    let mut changes = Fenwick::new(states.len() + 1);
+    let mut count = 0;
+    for id in ids {
+        let a = &spans[id];
+        let (c0, c1) = columns_of(states, a);
+        if c0 >= c1 {
+            continue;
+        }
+        count += 1 + changes.count(c0 + 1, c1);
+        for (c, delta) in [(c0, a.size), (c1, a.size.wrapping_neg())] {
+            // Column 0 starts a run whatever is below it.
+            if c == 0 {
+                continue;
+            }
+            let before = step[c] != 0;
+            step[c] = step[c].wrapping_add(delta);
+            match (before, step[c] != 0) {
+                (false, true) => changes.add(c, 1),
+                (true, false) => changes.add(c, -1),
+                _ => {}
+            }
+        }
+    }
+    count
+}
+
+/// Counts over positions `0..len`: add at a position, and the sum of a range, each in
+/// `O(log len)`.
+struct Fenwick {
+    tree: Vec<i64>,
+}
+
+impl Fenwick {
+    fn new(len: usize) -> Fenwick {
+        Fenwick {
+            tree: vec![0; len + 1],
+        }
+    }
+
+    fn add(&mut self, position: usize, delta: i64) {
+        let mut i = position + 1;
+        while i < self.tree.len() {
+            self.tree[i] += delta;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The sum over `0..end`.
+    fn prefix(&self, end: usize) -> i64 {
+        let mut i = end.min(self.tree.len() - 1);
+        let mut sum = 0;
+        while i > 0 {
+            sum += self.tree[i];
+            i -= i & i.wrapping_neg();
+        }
+        sum
+    }
+
+    /// The sum over `lo..hi`, as a count (never negative: only counts are added).
+    fn count(&self, lo: usize, hi: usize) -> usize {
+        if hi <= lo {
+            return 0;
+        }
+        usize::try_from(self.prefix(hi) - self.prefix(lo)).unwrap_or(0)
+    }
+}
+
+/// Allocations stacked over columns ([`stack`]).
+struct Stacked {
+    /// Each allocation that covers a column, bottom of the stack first: its id and its runs
+    /// (`[first column, end column, bytes below it]`).
+    bands: Vec<(usize, Vec<[u64; 3]>)>,
+    /// The ids stacked, ascending.
+    shown: Vec<usize>,
+    /// The runs of all the bands.
+    runs: usize,
+}
+
 /// The `chosen` allocations stacked over the columns showing `states` (which never decrease
-/// from column to column), their ids ascending, and the number of runs they make.
-/// Each band visits only the columns it is alive in: the work is the columns the shown bands
-/// cover, not columns times bands.
-fn stack(
-    model: &TraceModel,
-    spans: &[Allocation],
-    chosen: &[usize],
-    states: &[usize],
-) -> (Vec<Band>, Vec<usize>, usize) {
+/// from column to column), oldest at the bottom. Each band visits only the columns it is alive
+/// in: the work is the columns the bands cover, not columns times bands.
+fn stack(spans: &[Allocation], chosen: &[usize], states: &[usize]) -> Stacked {
     let mut shown = chosen.to_vec();
     // Ids are in order of becoming alive: oldest at the bottom.
     shown.sort_unstable();
@@ -445,21 +567,16 @@ fn stack(
             }
             *under = under.wrapping_add(a.size);
         }
-        if runs.is_empty() {
-            continue;
+        if !runs.is_empty() {
+            count += runs.len();
+            bands.push((id, runs));
         }
-        count += runs.len();
-        bands.push(Band {
-            id,
-            size: a.size,
-            stream: a.stream,
-            site: model.allocation_site(a).to_string(),
-            start: a.start,
-            end: a.end,
-            runs,
-        });
     }
-    (bands, shown, count)
+    Stacked {
+        bands,
+        shown,
+        runs: count,
+    }
 }
 
 /// The highest of a slice's values over any range of it, in constant time: a sparse table,

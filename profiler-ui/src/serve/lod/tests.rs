@@ -323,3 +323,83 @@ fn every_stretch_of_the_window_shows_its_own_largest_allocations() {
         "the late stretch's largest (all of its memory) beside the weights (91% of theirs)"
     );
 }
+
+#[test]
+fn past_the_runs_bound_the_best_ranked_bands_that_fit_are_drawn() {
+    // 1000 one-byte blocks, then 120 blocks of 1000 bytes alive to the end, then the small
+    // ones freed newest first: every large band's runs break at each free below it (1001
+    // runs), and each small one has one run.
+    let small = |i: u64| 0x10_0000 + i * 0x10;
+    let mut steps: Vec<(bool, u64, u64)> = (0..1000).map(|i| (true, small(i), 1)).collect();
+    steps.extend((0..120).map(|i| (true, 0x100_0000 + i * 0x1000, 1000)));
+    steps.extend((0..1000).rev().map(|i| (false, small(i), 1)));
+    let model = model_of(&steps);
+    let device = &model.devices[0];
+    let width = device.events + 1;
+    let t = timeline(
+        &model,
+        device,
+        window(Axis::Event, 0, width as u64, width),
+        &Filter::default(),
+        2000,
+    );
+    // All of them would make 120 * 1001 + 1000 runs, past MAX_RUNS. The large ones rank
+    // first (each is 1000 / 121000 of the memory where it lives), then the small ones oldest
+    // first; with the oldest m small ones, the small bands have a run each and the large ones
+    // m + 1: 121 m + 120 runs, so m = 825 is the most that fit.
+    assert_eq!(MAX_RUNS, 100_000);
+    assert_eq!(t.limit, 945);
+    let mut shapes: Vec<(u64, usize)> = t.bands.iter().map(|b| (b.size, b.runs.len())).collect();
+    shapes.dedup();
+    assert_eq!(shapes, [(1, 1), (1000, 826)]);
+    let ids: Vec<usize> = t.bands.iter().map(|b| b.id).collect();
+    let expected: Vec<usize> = (0..825).chain(1000..1120).collect();
+    assert_eq!(ids, expected);
+    let runs: usize = t.bands.iter().map(|b| b.runs.len()).sum();
+    assert_eq!(runs, 99_945);
+    // The summarized band holds the rest: at the peak, the other 175 small blocks.
+    let peak = t
+        .states
+        .iter()
+        .position(|&s| s == 1120)
+        .expect("the peak's column");
+    assert_eq!(t.total[peak], 121_000);
+    assert_eq!(t.other[peak], 175);
+}
+
+#[test]
+fn counting_runs_agrees_with_stacking_them() {
+    // A deterministic stream of random cases: lifetimes over 0..60 states, sizes that
+    // repeat (so bytes below can return to an earlier value), columns that skip states.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    for _ in 0..500 {
+        let spans: Vec<Allocation> = (0..next(40) + 1)
+            .map(|_| {
+                let start = next(60) as usize;
+                Allocation {
+                    addr: 0,
+                    size: [0, 1, 2, 3, 64][next(5) as usize],
+                    requested: 0,
+                    stream: 0,
+                    context: ContextId::NONE,
+                    start,
+                    end: start + 1 + next(30) as usize,
+                }
+            })
+            .collect();
+        let mut states: Vec<usize> = (0..next(30) + 1).map(|_| next(90) as usize).collect();
+        states.sort_unstable();
+        let chosen: Vec<usize> = (0..spans.len()).filter(|_| next(3) > 0).collect();
+        assert_eq!(
+            count_runs(&spans, &chosen, &states),
+            stack(&spans, &chosen, &states).runs,
+            "{spans:?} {states:?} {chosen:?}"
+        );
+    }
+}
