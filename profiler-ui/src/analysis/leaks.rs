@@ -18,7 +18,7 @@ use super::sites::{
 use super::steps::{find_steps, StepSiteNames, StepsUsed, DEFAULT_STEP_PREFIX};
 use super::timeline::walker;
 use blockpool::leak::{analyze_steps, GrowthSettings, SiteSeries, SiteTotal};
-use blockpool::trace::{Action, BlockState, Snapshot};
+use blockpool::trace::{Action, BlockState, Snapshot, StateWalker};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -151,10 +151,20 @@ pub fn find_leaks(
     device: u32,
     options: &LeakOptions,
 ) -> anyhow::Result<LeakReport> {
+    find_leaks_from(snapshot, device, options, walker(snapshot, device)?)
+}
+
+/// As [`find_leaks`], walking `walker` (the device's, at any position) instead of rebuilding
+/// the device's states.
+pub fn find_leaks_from(
+    snapshot: &Snapshot,
+    device: u32,
+    options: &LeakOptions,
+    mut walker: StateWalker,
+) -> anyhow::Result<LeakReport> {
     let names = SiteNames::new(snapshot, options.view);
     let step_rule = find_steps(snapshot, device, &options.step_prefix);
     let in_step = StepSiteNames::new(&names, &step_rule, options.view);
-    let mut walker = walker(snapshot, device)?;
     let mut points = measurement_names(&step_rule);
     if points.is_empty() {
         points = vec![("end of the trace".to_string(), walker.len())];

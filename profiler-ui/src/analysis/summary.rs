@@ -127,15 +127,6 @@ pub struct OomExplained {
     pub explanation: String,
 }
 
-/// Builds the summary of `snapshot`, sites named by the user's own code.
-pub fn summarize(
-    file: &Path,
-    format: &'static str,
-    snapshot: &Snapshot,
-) -> anyhow::Result<SummaryReport> {
-    summarize_in(file, format, snapshot, FrameView::User)
-}
-
 /// Builds the summary of `snapshot`, sites named in `view`.
 pub fn summarize_in(
     file: &Path,
@@ -160,7 +151,19 @@ fn summarize_device(
     device: u32,
     view: FrameView,
 ) -> anyhow::Result<DeviceSummary> {
-    let mut walker = walker(snapshot, device)?;
+    summarize_device_from(snapshot, device, view, walker(snapshot, device)?)
+}
+
+/// The summary of `device`, walking `walker` (the device's) from index 0 instead of
+/// rebuilding the device's states; `snapshot` holds the device's events and segments (all of
+/// a trace's, or [`Snapshot::by_device`]'s part).
+pub fn summarize_device_from(
+    snapshot: &Snapshot,
+    device: u32,
+    view: FrameView,
+    mut walker: StateWalker,
+) -> anyhow::Result<DeviceSummary> {
+    walker.seek(0)?;
     let numbers = snapshot.event_numbers(device);
     let start = walker.totals();
     let time_of = |index: usize, walker: &blockpool::trace::StateWalker| {
@@ -183,11 +186,15 @@ fn summarize_device(
     };
     let mut fragmentation = ReservedPeak::start(start.reserved_bytes, start.allocated_bytes);
     let mut ooms = Vec::new();
-    while let Some(event) = walker.step() {
+    let mut end = start;
+    // The totals alone, carried from event to event; the walker moves only to the states
+    // looked at below.
+    let steps = walker.events().iter().zip(walker.totals_ahead());
+    for (i, (event, totals)) in steps.enumerate() {
         let (action, size, free) = (event.action, event.size, event.addr);
         let (stream, context) = (event.stream.0, event.context);
-        let index = walker.position();
-        let totals = walker.totals();
+        let index = i + 1;
+        end = totals;
         fragmentation.note(index, action, totals.reserved_bytes, totals.allocated_bytes);
         for (peak, value) in [
             (&mut allocated, totals.allocated_bytes),
@@ -206,7 +213,7 @@ fn summarize_device(
             ooms.push((index - 1, size, free, stream, context));
         }
     }
-    let segments_at_end = walker.totals().segments;
+    let segments_at_end = end.segments;
     for peak in [&mut allocated, &mut reserved, &mut requested] {
         peak.time_us = time_of(peak.index, &walker);
         peak.after_event = numbers.state(peak.index);

@@ -47,14 +47,22 @@ pub fn walker(snapshot: &Snapshot, device: u32) -> anyhow::Result<StateWalker> {
 
 /// The memory of `device` at index 0 and after each of its events: `len + 1` samples.
 pub fn memory_series(snapshot: &Snapshot, device: u32) -> anyhow::Result<Vec<Sample>> {
-    let mut walker = walker(snapshot, device)?;
+    Ok(series_of(walker(snapshot, device)?))
+}
+
+/// As [`memory_series`], walking `walker` (the device's) from index 0 instead of rebuilding
+/// the device's states.
+pub fn series_of(mut walker: StateWalker) -> Vec<Sample> {
+    // The walk starts at index 0 whatever the position given.
+    let _ = walker.seek(0);
     let mut series = Vec::with_capacity(walker.len() + 1);
     series.push(Sample::new(0, 0, walker.totals()));
-    while let Some(event) = walker.step() {
-        let time_us = event.time_us;
-        series.push(Sample::new(walker.position(), time_us, walker.totals()));
+    // The totals alone, carried from event to event: no live block is touched.
+    let steps = walker.events().iter().zip(walker.totals_ahead());
+    for (index, (event, totals)) in steps.enumerate() {
+        series.push(Sample::new(index + 1, event.time_us, totals));
     }
-    Ok(series)
+    series
 }
 
 /// The first index where allocated bytes are highest (0 for a device without events).

@@ -6,10 +6,11 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
-use crate::analysis::leaks::{find_leaks, LeakOptions, LeakReport};
+use crate::analysis::frames::FrameView;
+use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
-use crate::analysis::summary::{summarize, SummaryReport};
-use crate::analysis::timeline::{allocated_peak, memory_series};
+use crate::analysis::summary::{summarize_device_from, SummaryReport};
+use crate::analysis::timeline::{allocated_peak, series_of};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
 use blockpool::trace::{Action, ContextId, DeviceState, Snapshot, StateWalker, TraceEvent};
 use std::collections::{BTreeMap, HashMap};
@@ -127,12 +128,28 @@ impl TraceModel {
         format: &'static str,
         snapshot: Snapshot,
     ) -> Result<TraceModel, ServeError> {
+        // Each device's states are rebuilt once; the model, its curves, its leaks and its
+        // summary each walk a clone of that walker.
         let mut devices = Vec::new();
+        let mut summaries = Vec::new();
         for (device, part) in snapshot.by_device() {
-            devices.push(build_device(&part, device)?);
+            let walker = part
+                .state_walker(device)
+                .map_err(|source| ServeError::State { device, source })?;
+            summaries.push(summarize_device_from(
+                &part,
+                device,
+                FrameView::User,
+                walker.clone(),
+            )?);
+            devices.push(build_device(&part, device, walker)?);
         }
         let contexts = context_texts(&snapshot);
-        let summary = summarize(file, format, &snapshot)?;
+        let summary = SummaryReport {
+            file: file.display().to_string(),
+            format,
+            devices: summaries,
+        };
         Ok(TraceModel {
             file: file.display().to_string(),
             format,
@@ -184,8 +201,19 @@ impl TraceModel {
         if let Some(report) = cached {
             return Ok(report);
         }
-        // Computed outside the lock: other requests keep being answered meanwhile.
-        let report = Arc::new(find_leaks(&self.snapshot, device.device, options)?);
+        // Computed outside the locks, on a clone of the device's walker (no rebuild): other
+        // requests keep being answered meanwhile.
+        let walker = device
+            .walker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let report = Arc::new(find_leaks_from(
+            &self.snapshot,
+            device.device,
+            options,
+            walker,
+        )?);
         let mut cache = device
             .leaks_by_options
             .lock()
@@ -230,9 +258,13 @@ fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
     texts
 }
 
-fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeError> {
+/// The model of `device`, `walker` its walker at index 0.
+fn build_device(
+    snapshot: &Snapshot,
+    device: u32,
+    mut walker: StateWalker,
+) -> Result<DeviceModel, ServeError> {
     let failed = |source| ServeError::State { device, source };
-    let mut walker = snapshot.state_walker(device).map_err(failed)?;
     let events = walker.len();
     let alive_at_end = events.saturating_add(1);
     // Blocks alive before the first event, lowest address first.
@@ -303,7 +335,7 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
             }
         }
     }
-    let series = memory_series(snapshot, device)?;
+    let series = series_of(walker.clone());
     let curves = Curves {
         allocated: series.iter().map(|s| s.allocated).collect(),
         reserved: series.iter().map(|s| s.reserved).collect(),
@@ -316,7 +348,12 @@ fn build_device(snapshot: &Snapshot, device: u32) -> Result<DeviceModel, ServeEr
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();
-    let leaks = Arc::new(find_leaks(snapshot, device, &LeakOptions::default())?);
+    let leaks = Arc::new(find_leaks_from(
+        snapshot,
+        device,
+        &LeakOptions::default(),
+        walker.clone(),
+    )?);
     let has_times = state_time_us.last() > state_time_us.first();
     // Leave the walker at the peak, where the page first asks for the segments.
     walker.seek(peak_index).map_err(failed)?;

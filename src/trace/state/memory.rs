@@ -68,7 +68,19 @@ pub struct MemoryTotals {
 impl MemoryTotals {
     /// Adds (`sign` 1) or removes (`sign` -1) a block's share. Totals wrap rather than
     /// panic; they cannot go below zero because only blocks that were added are removed.
-    fn add_block(&mut self, state: BlockState, size: u64, requested: u64, sign: i64) {
+    /// Adds (`sign` 1) or removes (`sign` -1) a segment's share, wrapping as
+    /// [`add_block`](Self::add_block) does.
+    pub(super) fn add_segment(&mut self, size: u64, sign: i64) {
+        if sign > 0 {
+            self.reserved_bytes = self.reserved_bytes.wrapping_add(size);
+            self.segments = self.segments.wrapping_add(1);
+        } else {
+            self.reserved_bytes = self.reserved_bytes.wrapping_sub(size);
+            self.segments = self.segments.wrapping_sub(1);
+        }
+    }
+
+    pub(super) fn add_block(&mut self, state: BlockState, size: u64, requested: u64, sign: i64) {
         let add = |total: &mut u64, value: u64| {
             *total = if sign > 0 {
                 total.wrapping_add(value)
@@ -203,14 +215,7 @@ impl Memory {
     }
 
     fn count_segment(&mut self, segment: &LiveSegment, sign: i64) {
-        let totals = &mut self.totals;
-        if sign > 0 {
-            totals.reserved_bytes = totals.reserved_bytes.wrapping_add(segment.size);
-            totals.segments = totals.segments.wrapping_add(1);
-        } else {
-            totals.reserved_bytes = totals.reserved_bytes.wrapping_sub(segment.size);
-            totals.segments = totals.segments.wrapping_sub(1);
-        }
+        self.totals.add_segment(segment.size, sign);
     }
 
     /// The first active block overlapping `[addr, end)`.

@@ -65,7 +65,12 @@ proptest! {
         let trace = snapshot(end, events);
         let Ok(mut walker) = trace.state_walker(0) else { return Ok(()) };
         let start = walker.state();
+        let ahead: Vec<_> = walker.totals_ahead().collect();
+        prop_assert_eq!(ahead.len(), walker.len());
         for index in 0..=walker.len() {
+            if index > 0 {
+                prop_assert_eq!(walker.totals(), ahead[index - 1], "totals ahead, {}", index);
+            }
             prop_assert_eq!(walker.position(), index);
             let state = walker.state();
             prop_assert_eq!(walker.totals(), state.totals(), "totals at {}", index);
@@ -168,11 +173,15 @@ proptest! {
         let cut = cut.min(events.len());
         let trace = snapshot(model.end_state(), events[cut..].to_vec());
         let mut walker = trace.state_walker(0).expect("a consistent trace rebuilds");
+        let ahead: Vec<_> = walker.totals_ahead().collect();
         for (index, want) in states[cut..].iter().enumerate() {
             walker.seek(index).unwrap();
             let state = walker.state();
             prop_assert_eq!(&state.segments, want, "state after {} of the kept events", index);
             prop_assert_eq!(walker.totals(), state.totals());
+            if index > 0 {
+                prop_assert_eq!(walker.totals(), ahead[index - 1], "totals ahead, {}", index);
+            }
         }
     }
 }

@@ -24,7 +24,7 @@
 //! disagrees is a [`Conflict`].
 
 use super::error::{Conflict, StateError};
-use super::memory::{range_end, LiveBlock, LiveSegment, Memory};
+use super::memory::{range_end, LiveBlock, LiveSegment, Memory, MemoryTotals};
 use crate::trace::snapshot::Segment;
 use crate::trace::{Action, BlockState, ContextId, TraceEvent};
 use std::collections::HashMap;
@@ -54,6 +54,28 @@ impl Change {
         if let Change::Block { before, after, .. } = self {
             for block in [before, after].into_iter().flatten() {
                 block.context = context;
+            }
+        }
+    }
+
+    /// Applies the change forward to `totals` alone: what [`apply`](Self::apply) does to the
+    /// totals of a memory in the state before it, without the memory.
+    pub fn apply_to_totals(&self, totals: &mut MemoryTotals) {
+        match self {
+            Change::None => {}
+            Change::Block { before, after, .. } => {
+                for (block, sign) in [(before, -1), (after, 1)] {
+                    if let Some(b) = block {
+                        totals.add_block(b.state, b.size, b.requested, sign);
+                    }
+                }
+            }
+            Change::Segments { before, after } => {
+                for (segments, sign) in [(before, -1), (after, 1)] {
+                    for (_, segment) in segments {
+                        totals.add_segment(segment.size, sign);
+                    }
+                }
             }
         }
     }

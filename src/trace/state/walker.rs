@@ -6,6 +6,7 @@ use super::memory::{DeviceState, Memory, MemoryTotals};
 use super::undo::{rebuild, Change};
 use crate::trace::snapshot::Block;
 use crate::trace::{Snapshot, TraceEvent};
+use std::sync::Arc;
 
 impl Snapshot {
     /// The memory of `device` after its first `index` events: 0 is before any recorded event
@@ -68,12 +69,16 @@ impl Snapshot {
 /// Anything else the events and the end state disagree on (two live blocks overlapping, a
 /// block live after its free, a segment freed or never allocated with live blocks in it) is a
 /// [`StateError::Contradiction`] naming the event.
+///
+/// A clone shares the events and the changes with the original (they never change) and
+/// copies only the current state: walking a clone costs what walking the original does, and
+/// no second pass over the trace.
 #[derive(Clone, Debug)]
 pub struct StateWalker {
     device: u32,
     memory: Memory,
-    events: Vec<TraceEvent>,
-    changes: Vec<Change>,
+    events: Arc<Vec<TraceEvent>>,
+    changes: Arc<Vec<Change>>,
     position: usize,
 }
 
@@ -86,8 +91,8 @@ impl StateWalker {
         Ok(StateWalker {
             device,
             memory: rebuilt.start,
-            events,
-            changes: rebuilt.changes,
+            events: Arc::new(events),
+            changes: Arc::new(rebuilt.changes),
             position: 0,
         })
     }
@@ -146,6 +151,20 @@ impl StateWalker {
         while self.position < index && self.step().is_some() {}
         while self.position > index && self.step_back().is_some() {}
         Ok(())
+    }
+
+    /// The totals after each event from the current position on (the first is after the
+    /// event [`step`](Self::step) would apply next), without moving or changing the state:
+    /// only the totals are carried from change to change, so a whole trace's curves cost a
+    /// pass over numbers rather than over the live blocks.
+    pub fn totals_ahead(&self) -> impl Iterator<Item = MemoryTotals> + '_ {
+        let mut totals = self.memory.totals;
+        self.changes[self.position.min(self.changes.len())..]
+            .iter()
+            .map(move |change| {
+                change.apply_to_totals(&mut totals);
+                totals
+            })
     }
 
     /// The totals of the current state.
