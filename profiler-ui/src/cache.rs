@@ -4,7 +4,9 @@
 //! path, size, modification time and a hash of its whole content; the entry's own length and
 //! hash) and the imported snapshot (serde, postcard). It is used only when all of that still
 //! holds, so an entry is never trusted without its check: a trace edited in place, copied over
-//! with its old time, or an entry cut short or damaged is read again from the trace. Entries
+//! with its old time, or an entry cut short or damaged is read again from the trace; and the
+//! snapshot read back passes the checks the import makes of every trace
+//! ([`Snapshot::validate`]). Entries
 //! are safe to delete at any time; the folder is kept under a size, oldest used first out.
 //!
 //! Settings (environment): `MEMTRACE_CACHE=off` turns the cache off; `MEMTRACE_CACHE_DIR` is
@@ -265,6 +267,8 @@ fn read_entry(entry: &Path, source: &Path) -> Option<LoadedTrace> {
         return None;
     }
     let payload: Payload = postcard::from_bytes(&payload).ok()?;
+    // What the import checks of every trace it reads holds of what it reads back too.
+    payload.snapshot.validate().ok()?;
     Some(LoadedTrace {
         format: payload.format,
         gzip: payload.gzip,

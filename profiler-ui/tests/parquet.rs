@@ -30,42 +30,36 @@ fn read(dataset: &Path, table: &str, rank: u32) -> Vec<RecordBatch> {
         .collect()
 }
 
-fn u64s(batches: &[RecordBatch], column: &str) -> Vec<Option<u64>> {
+/// The values of `column` in every batch, null as `None`, read with `value`.
+fn values<A: Array + 'static, T>(
+    batches: &[RecordBatch],
+    column: &str,
+    value: impl Fn(&A, usize) -> T,
+) -> Vec<Option<T>> {
     batches
         .iter()
         .flat_map(|b| {
             let array = b.column_by_name(column).expect(column);
-            let array = array.as_any().downcast_ref::<UInt64Array>().expect("u64");
+            let array = array.as_any().downcast_ref::<A>().expect("its type");
             (0..array.len())
-                .map(|i| array.is_valid(i).then(|| array.value(i)))
+                .map(|i| array.is_valid(i).then(|| value(array, i)))
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+fn u64s(batches: &[RecordBatch], column: &str) -> Vec<Option<u64>> {
+    values(batches, column, UInt64Array::value)
 }
 
 fn u32s(batches: &[RecordBatch], column: &str) -> Vec<Option<u32>> {
-    batches
-        .iter()
-        .flat_map(|b| {
-            let array = b.column_by_name(column).expect(column);
-            let array = array.as_any().downcast_ref::<UInt32Array>().expect("u32");
-            (0..array.len())
-                .map(|i| array.is_valid(i).then(|| array.value(i)))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    values(batches, column, UInt32Array::value)
 }
 
 fn texts(batches: &[RecordBatch], column: &str) -> Vec<String> {
-    batches
-        .iter()
-        .flat_map(|b| {
-            let array = b.column_by_name(column).expect(column);
-            let array = array.as_any().downcast_ref::<StringArray>().expect("text");
-            (0..array.len())
-                .map(|i| array.value(i).to_owned())
-                .collect::<Vec<_>>()
-        })
+    values(batches, column, |a: &StringArray, i| a.value(i).to_owned())
+        .into_iter()
+        .map(|text| text.expect("not null"))
         .collect()
 }
 
