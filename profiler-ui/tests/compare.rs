@@ -543,3 +543,40 @@ fn summary_of_a_rank_series_gives_each_rank_the_spread_and_the_outliers() {
         common::stderr(&output)
     );
 }
+
+#[test]
+fn sixty_four_ranks_are_served_and_summarized_with_the_outlier() {
+    // 64 ranks of 16 MiB of activations but rank 41, with 48: allocated peaks of 32 MiB and
+    // one of 64 MiB (mean 32.5 MiB), reserved 40 and 72 MiB.
+    let dir = scratch("sixty-four");
+    std::fs::create_dir_all(&dir).expect("folder");
+    for rank in 0..64 {
+        let activations = if rank == 41 { 48 } else { 16 };
+        rank_trace(&dir.join(format!("rank-{rank}.jsonl")), activations, true);
+    }
+    let pattern = path_text(&dir.join("rank-{rank}.jsonl"));
+    let server = serve(&[&pattern]);
+    let (status, c) = get(server.port, "/api/compare");
+    assert_eq!(status, 200);
+    let files = c["files"].as_array().expect("files");
+    assert_eq!(files.len(), 64);
+    let peaks: Vec<u64> = files
+        .iter()
+        .map(|f| f["peak_allocated"]["bytes"].as_u64().expect("peak"))
+        .collect();
+    let mut expected = vec![32 * MIB; 64];
+    expected[41] = 64 * MIB;
+    assert_eq!(peaks, expected);
+    let allocated = &c["imbalance"]["allocated"];
+    assert_eq!(allocated["max_file"], 41);
+    assert_eq!(allocated["outlier"], 41);
+    assert_eq!(allocated["max_over_min"], 2.0);
+    assert_eq!(allocated["mean"], Value::from((32 * MIB + MIB / 2) as f64));
+
+    let output = common::memtrace(&["summary", &pattern, "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", common::stderr(&output));
+    let report: Value = serde_json::from_str(&common::stdout(&output)).expect("JSON");
+    assert_eq!(report["files"].as_array().map(Vec::len), Some(64));
+    assert_eq!(report["outliers"], serde_json::json!([41]));
+    assert_eq!(report["reserved"]["max"], 72 * MIB);
+}
