@@ -293,15 +293,16 @@ impl Layout {
             delta[lo] = delta[lo].wrapping_add(a.size);
             delta[hi] = delta[hi].wrapping_sub(a.size);
         }
-        let mut alive = Vec::with_capacity(span);
+        // Summed in place: the differences become the bytes alive at each state.
         let mut running = 0u64;
-        for d in &delta[..span] {
+        for d in &mut delta {
             running = running.wrapping_add(*d);
-            alive.push(running);
+            *d = running;
         }
+        let alive = &delta[..span];
         let states: Vec<usize> = cols
             .iter()
-            .map(|&(lo, hi)| first + peak_in(&alive, lo - first, hi - first))
+            .map(|&(lo, hi)| first + peak_in(alive, lo - first, hi - first))
             .collect();
         let total: Vec<u64> = states
             .iter()
@@ -405,9 +406,14 @@ impl Layout {
         let peaks = RangeMax::new(&self.total);
         // (id, size, the most bytes alive in its columns)
         let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(self.candidates.len());
+        // Lifetimes come in order of their start (ids are), so each one's first column is
+        // searched for from the last one's.
+        let (mut last_start, mut last_c0) = (0, 0);
         for &id in &self.candidates {
             let a = &spans[id];
-            let (c0, c1) = columns_of(&self.states, a);
+            let from = if a.start >= last_start { last_c0 } else { 0 };
+            let (c0, c1) = columns_from(&self.states, a, from);
+            (last_start, last_c0) = (a.start, c0);
             if c0 < c1 {
                 visible.push((id, a.size, peaks.max(c0, c1).max(a.size).max(1)));
             }
@@ -433,6 +439,26 @@ fn columns_of(states: &[usize], a: &Allocation) -> (usize, usize) {
         states.partition_point(|&s| s < a.start),
         states.partition_point(|&s| s < a.end),
     )
+}
+
+/// As [`columns_of`], searching from column `from` on (at or before `a`'s first column) by
+/// galloping, so the work is the logarithm of how far its columns are from `from`, not of the
+/// window's width: most lifetimes are short and come in order.
+fn columns_from(states: &[usize], a: &Allocation, from: usize) -> (usize, usize) {
+    let from = from.min(states.len());
+    let c0 = from + below(&states[from..], a.start);
+    let c1 = c0 + below(&states[c0..], a.end);
+    (c0, c1)
+}
+
+/// How many of the ascending `values` are below `bound`, by galloping from the front.
+fn below(values: &[usize], bound: usize) -> usize {
+    let mut end = 1;
+    while end <= values.len() && values[end - 1] < bound {
+        end *= 2;
+    }
+    let start = end / 2;
+    start + values[start..end.min(values.len())].partition_point(|&v| v < bound)
 }
 
 /// The window as the columns cover it.

@@ -403,3 +403,36 @@ fn counting_runs_agrees_with_stacking_them() {
         );
     }
 }
+
+#[test]
+fn galloping_finds_the_columns_binary_search_does() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % bound) as usize
+    };
+    for _ in 0..2000 {
+        let mut states: Vec<usize> = (0..next(40)).map(|_| next(100)).collect();
+        states.sort_unstable();
+        let start = next(110);
+        let a = Allocation {
+            addr: 0,
+            size: 1,
+            requested: 0,
+            stream: 0,
+            context: ContextId::NONE,
+            start,
+            end: start + 1 + next(50),
+        };
+        let exact = columns_of(&states, &a);
+        for from in 0..=exact.0 {
+            assert_eq!(
+                columns_from(&states, &a, from),
+                exact,
+                "{states:?} {a:?} {from}"
+            );
+        }
+    }
+}
