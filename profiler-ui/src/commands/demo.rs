@@ -64,7 +64,8 @@ pub fn run(trace: &Path, out: &mut Output) -> anyhow::Result<()> {
          memtrace summary {shown}           # peaks, fragmentation, top sites\n  \
          memtrace leaks {shown}\n  memtrace convert {shown} demo.pickle   \
          # PyTorch's viewer (pytorch.org/memory_viz)\n  memtrace convert {shown} demo.json     \
-         # Perfetto (ui.perfetto.dev)\n"
+         # Perfetto (ui.perfetto.dev)\n  memtrace convert {shown} demo.parquet  \
+         # SQL in DuckDB, Polars, Spark (the README's queries)\n"
     ))?;
     out.flush()?;
     Ok(())
