@@ -351,12 +351,11 @@ impl Layout {
         let mut covered = vec![0u64; self.total.len() + 1];
         for (id, runs) in &stacked.bands {
             let size = spans[*id].size;
+            // Runs lie within the columns, so both ends index `covered`.
             for run in runs {
                 let (c0, c1) = (run[0] as usize, run[1] as usize);
-                if let (Some(_), Some(_)) = (covered.get(c0), covered.get(c1)) {
-                    covered[c0] = covered[c0].wrapping_add(size);
-                    covered[c1] = covered[c1].wrapping_sub(size);
-                }
+                covered[c0] = covered[c0].wrapping_add(size);
+                covered[c1] = covered[c1].wrapping_sub(size);
             }
         }
         let mut running = 0u64;
@@ -396,9 +395,7 @@ impl Layout {
         };
         (timeline, stacked.shown)
     }
-}
 
-impl Layout {
     /// The candidates that draw something (alive in some column's state), at most `limit` of
     /// them, those that stand out most where they live first: the largest share of the most
     /// memory alive in their columns (compared without division), then the largest.
@@ -406,14 +403,10 @@ impl Layout {
         let peaks = RangeMax::new(&self.total);
         // (id, size, the most bytes alive in its columns)
         let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(self.candidates.len());
-        // Lifetimes come in order of their start (ids are), so each one's first column is
-        // searched for from the last one's.
-        let (mut last_start, mut last_c0) = (0, 0);
+        let mut columns = ColumnFinder::new(&self.states);
         for &id in &self.candidates {
             let a = &spans[id];
-            let from = if a.start >= last_start { last_c0 } else { 0 };
-            let (c0, c1) = columns_from(&self.states, a, from);
-            (last_start, last_c0) = (a.start, c0);
+            let (c0, c1) = columns.of(a);
             if c0 < c1 {
                 visible.push((id, a.size, peaks.max(c0, c1).max(a.size).max(1)));
             }
@@ -432,23 +425,38 @@ impl Layout {
     }
 }
 
-/// The columns allocation `a` is alive in: `[first, end)` of the columns whose states are
-/// `states` (ascending).
-fn columns_of(states: &[usize], a: &Allocation) -> (usize, usize) {
-    (
-        states.partition_point(|&s| s < a.start),
-        states.partition_point(|&s| s < a.end),
-    )
+/// Finds the columns lifetimes are alive in: `[first, end)` of the columns whose states are
+/// `states` (ascending). Lifetimes asked about in order of their start (ids are: a lifetime
+/// is numbered when it begins) are searched for from the last one's first column by
+/// galloping, so the work is the logarithm of how far apart they are, not of the window's
+/// width; one out of order is searched for from the first column.
+struct ColumnFinder<'s> {
+    states: &'s [usize],
+    last_start: usize,
+    last_first: usize,
 }
 
-/// As [`columns_of`], searching from column `from` on (at or before `a`'s first column) by
-/// galloping, so the work is the logarithm of how far its columns are from `from`, not of the
-/// window's width: most lifetimes are short and come in order.
-fn columns_from(states: &[usize], a: &Allocation, from: usize) -> (usize, usize) {
-    let from = from.min(states.len());
-    let c0 = from + below(&states[from..], a.start);
-    let c1 = c0 + below(&states[c0..], a.end);
-    (c0, c1)
+impl<'s> ColumnFinder<'s> {
+    fn new(states: &'s [usize]) -> ColumnFinder<'s> {
+        ColumnFinder {
+            states,
+            last_start: 0,
+            last_first: 0,
+        }
+    }
+
+    /// The columns `a` is alive in.
+    fn of(&mut self, a: &Allocation) -> (usize, usize) {
+        let from = if a.start >= self.last_start {
+            self.last_first
+        } else {
+            0
+        };
+        let c0 = from + below(&self.states[from..], a.start);
+        let c1 = c0 + below(&self.states[c0..], a.end);
+        (self.last_start, self.last_first) = (a.start, c0);
+        (c0, c1)
+    }
 }
 
 /// How many of the ascending `values` are below `bound`, by galloping from the front.
@@ -491,9 +499,10 @@ fn count_runs(spans: &[Allocation], chosen: &[usize], states: &[usize]) -> usize
     let mut step = vec![0u64; states.len() + 1];
     let mut changes = Fenwick::new(states.len() + 1);
     let mut count = 0;
+    let mut columns = ColumnFinder::new(states);
     for id in ids {
         let a = &spans[id];
-        let (c0, c1) = columns_of(states, a);
+        let (c0, c1) = columns.of(a);
         if c0 >= c1 {
             continue;
         }
@@ -581,9 +590,10 @@ fn stack(spans: &[Allocation], chosen: &[usize], states: &[usize]) -> Stacked {
     let mut below = vec![0u64; states.len()];
     let mut count = 0;
     let mut bands = Vec::with_capacity(shown.len());
+    let mut columns = ColumnFinder::new(states);
     for &id in &shown {
         let a = &spans[id];
-        let (c0, c1) = columns_of(states, a);
+        let (c0, c1) = columns.of(a);
         let mut runs: Vec<[u64; 3]> = Vec::new();
         for (c, under) in below.iter_mut().enumerate().take(c1).skip(c0) {
             let c = c as u64;

@@ -367,33 +367,42 @@ fn past_the_runs_bound_the_best_ranked_bands_that_fit_are_drawn() {
     assert_eq!(t.other[peak], 175);
 }
 
-#[test]
-fn counting_runs_agrees_with_stacking_them() {
-    // A deterministic stream of random cases: lifetimes over 0..60 states, sizes that
-    // repeat (so bytes below can return to an earlier value), columns that skip states.
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = |bound: u64| {
+/// A deterministic stream of numbers below a bound (xorshift), for the random cases.
+fn random(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |bound| {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        seed % bound
-    };
+        (seed % bound as u64) as usize
+    }
+}
+
+/// A lifetime of `size` bytes over states `[start, end)`.
+fn lifetime(start: usize, end: usize, size: u64) -> Allocation {
+    Allocation {
+        addr: 0,
+        size,
+        requested: 0,
+        stream: 0,
+        context: ContextId::NONE,
+        start,
+        end,
+    }
+}
+
+#[test]
+fn counting_runs_agrees_with_stacking_them() {
+    // Lifetimes over 0..60 states, sizes that repeat (so bytes below can return to an earlier
+    // value), columns that skip states.
+    let mut next = random(0x2545_f491_4f6c_dd1d);
     for _ in 0..500 {
         let spans: Vec<Allocation> = (0..next(40) + 1)
             .map(|_| {
-                let start = next(60) as usize;
-                Allocation {
-                    addr: 0,
-                    size: [0, 1, 2, 3, 64][next(5) as usize],
-                    requested: 0,
-                    stream: 0,
-                    context: ContextId::NONE,
-                    start,
-                    end: start + 1 + next(30) as usize,
-                }
+                let start = next(60);
+                lifetime(start, start + 1 + next(30), [0, 1, 2, 3, 64][next(5)])
             })
             .collect();
-        let mut states: Vec<usize> = (0..next(30) + 1).map(|_| next(90) as usize).collect();
+        let mut states: Vec<usize> = (0..next(30) + 1).map(|_| next(90)).collect();
         states.sort_unstable();
         let chosen: Vec<usize> = (0..spans.len()).filter(|_| next(3) > 0).collect();
         assert_eq!(
@@ -406,33 +415,25 @@ fn counting_runs_agrees_with_stacking_them() {
 
 #[test]
 fn galloping_finds_the_columns_binary_search_does() {
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = |bound: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % bound) as usize
-    };
-    for _ in 0..2000 {
+    // Lifetimes mostly in order of their start, now and then one out of order.
+    let mut next = random(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..500 {
         let mut states: Vec<usize> = (0..next(40)).map(|_| next(100)).collect();
         states.sort_unstable();
-        let start = next(110);
-        let a = Allocation {
-            addr: 0,
-            size: 1,
-            requested: 0,
-            stream: 0,
-            context: ContextId::NONE,
-            start,
-            end: start + 1 + next(50),
-        };
-        let exact = columns_of(&states, &a);
-        for from in 0..=exact.0 {
-            assert_eq!(
-                columns_from(&states, &a, from),
-                exact,
-                "{states:?} {a:?} {from}"
+        let mut finder = ColumnFinder::new(&states);
+        let mut start = 0;
+        for _ in 0..next(30) {
+            start = if next(5) == 0 {
+                next(110)
+            } else {
+                start + next(8)
+            };
+            let a = lifetime(start, start + 1 + next(50), 1);
+            let exact = (
+                states.partition_point(|&s| s < a.start),
+                states.partition_point(|&s| s < a.end),
             );
+            assert_eq!(finder.of(&a), exact, "{states:?} {a:?}");
         }
     }
 }
