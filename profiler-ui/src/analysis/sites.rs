@@ -165,7 +165,13 @@ impl<'s> SiteNames<'s> {
     /// The site of a live block with `context` at `address`: [`BEFORE_RECORDING`] for a block
     /// with no recorded stack that no `alloc` event in `recorded` gave out.
     pub fn of_block(&self, context: ContextId, address: u64, recorded: &Recorded) -> SiteName {
-        if self.is_empty(context) && !recorded.contains(address) {
+        self.of_allocation(context, !recorded.contains(address))
+    }
+
+    /// The site of an allocation with `context`: [`BEFORE_RECORDING`] for one made before the
+    /// trace's first event (`before_first`) with no recorded stack.
+    pub fn of_allocation(&self, context: ContextId, before_first: bool) -> SiteName {
+        if before_first && self.is_empty(context) {
             return SiteName::plain(BEFORE_RECORDING);
         }
         self.get(context).clone()

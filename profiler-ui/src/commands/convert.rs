@@ -89,12 +89,6 @@ fn dataset(input: &Path, output: &Path, out: &mut Output) -> anyhow::Result<()> 
              convert the folder in parts"
         ),
     )?;
-    if entries.is_empty() {
-        anyhow::bail!(
-            "{}: no trace files found (.pickle, .pkl, .jsonl or .csv, each optionally .gz)",
-            input.display()
-        );
-    }
     // A rank series keeps its ranks; other files are numbered in name order.
     let inputs: Vec<Input> = (0u32..)
         .zip(&entries)

@@ -78,9 +78,6 @@ pub fn summarize(files: &[PathBuf]) -> anyhow::Result<RankSummary> {
         MAX_SUMMARY_FILES,
         &format!("memtrace summary reads at most {MAX_SUMMARY_FILES} at once"),
     )?;
-    if entries.is_empty() {
-        anyhow::bail!("no trace files found (.pickle, .pkl, .jsonl or .csv, each optionally .gz)");
-    }
     let mut lines = Vec::with_capacity(entries.len());
     for entry in &entries {
         let trace = load_trace(&entry.path)

@@ -5,7 +5,7 @@
 
 use super::table::{optional, required, Cell, Column, Kind, TableWriter};
 use crate::analysis::frames::FrameView;
-use crate::analysis::sites::{SiteNames, BEFORE_RECORDING};
+use crate::analysis::sites::SiteNames;
 use crate::analysis::timeline::walker;
 use blockpool::trace::snapshot::pool_name;
 use blockpool::trace::{Action, BlockState, ContextId, Frame, Snapshot};
@@ -197,8 +197,9 @@ pub fn write_tables(
             .push(&[Cell::Text(Some(key)), Cell::Text(Some(&value.to_string()))])?;
     }
     let names = SiteNames::new(snapshot, FrameView::User);
-    for device in snapshot.devices() {
-        device_rows(snapshot, device, &names, &mut tables)?;
+    // Each device's events and segments apart, in one pass over them.
+    for (device, part) in snapshot.by_device() {
+        device_rows(&part, device, &names, &mut tables)?;
     }
     context_rows(snapshot, &names, &mut tables)?;
     state_rows(snapshot, &mut tables)?;
@@ -218,7 +219,8 @@ struct Open {
     allocated_at: Option<u64>,
 }
 
-/// The device's row, its events and its allocations.
+/// The device's row, its events and its allocations; `snapshot` holds the device's events and
+/// segments (a part of [`Snapshot::by_device`]), `names` the whole trace's sites.
 fn device_rows(
     snapshot: &Snapshot,
     device: u32,
@@ -246,13 +248,9 @@ fn device_rows(
         }
     }
     let mut allocation = |address: u64, block: Open, freed_at: Option<u64>| {
-        // A block alive before the first event with nothing recorded about it is the viewer's
-        // "allocated before recording" (see `SiteNames::of_block`).
-        let site = if block.allocated_at.is_none() && names.is_empty(block.context) {
-            BEFORE_RECORDING.to_owned()
-        } else {
-            names.get(block.context).label()
-        };
+        let site = names
+            .of_allocation(block.context, block.allocated_at.is_none())
+            .label();
         tables.allocations.push(&[
             Cell::U32(Some(device)),
             Cell::U64(Some(address)),

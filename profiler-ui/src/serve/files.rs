@@ -96,7 +96,8 @@ pub enum FileListError {
 }
 
 /// The files `args` name, labelled and in the order the page shows them, at most
-/// [`MAX_FILES`].
+/// [`MAX_FILES`]. Each argument names at least one file or is an error (a folder without
+/// traces, a pattern that matches none), so the list is empty only when `args` is.
 pub fn resolve(args: &[PathBuf]) -> Result<Vec<FileEntry>, FileListError> {
     resolve_at_most(
         args,
