@@ -24,24 +24,25 @@ pub fn load_trace(
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
         spinner
     });
-    let cached = cache.as_ref().and_then(|cache| cache.load(path));
-    let loaded = match cached {
+    let mut not_stored = None;
+    let loaded = match cache.as_ref().and_then(|cache| cache.load(path)) {
         Some(trace) => Ok(trace),
         None => {
             let loaded = blockpool::trace::file::load_trace(path);
             if let (Some(cache), Ok(trace)) = (&cache, &loaded) {
-                if let Err(e) = cache.store(path, trace) {
-                    eprintln!(
-                        "memtrace: note: the import cache was not written ({e}); \
-                         {CACHE_ENV}=off stops trying"
-                    );
-                }
+                not_stored = cache.store(path, trace).err();
             }
             loaded
         }
     };
     if let Some(spinner) = spinner {
         spinner.finish_and_clear();
+    }
+    // After the spinner's line is cleared, so the note stands on a line of its own.
+    if let Some(e) = not_stored {
+        eprintln!(
+            "memtrace: note: the import cache was not written ({e}); {CACHE_ENV}=off stops trying"
+        );
     }
     loaded
 }

@@ -66,28 +66,17 @@ pub struct MemoryTotals {
 }
 
 impl MemoryTotals {
-    /// Adds (`sign` 1) or removes (`sign` -1) a block's share. Totals wrap rather than
-    /// panic; they cannot go below zero because only blocks that were added are removed.
     /// Adds (`sign` 1) or removes (`sign` -1) a segment's share, wrapping as
     /// [`add_block`](Self::add_block) does.
     pub(super) fn add_segment(&mut self, size: u64, sign: i64) {
-        if sign > 0 {
-            self.reserved_bytes = self.reserved_bytes.wrapping_add(size);
-            self.segments = self.segments.wrapping_add(1);
-        } else {
-            self.reserved_bytes = self.reserved_bytes.wrapping_sub(size);
-            self.segments = self.segments.wrapping_sub(1);
-        }
+        add_signed(&mut self.reserved_bytes, size, sign);
+        add_signed(&mut self.segments, 1, sign);
     }
 
+    /// Adds (`sign` 1) or removes (`sign` -1) a block's share. Totals wrap rather than
+    /// panic; they cannot go below zero because only blocks that were added are removed.
     pub(super) fn add_block(&mut self, state: BlockState, size: u64, requested: u64, sign: i64) {
-        let add = |total: &mut u64, value: u64| {
-            *total = if sign > 0 {
-                total.wrapping_add(value)
-            } else {
-                total.wrapping_sub(value)
-            }
-        };
+        let add = |total: &mut u64, value: u64| add_signed(total, value, sign);
         if state.is_active() {
             add(&mut self.active_bytes, size);
             add(&mut self.requested_bytes, requested);
@@ -98,6 +87,15 @@ impl MemoryTotals {
             add(&mut self.allocations, 1);
         }
     }
+}
+
+/// Adds `value` to `total` for a positive `sign`, else subtracts it, wrapping.
+fn add_signed(total: &mut u64, value: u64, sign: i64) {
+    *total = if sign > 0 {
+        total.wrapping_add(value)
+    } else {
+        total.wrapping_sub(value)
+    };
 }
 
 /// A live segment, as the working state keeps it (its address is the key).
