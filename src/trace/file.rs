@@ -431,6 +431,16 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
                 .unwrap_or(usize::MAX)
                 .min(read_limits.max_items);
             let mut reader = reader;
+            let absorbed = match limits.whole_pickle_tree {
+                true => None,
+                false => super::pytorch::read_pytorch_pickle(&mut reader, &read_limits, limits),
+            };
+            if let Some(snapshot) = absorbed {
+                return finish_load(path, format, gzip, snapshot);
+            }
+            // The streaming read could not take this file the same way: read it whole,
+            // which gives the same snapshot or the error with its place.
+            let (_, _, mut reader) = open_trace_with(path, limits)?;
             let value = super::pickle::read_from(&mut reader, &read_limits).map_err(|e| {
                 let message = match e {
                     super::pickle::PickleError::TooManyItems { limit, offset }
@@ -465,9 +475,21 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
             import.finish()
         }
     };
-    snapshot
-        .validate()
-        .map_err(|e| malformed(format, e.to_string()))?;
+    finish_load(path, format, gzip, snapshot)
+}
+
+/// A loaded trace, once its snapshot is checked.
+fn finish_load(
+    path: &Path,
+    format: TraceFormat,
+    gzip: bool,
+    snapshot: Snapshot,
+) -> Result<LoadedTrace, TraceFileError> {
+    snapshot.validate().map_err(|e| TraceFileError::Malformed {
+        path: path.to_path_buf(),
+        format,
+        message: e.to_string(),
+    })?;
     Ok(LoadedTrace {
         format,
         gzip,

@@ -19,6 +19,10 @@ pub const MAX_DECOMPRESSION_RATIO_ENV: &str = "BLOCKPOOL_MAX_DECOMPRESSION_RATIO
 /// [`ImportLimits::from_env`].
 pub const MAX_VALUES_PER_BYTE_ENV: &str = "BLOCKPOOL_MAX_VALUES_PER_BYTE";
 
+/// The environment variable that sets [`ImportLimits::whole_pickle_tree`] in
+/// [`ImportLimits::from_env`]: `tree` reads PyTorch pickles whole.
+pub const PICKLE_READ_ENV: &str = "BLOCKPOOL_PICKLE_READ";
+
 /// Bounds on what reading one trace may build beyond the file's own bytes.
 ///
 /// ```
@@ -57,6 +61,15 @@ pub struct ImportLimits {
     pub max_values_per_byte: u64,
     /// How many values any pickle may push, whatever its size (default 16 Mi).
     pub min_values: u64,
+    /// Read a PyTorch pickle whole (its plain-data tree, then the import) instead of taking
+    /// each trace entry as it is read (default `false`). Both give the same snapshot; the
+    /// whole tree costs several times the memory and time of a large file, and is kept to
+    /// compare against. A file the streaming read cannot take the same way (an entry shared
+    /// or out of place, a malformed entry) is read whole either way, which gives the error
+    /// with its place. Context bytes ([`max_context_bytes`](Self::max_context_bytes)) are
+    /// charged once per distinct frame list object read whole, once per distinct content
+    /// streaming.
+    pub whole_pickle_tree: bool,
 }
 
 impl Default for ImportLimits {
@@ -67,6 +80,7 @@ impl Default for ImportLimits {
             min_decompressed_bytes: 1 << 30,
             max_values_per_byte: 100,
             min_values: 16 << 20,
+            whole_pickle_tree: false,
         }
     }
 }
@@ -77,7 +91,9 @@ impl ImportLimits {
     /// [`max_decompression_ratio`](Self::max_decompression_ratio) from
     /// [`MAX_DECOMPRESSION_RATIO_ENV`] (`BLOCKPOOL_MAX_DECOMPRESSION_RATIO`) and
     /// [`max_values_per_byte`](Self::max_values_per_byte) from [`MAX_VALUES_PER_BYTE_ENV`]
-    /// (`BLOCKPOOL_MAX_VALUES_PER_BYTE`) when they hold a whole number.
+    /// (`BLOCKPOOL_MAX_VALUES_PER_BYTE`) when they hold a whole number, and
+    /// [`whole_pickle_tree`](Self::whole_pickle_tree) when [`PICKLE_READ_ENV`]
+    /// (`BLOCKPOOL_PICKLE_READ`) is `tree`.
     pub fn from_env() -> ImportLimits {
         let number = |name: &str| -> Option<u64> { std::env::var(name).ok()?.trim().parse().ok() };
         let mut limits = ImportLimits::default();
@@ -90,6 +106,7 @@ impl ImportLimits {
         if let Some(values) = number(MAX_VALUES_PER_BYTE_ENV) {
             limits.max_values_per_byte = values;
         }
+        limits.whole_pickle_tree = std::env::var(PICKLE_READ_ENV).is_ok_and(|read| read == "tree");
         limits
     }
 

@@ -19,6 +19,7 @@ mod release_lock;
 mod rmm_fixture;
 mod scenarios;
 mod state;
+mod streaming_read;
 mod stress;
 mod support;
 mod trace_roundtrip;

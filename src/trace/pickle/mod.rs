@@ -12,5 +12,6 @@ mod value;
 mod writer;
 
 pub use reader::{read, read_from, PickleError, ReadLimits};
+pub(crate) use reader::{read_absorbing, Absorb, Container, Kind, Offer, Slot, View};
 pub use value::Value;
 pub use writer::{write, write_to, WriteOptions};

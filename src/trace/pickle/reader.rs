@@ -24,6 +24,7 @@
 //! Containers are built in an arena while the pickle runs, because pickle fills a container
 //! after storing it in the memo; the arena becomes the `Arc` tree at `STOP`.
 
+mod absorb;
 mod arena;
 #[cfg(test)]
 mod container_tests;
@@ -32,6 +33,7 @@ mod freeze;
 #[cfg(test)]
 mod hostile_tests;
 mod input;
+mod items;
 mod keys;
 mod machine;
 mod memo;
@@ -42,6 +44,8 @@ mod scalars;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use absorb::{Absorb, Container, Offer, View};
+pub(crate) use arena::{Kind, Slot};
 pub use error::PickleError;
 
 use super::Value;
@@ -164,4 +168,17 @@ pub fn read_from(
     limits: &ReadLimits,
 ) -> Result<Value, PickleError> {
     machine::run_from(source, limits)
+}
+
+/// Reads the pickle at the start of `source` as [`read_from`] does, offering each item that
+/// `APPEND` or `APPENDS` puts into a list to `absorber`, which may take it: the result then
+/// lacks what was taken. `Ok(None)` when the absorber abandoned the read (read the input
+/// again with [`read_from`]). An error may come from something the absorber took (a memo
+/// entry of a taken item pushed again): read again with [`read_from`] for the plain error.
+pub(crate) fn read_absorbing(
+    source: &mut dyn std::io::Read,
+    limits: &ReadLimits,
+    absorber: &mut dyn Absorb,
+) -> Result<Option<Value>, PickleError> {
+    machine::run_absorbing(source, limits, absorber)
 }

@@ -90,7 +90,7 @@ fn event(action: Action, device: u32, addr: u64, size: u64, requested: u64) -> T
 }
 
 /// Two devices, tags and frames, every kind of size, and a block address past `i64::MAX`.
-fn sample() -> Snapshot {
+pub(super) fn sample() -> Snapshot {
     let frame = Frame {
         name: "train_step".into(),
         filename: "train.rs".into(),
@@ -346,7 +346,7 @@ fn a_context_id_past_the_table_names_its_place() {
 
 /// A file as PyTorch writes it: shared frames, `user_metadata`, an inactive block with stale
 /// frames, an external annotation, and traces on two devices.
-fn pytorch_file() -> Value {
+pub(super) fn pytorch_file() -> Value {
     let frame = dict(vec![
         ("name", s("forward")),
         ("filename", s("model.py")),

@@ -28,15 +28,17 @@ pub use export::{
     snapshot_to_pytorch_value, write_pytorch_snapshot, ExportError, MAX_EXPORT_DEVICE,
 };
 pub use extras::TAG_FILENAME;
-pub(crate) use import::snapshot_from_owned_pytorch_value;
 pub use import::{
     load_pytorch_snapshot_as_snapshot, snapshot_from_pytorch_value,
     snapshot_from_pytorch_value_with,
 };
+pub(crate) use import::{read_pytorch_pickle, snapshot_from_owned_pytorch_value};
 pub use model::{
     Block, BlockState, Frame, PytorchSnapshot, PytorchTraceEntry, Schema, Segment, SegmentType,
 };
 
+#[cfg(test)]
+mod absorb_tests;
 #[cfg(test)]
 mod frame_line_tests;
 #[cfg(test)]

@@ -19,7 +19,7 @@ use super::keys::KeyIndex;
 /// arena entry. The low 3 bits are the tag; a slot is never zero, so `Option<Slot>` is 8
 /// bytes too. Two equal slots stand for the same object, or for equal atoms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Slot(NonZeroU64);
+pub(crate) struct Slot(NonZeroU64);
 
 /// What a [`Slot`] holds, unpacked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl Slot {
     }
 
     /// The container `id`.
-    pub(super) fn node(id: u32) -> Slot {
+    pub(crate) fn node(id: u32) -> Slot {
         Slot::tagged(id.into(), TAG_NODE)
     }
 
@@ -163,7 +163,7 @@ fn text_hash(text: &str) -> u64 {
 
 /// The Python type of a container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     /// `list`.
     List,
     /// `tuple`.
@@ -174,6 +174,9 @@ pub(super) enum Kind {
     Set,
     /// `frozenset`.
     FrozenSet,
+    /// A list whose items an [`Absorb`](super::absorb::Absorb) took over: it stands in for
+    /// them, and every other use of it (filling it, freezing it) is an error.
+    Absorbed,
 }
 
 impl Kind {
@@ -185,6 +188,7 @@ impl Kind {
             Kind::Dict => "dict",
             Kind::Set => "set",
             Kind::FrozenSet => "frozenset",
+            Kind::Absorbed => "absorbed list",
         }
     }
 
@@ -198,6 +202,9 @@ impl Kind {
 pub(super) struct Node {
     /// Its type.
     pub(super) kind: Kind,
+    /// The memo index that holds it: [`NOT_MEMOIZED`], or [`MEMOIZED_AGAIN`] when more than
+    /// one may (then it is never recycled).
+    pub(super) memo_index: u32,
     /// The offset of the opcode that created it, for messages.
     pub(super) offset: usize,
     /// Its items; for a dict, keys and values alternate.
@@ -205,6 +212,11 @@ pub(super) struct Node {
     /// A hash index of the keys of a large dict or set.
     keys: Option<Box<KeyIndex>>,
 }
+
+/// [`Node::memo_index`] of a container no memo entry holds.
+const NOT_MEMOIZED: u32 = u32::MAX;
+/// [`Node::memo_index`] of a container more than one memo entry may hold.
+const MEMOIZED_AGAIN: u32 = u32::MAX - 1;
 
 /// Every scalar and container created so far, by index.
 #[derive(Default)]
@@ -219,6 +231,9 @@ pub(super) struct Arena {
     /// the real count (a replaced dict value is not subtracted), so an error can only cost a
     /// kept value, never a lost one.
     pub(super) refs: Vec<u32>,
+    /// Indices of containers an absorber took and nothing can reach any more, for
+    /// [`create`](Self::create) to use again.
+    free: Vec<u32>,
 }
 
 /// Counts a reference to `slot` if it is a container.
@@ -285,19 +300,31 @@ impl Arena {
             slots.is_empty() || matches!(kind, Kind::List | Kind::Tuple),
             "dict and set items go through insert"
         );
-        let index = u32::try_from(self.nodes.len()).map_err(|_| Full::Handles)?;
-        self.nodes.try_reserve(1)?;
-        self.refs.try_reserve(1)?;
         for &slot in &slots {
             count_ref(&mut self.refs, slot);
         }
-        self.refs.push(0);
-        self.nodes.push(Node {
+        let node = Node {
             kind,
+            memo_index: NOT_MEMOIZED,
             offset,
             slots,
             keys: None,
-        });
+        };
+        if let Some(index) = self.free.pop() {
+            if let (Some(old), Some(refs)) = (
+                self.nodes.get_mut(index as usize),
+                self.refs.get_mut(index as usize),
+            ) {
+                *old = node;
+                *refs = 0;
+                return Ok(Slot::node(index));
+            }
+        }
+        let index = u32::try_from(self.nodes.len()).map_err(|_| Full::Handles)?;
+        self.nodes.try_reserve(1)?;
+        self.refs.try_reserve(1)?;
+        self.refs.push(0);
+        self.nodes.push(node);
         Ok(Slot::node(index))
     }
 
@@ -369,6 +396,74 @@ impl Arena {
         Ok(())
     }
 
+    /// Notes that the memo entry `index` now holds `slot`.
+    pub(super) fn memoized(&mut self, slot: Slot, index: u64) {
+        let Some(node) = slot
+            .node_id()
+            .and_then(|id| self.nodes.get_mut(id as usize))
+        else {
+            return;
+        };
+        node.memo_index = match u32::try_from(index) {
+            Ok(index) if node.memo_index == NOT_MEMOIZED && index < MEMOIZED_AGAIN => index,
+            _ => MEMOIZED_AGAIN,
+        };
+    }
+
+    /// Whether container `id` is held by no container and by at most one memo entry, and
+    /// which one: then an absorber may take it, once that entry is cleared.
+    pub(super) fn free_node(&self, id: u32) -> Option<Option<u32>> {
+        let index = id as usize;
+        let node = self.nodes.get(index)?;
+        match (self.refs.get(index), node.memo_index) {
+            (Some(0), MEMOIZED_AGAIN) | (None, _) => None,
+            (Some(0), NOT_MEMOIZED) => Some(None),
+            (Some(0), memo_index) => Some(Some(memo_index)),
+            _ => None,
+        }
+    }
+
+    /// Lets go of the free container `id` an absorber took, for its index to be used again.
+    /// The memo entry that held it must be cleared first: a later `GET` of it must fail, not
+    /// push whatever container uses the index next.
+    pub(super) fn recycle(&mut self, id: u32) {
+        let Some(node) = self.nodes.get_mut(id as usize) else {
+            return;
+        };
+        node.slots = Vec::new();
+        node.keys = None;
+        node.memo_index = MEMOIZED_AGAIN;
+        // Without memory for the free list the index is simply not used again.
+        if self.free.try_reserve(1).is_ok() {
+            self.free.push(id);
+        }
+    }
+
+    /// Drops the items of list `id`, which an absorber has taken over: the list stays, so
+    /// references to it still name it, but every other use of it is an error.
+    pub(super) fn absorb(&mut self, id: u32) {
+        if let Some(node) = self.nodes.get_mut(id as usize) {
+            debug_assert_eq!(node.kind, Kind::List);
+            node.kind = Kind::Absorbed;
+            node.slots = Vec::new();
+        }
+    }
+
+    /// The type and items (for a dict, keys and values alternating) of container `id`.
+    pub(super) fn node(&self, id: u32) -> Option<(Kind, &[Slot])> {
+        self.nodes
+            .get(id as usize)
+            .map(|node| (node.kind, node.slots.as_slice()))
+    }
+
+    /// The scalar `slot` names, if it is one the slot does not hold itself.
+    pub(super) fn stored_scalar(&self, slot: Slot) -> Option<&Value> {
+        match slot.unpack() {
+            Unpacked::Scalar(index) => self.scalars.get(index as usize),
+            _ => None,
+        }
+    }
+
     /// Sets `key` to `value` in the dict `id`, or (with `value` `None`) adds `key` to the set
     /// `id`. As in Python, a key already there keeps its place and the first key object; a dict
     /// takes the new value. The caller has checked that `key` is hashable.
@@ -377,6 +472,7 @@ impl Arena {
             scalars,
             nodes,
             refs,
+            ..
         } = self;
         let Some(node) = nodes.get_mut(id as usize) else {
             debug_assert!(false, "dangling container handle {id}");

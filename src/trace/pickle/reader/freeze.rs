@@ -54,15 +54,35 @@ impl Open {
     }
 }
 
+/// The items of a list an absorber took over, given back when the result reaches it.
+pub(super) type Restore<'r> = &'r mut dyn FnMut(u32) -> Option<Vec<Slot>>;
+
 /// Converts `root` and everything it reaches, consuming the arena.
-pub(super) fn freeze(mut arena: Arena, root: Slot, max_depth: usize) -> Result<Value, PickleError> {
+pub(super) fn freeze(arena: Arena, root: Slot, max_depth: usize) -> Result<Value, PickleError> {
+    freeze_with(arena, root, max_depth, &mut |_| None)
+}
+
+/// As [`freeze`], with the items of each list an absorber took over from `restore`.
+pub(super) fn freeze_with(
+    mut arena: Arena,
+    root: Slot,
+    max_depth: usize,
+    restore: Restore<'_>,
+) -> Result<Value, PickleError> {
     let Some(root) = root.node_id() else {
         return Ok(scalar(&arena, root));
     };
     let mut states: Vec<State> = Vec::new();
     states.resize_with(arena.nodes.len(), || State::Pending);
     let mut path: Vec<Open> = Vec::new();
-    open(&mut arena, &mut states, &mut path, root as usize, max_depth)?;
+    open(
+        &mut arena,
+        &mut states,
+        &mut path,
+        root as usize,
+        max_depth,
+        restore,
+    )?;
     while let Some(top) = path.last_mut() {
         // Convert items until one is a container not converted yet, which is walked first.
         let mut pending = None;
@@ -93,7 +113,14 @@ pub(super) fn freeze(mut arena: Arena, root: Slot, max_depth: usize) -> Result<V
             top.push(value);
         }
         if let Some(child) = pending {
-            open(&mut arena, &mut states, &mut path, child, max_depth)?;
+            open(
+                &mut arena,
+                &mut states,
+                &mut path,
+                child,
+                max_depth,
+                restore,
+            )?;
             continue;
         }
         let Some(Open { id, kind, done, .. }) = path.pop() else {
@@ -132,8 +159,23 @@ fn open(
     path: &mut Vec<Open>,
     id: usize,
     max_depth: usize,
+    restore: Restore<'_>,
 ) -> Result<(), PickleError> {
     let node = &mut arena.nodes[id];
+    if node.kind == Kind::Absorbed {
+        // An absorber took its items: it gives them back, or the read fails (only an
+        // absorbing read makes one, and its caller reads the input again without it).
+        let Some(items) = u32::try_from(id).ok().and_then(restore) else {
+            return Err(PickleError::WrongType {
+                opcode: "STOP",
+                offset: node.offset,
+                expected: "a list the reader kept",
+                found: node.kind.python_name(),
+            });
+        };
+        node.kind = Kind::List;
+        node.slots = items;
+    }
     if path.len() >= max_depth {
         return Err(PickleError::TooDeep {
             limit: max_depth,

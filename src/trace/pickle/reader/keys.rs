@@ -14,7 +14,7 @@ use super::super::Value;
 use super::arena::{Slot, Unpacked};
 
 /// Entries up to which a linear scan is cheaper than a hash index.
-const LINEAR_SCAN_ENTRIES: usize = 8;
+const LINEAR_SCAN_ENTRIES: usize = 32;
 
 #[cfg(test)]
 thread_local! {

@@ -8,9 +8,11 @@
 //! value, memory stays linear in the input's length whatever the limits.
 
 use super::super::Value;
+use super::absorb::{Absorb, Absorbing};
 use super::arena::{Arena, Full, Kind, Slot};
 use super::error::PickleError;
 use super::input::{At, Input};
+use super::items::{add_items, out_of_memory, python2_string, set_items};
 use super::memo::Memo;
 use super::opcodes::*;
 use super::{freeze, scalars, ReadLimits};
@@ -36,17 +38,29 @@ pub(super) fn run_from(
 }
 
 fn run_input(input: Input<'_>, limits: &ReadLimits) -> Result<Value, PickleError> {
-    let mut machine = Machine {
-        input,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Memo::default(),
-        arena: Arena::default(),
-        limits,
-        items: 0,
-    };
+    let mut machine = Machine::new(input, limits, None);
     let result = machine.run()?;
     freeze::freeze(machine.arena, result, limits.max_depth)
+}
+
+/// Reads one pickle from `source` with `absorber` taking items as they are appended to
+/// lists: `None` when it abandoned the read.
+pub(super) fn run_absorbing(
+    source: &mut dyn std::io::Read,
+    limits: &ReadLimits,
+    absorber: &mut dyn Absorb,
+) -> Result<Option<Value>, PickleError> {
+    let input = Input::new(source, None, limits.max_argument_bytes);
+    let mut machine = Machine::new(input, limits, Some(Absorbing::new(absorber)));
+    let result = machine.run()?;
+    let Some(mut absorbing) = machine.absorbing.take() else {
+        return freeze::freeze(machine.arena, result, limits.max_depth).map(Some);
+    };
+    if !absorbing.finish(&machine.arena, result) {
+        return Ok(None);
+    }
+    let restore = &mut |list| absorbing.restore(list);
+    freeze::freeze_with(machine.arena, result, limits.max_depth, restore).map(Some)
 }
 
 /// The state of the unpickler.
@@ -60,12 +74,31 @@ struct Machine<'a, 'l> {
     limits: &'l ReadLimits,
     /// Values pushed so far.
     items: usize,
+    /// The absorber of an absorbing read.
+    absorbing: Option<Absorbing<'a>>,
 }
 
-impl Machine<'_, '_> {
-    /// Executes opcodes up to `STOP` and returns the top of the stack.
+impl<'a, 'l> Machine<'a, 'l> {
+    fn new(input: Input<'a>, limits: &'l ReadLimits, absorbing: Option<Absorbing<'a>>) -> Self {
+        Machine {
+            input,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Memo::default(),
+            arena: Arena::default(),
+            limits,
+            items: 0,
+            absorbing,
+        }
+    }
+
+    /// Executes opcodes up to `STOP` and returns the top of the stack (whatever is there
+    /// once an absorber abandoned the read).
     fn run(&mut self) -> Result<Slot, PickleError> {
         loop {
+            if self.absorbing.as_ref().is_some_and(|a| a.abandoned) {
+                return Ok(Slot::NONE);
+            }
             let offset = self.input.pos();
             let Some(byte) = self.input.next_byte()? else {
                 return Err(PickleError::MissingStop { offset });
@@ -260,16 +293,15 @@ impl Machine<'_, '_> {
                 self.require(2, at)?;
                 let list = self.container_at(self.stack.len() - 2, Kind::List, at)?;
                 let item = self.pop(at)?;
-                self.arena
-                    .extend(list, [item].into_iter())
-                    .map_err(|_| out_of_memory(at))?;
+                self.append(list, [item].into_iter(), at)?;
             }
             APPENDS => {
                 let mark = self.pop_mark(at)?;
                 if let Some(list) = self.container_below(mark, Kind::List, at)? {
-                    self.arena
-                        .extend(list, self.stack.drain(mark..))
-                        .map_err(|_| out_of_memory(at))?;
+                    let items = std::mem::take(&mut self.stack);
+                    let mut stack = items;
+                    self.append(list, stack.drain(mark..), at)?;
+                    self.stack = stack;
                 }
             }
             SETITEM => {
@@ -326,6 +358,20 @@ impl Machine<'_, '_> {
             _ => return Err(at.not_executed()),
         }
         Ok(())
+    }
+
+    /// Appends `items` to the list `list`, through the absorber if there is one.
+    fn append(
+        &mut self,
+        list: u32,
+        items: impl ExactSizeIterator<Item = Slot>,
+        at: At,
+    ) -> Result<(), PickleError> {
+        match &mut self.absorbing {
+            Some(absorbing) => absorbing.append(&mut self.arena, &mut self.memo, list, items),
+            None => self.arena.extend(list, items),
+        }
+        .map_err(|_| out_of_memory(at))
     }
 
     /// The stack length at the last mark: values below it are out of reach.
@@ -498,6 +544,7 @@ impl Machine<'_, '_> {
                     Kind::Dict => "a dict",
                     Kind::Set => "a set",
                     Kind::FrozenSet => "a frozenset",
+                    Kind::Absorbed => "an absorbed list",
                 };
                 Err(self.wrong_type(at, expected, slot))
             }
@@ -524,6 +571,7 @@ impl Machine<'_, '_> {
     fn memo_put(&mut self, index: u64, at: At) -> Result<(), PickleError> {
         let top = self.top(at)?;
         if self.memo.put(index, top, self.limits.max_memo_entries) {
+            self.arena.memoized(top, index);
             Ok(())
         } else {
             Err(self.memo_full(at))
@@ -542,76 +590,4 @@ impl Machine<'_, '_> {
             })?;
         self.push(slot, at)
     }
-}
-
-/// Fails unless Python could hash `key`.
-fn check_hashable(arena: &Arena, key: Slot, at: At) -> Result<(), PickleError> {
-    match arena.kind(key) {
-        Some(kind) if !kind.is_hashable() => Err(PickleError::Unhashable {
-            opcode: at.opcode(),
-            offset: at.offset,
-            kind: kind.python_name(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// Sets alternating keys and values from `items` in the dict `dict`.
-fn set_items(
-    arena: &mut Arena,
-    dict: u32,
-    mut items: impl ExactSizeIterator<Item = Slot>,
-    at: At,
-) -> Result<(), PickleError> {
-    if items.len() % 2 != 0 {
-        return Err(PickleError::OddItemCount {
-            opcode: at.opcode(),
-            offset: at.offset,
-            count: items.len(),
-        });
-    }
-    arena
-        .reserve(dict, items.len())
-        .map_err(|_| out_of_memory(at))?;
-    while let (Some(key), Some(value)) = (items.next(), items.next()) {
-        check_hashable(arena, key, at)?;
-        arena.insert(dict, key, Some(value));
-    }
-    Ok(())
-}
-
-/// The error of an opcode whose value the machine could not give memory for.
-fn out_of_memory(at: At) -> PickleError {
-    PickleError::OutOfMemory { offset: at.offset }
-}
-
-/// Adds `items` to the set or frozenset `set`.
-fn add_items(
-    arena: &mut Arena,
-    set: u32,
-    items: impl ExactSizeIterator<Item = Slot>,
-    at: At,
-) -> Result<(), PickleError> {
-    arena
-        .reserve(set, items.len())
-        .map_err(|_| out_of_memory(at))?;
-    for item in items {
-        check_hashable(arena, item, at)?;
-        arena.insert(set, item, None);
-    }
-    Ok(())
-}
-
-/// A Python 2 `str`, decoded as Python 3's default `encoding='ASCII'` does.
-fn python2_string(bytes: &[u8], at: At) -> Result<Value, PickleError> {
-    let text = std::str::from_utf8(bytes)
-        .ok()
-        .filter(|text| text.is_ascii())
-        .ok_or_else(|| {
-            at.bad_string(
-                "a Python 2 str holds non-ASCII bytes, whose encoding the file does not \
-                 say (Python 3 too refuses them unless told an encoding)",
-            )
-        })?;
-    Ok(Value::Str(text.into()))
 }

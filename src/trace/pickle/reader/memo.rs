@@ -15,6 +15,9 @@ pub(super) struct Memo {
     dense: Vec<Option<Slot>>,
     sparse: HashMap<u64, Slot>,
     len: usize,
+    /// A bit per dense index [`forget`](Self::forget) cleared: the entry still counts, as
+    /// in CPython, but a `GET` of it fails.
+    forgotten: Vec<u64>,
 }
 
 impl Memo {
@@ -49,7 +52,7 @@ impl Memo {
             .ok()
             .filter(|&i| i <= self.dense.len());
         let is_new = match dense_index {
-            Some(i) if i < self.dense.len() => self.dense[i].is_none(),
+            Some(i) if i < self.dense.len() => self.dense[i].is_none() && !self.remembers(i),
             _ => !self.sparse.contains_key(&index),
         };
         if is_new && self.len >= max_entries {
@@ -70,5 +73,43 @@ impl Memo {
             self.len += 1;
         }
         true
+    }
+
+    /// Whether [`forget`](Self::forget) can clear the entry at `index`: it holds `slot`, in
+    /// the dense entries every writer uses.
+    pub(super) fn can_forget(&self, index: u32, slot: Slot) -> bool {
+        self.dense.get(index as usize) == Some(&Some(slot))
+    }
+
+    /// Clears the entry at `index`, which [`can_forget`](Self::can_forget), so a `GET` of it
+    /// fails. It still counts as an entry, so `MEMOIZE` numbers as CPython does, where the
+    /// entry is still there.
+    pub(super) fn forget(&mut self, index: u32) {
+        let i = index as usize;
+        let Some(entry) = self.dense.get_mut(i) else {
+            return;
+        };
+        *entry = None;
+        let word = i / 64;
+        if self.forgotten.len() <= word {
+            // Without memory for the bit, only a hand-made file that stores at this index
+            // again (PUT, not MEMOIZE) would number later entries differently.
+            if self
+                .forgotten
+                .try_reserve(word + 1 - self.forgotten.len())
+                .is_err()
+            {
+                return;
+            }
+            self.forgotten.resize(word + 1, 0);
+        }
+        self.forgotten[word] |= 1 << (i % 64);
+    }
+
+    /// Whether the dense entry `i` was forgotten (and so still counts).
+    fn remembers(&self, i: usize) -> bool {
+        self.forgotten
+            .get(i / 64)
+            .is_some_and(|word| word & (1 << (i % 64)) != 0)
     }
 }

@@ -6,22 +6,23 @@ use super::super::convert::SeenShared;
 use super::super::error::SnapshotError;
 use super::super::extras::is_block_event;
 use super::super::fields::{list, Fields, Path};
-use super::super::model::PytorchTraceEntry;
-use super::{Extras, Imported, Importer};
+use super::super::model::{Frame as PtFrame, PytorchTraceEntry};
+use super::merge::Stream;
+use super::{Extras, Importer};
 use crate::backend::StreamId;
 use crate::pool::sizing::round_size;
 use crate::trace::pickle::Value;
 use crate::trace::{Action, Context, TraceEvent};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 impl Importer<'_, '_> {
     /// Every device's events, then the external annotations', each list in time order and
     /// each event with its entry's `compile_context`; and the origin.
-    pub(super) fn events(&mut self) -> Result<(Vec<Vec<Imported>>, Option<u64>), SnapshotError> {
+    pub(super) fn events(&mut self) -> Result<(Vec<Stream>, Option<u64>), SnapshotError> {
         let source = self.source;
         let annotations = self.external_annotations()?;
+        let mut absorbed = self.absorbed.take().unwrap_or_default();
         let origin = match &self.table {
             Some(table) => table.time_origin_unix_us,
             None => source
@@ -29,37 +30,57 @@ impl Importer<'_, '_> {
                 .iter()
                 .flatten()
                 .filter_map(|e| e.time_us)
+                .chain(
+                    absorbed
+                        .traces
+                        .iter()
+                        .flat_map(|(_, trace)| trace.entries.iter())
+                        .filter_map(|e| e.has_time.then_some(e.time_us)),
+                )
                 .chain(annotations.iter().map(|a| a.1))
                 .min(),
         };
         let since_origin = |t: u64| origin.map_or(t, |o| t.saturating_sub(o));
-        let root = Path::ROOT;
-        let traces_path = root.key("device_traces");
-        let mut streams: Vec<Vec<Imported>> = Vec::with_capacity(source.device_traces.len() + 1);
-        let no_extras = Extras::default();
+        let traces_path = Path::ROOT.key("device_traces");
+        let mut streams: Vec<Stream> = Vec::with_capacity(source.device_traces.len() + 1);
         let entry_extras = std::mem::take(&mut self.entry_extras);
         for (d, trace) in source.device_traces.iter().enumerate() {
-            let device = u32::try_from(d).unwrap_or(u32::MAX);
             let trace_path = traces_path.index(d);
-            let mut with_extras = entry_extras.get(d).map_or(&[][..], Vec::as_slice).iter();
-            let mut next_extras = with_extras.next();
-            let mut last = 0;
-            let mut events = Vec::with_capacity(trace.len());
-            for (i, entry) in trace.iter().enumerate() {
-                let path = trace_path.index(i);
-                let extras = match next_extras {
-                    Some((at, extras)) if *at == i => {
-                        next_extras = with_extras.next();
-                        extras
-                    }
-                    _ => &no_extras,
-                };
-                // An entry without time_us (old files) takes the time of the one before it.
-                let time_us = entry.time_us.map_or(last, since_origin);
-                last = time_us;
-                let event = self.event(device, entry, extras, time_us, &path)?;
-                events.push((event, entry.compile_context.clone(), false));
-            }
+            let taken = absorbed
+                .traces
+                .iter_mut()
+                .find(|(device, _)| *device == d)
+                .map(|(_, trace)| std::mem::take(trace));
+            let events = match taken {
+                Some(taken) => {
+                    let (stacks, streams, texts) =
+                        (&absorbed.stacks, &absorbed.streams, &absorbed.texts);
+                    let count = taken.entries.len();
+                    let entries = taken.entries.into_iter().map(|e| {
+                        let fields = EntryFields {
+                            action: e.action,
+                            addr: e.addr,
+                            size: e.size,
+                            stream: streams.get(e.stream as usize).copied().unwrap_or(0),
+                            frames: stacks.get(e.stack as usize).unwrap_or(&stacks[0]),
+                        };
+                        let compile = (e.compile_context as usize)
+                            .checked_sub(1)
+                            .and_then(|i| texts.get(i))
+                            .cloned();
+                        (fields, e.has_time.then_some(e.time_us), compile)
+                    });
+                    let extras = &taken.extras;
+                    self.device_events(d, count, entries, extras, &since_origin, &trace_path)?
+                }
+                None => {
+                    let entries = trace
+                        .iter()
+                        .map(|e| (EntryFields::from(e), e.time_us, e.compile_context.clone()));
+                    let extras = entry_extras.get(d).map_or(&[][..], Vec::as_slice);
+                    self.device_events(d, trace.len(), entries, extras, &since_origin, &trace_path)?
+                }
+            };
             streams.push(events);
         }
         let mut annotation_events = Vec::with_capacity(annotations.len());
@@ -77,17 +98,63 @@ impl Importer<'_, '_> {
                     frames: Vec::new(),
                 }),
             };
-            annotation_events.push((event, None, true));
+            annotation_events.push(event);
         }
-        annotation_events.sort_by_key(|e| e.0.time_us);
-        streams.push(annotation_events);
+        annotation_events.sort_by_key(|e| e.time_us);
+        streams.push(Stream {
+            events: annotation_events,
+            compile_contexts: Vec::new(),
+            inserted: true,
+        });
         Ok((streams, origin))
+    }
+
+    /// The events of device `d`'s `entries` (fields, `time_us`, `compile_context`), with the
+    /// extras of those that have any by index.
+    #[allow(clippy::too_many_arguments)]
+    fn device_events<'e>(
+        &mut self,
+        d: usize,
+        count: usize,
+        entries: impl Iterator<Item = (EntryFields<'e>, Option<u64>, Option<Arc<str>>)>,
+        extras: &[(usize, Extras)],
+        since_origin: &dyn Fn(u64) -> u64,
+        trace_path: &Path<'_>,
+    ) -> Result<Stream, SnapshotError> {
+        let device = u32::try_from(d).unwrap_or(u32::MAX);
+        let no_extras = Extras::default();
+        let mut with_extras = extras.iter();
+        let mut next_extras = with_extras.next();
+        let mut last = 0;
+        let mut events = Vec::with_capacity(count);
+        let mut compile_contexts = Vec::new();
+        for (i, (entry, time_us, compile_context)) in entries.enumerate() {
+            let path = trace_path.index(i);
+            let extras = match next_extras {
+                Some((at, extras)) if *at == i => {
+                    next_extras = with_extras.next();
+                    extras
+                }
+                _ => &no_extras,
+            };
+            // An entry without time_us (old files) takes the time of the one before it.
+            let time_us = time_us.map_or(last, since_origin);
+            last = time_us;
+            let event = self.event(device, entry, extras, time_us, &path)?;
+            compile_contexts.extend(compile_context.map(|text| (events.len(), text)));
+            events.push(event);
+        }
+        Ok(Stream {
+            events,
+            compile_contexts,
+            inserted: false,
+        })
     }
 
     pub(super) fn event(
         &mut self,
         device: u32,
-        entry: &PytorchTraceEntry,
+        entry: EntryFields<'_>,
         extras: &Extras,
         time_us: u64,
         path: &Path<'_>,
@@ -103,7 +170,7 @@ impl Importer<'_, '_> {
         let context = if self.table.is_some() {
             self.table_context(extras.context, path)?
         } else {
-            self.frames_context(&entry.frames, extras.user_metadata.as_ref(), path)?
+            self.frames_context(entry.frames, extras.user_metadata.as_ref(), path)?
         };
         Ok(TraceEvent {
             action: entry.action,
@@ -212,52 +279,24 @@ impl Importer<'_, '_> {
     }
 }
 
-/// The events of an import in one list, with the `compile_context` of those that have one
-/// and the indices of those the import inserted, by index in `events`.
-pub(super) struct Merged {
-    pub events: Vec<TraceEvent>,
-    pub compile_contexts: Vec<(usize, Arc<str>)>,
-    pub inserted: Vec<usize>,
+/// What an event is made of, from a trace entry of the typed model or an absorbed one.
+#[derive(Clone, Copy)]
+pub(super) struct EntryFields<'e> {
+    pub action: Action,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub frames: &'e Arc<[PtFrame]>,
 }
 
-/// Merges lists that are each in order into one ordered by time; ties go to the earlier list,
-/// and each list keeps its own order even where its times go back. Each event is moved out
-/// of its list once, so no second copy of the lists is made.
-pub(super) fn merge_by_time(streams: Vec<Vec<Imported>>) -> Merged {
-    let total = streams.iter().map(Vec::len).sum();
-    let mut merged = Merged {
-        events: Vec::with_capacity(total),
-        compile_contexts: Vec::new(),
-        inserted: Vec::new(),
-    };
-    let mut cursors: Vec<std::iter::Peekable<std::vec::IntoIter<Imported>>> = streams
-        .into_iter()
-        .map(|stream| stream.into_iter().peekable())
-        .collect();
-    let mut heads: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-    for (s, cursor) in cursors.iter_mut().enumerate() {
-        if let Some(first) = cursor.peek() {
-            heads.push(Reverse((first.0.time_us, s)));
+impl<'e> From<&'e PytorchTraceEntry> for EntryFields<'e> {
+    fn from(entry: &'e PytorchTraceEntry) -> Self {
+        EntryFields {
+            action: entry.action,
+            addr: entry.addr,
+            size: entry.size,
+            stream: entry.stream,
+            frames: &entry.frames,
         }
     }
-    while let Some(Reverse((_, s))) = heads.pop() {
-        let Some(cursor) = cursors.get_mut(s) else {
-            continue;
-        };
-        let Some((event, compile_context, inserted)) = cursor.next() else {
-            continue;
-        };
-        let index = merged.events.len();
-        merged.events.push(event);
-        merged
-            .compile_contexts
-            .extend(compile_context.map(|text| (index, text)));
-        if inserted {
-            merged.inserted.push(index);
-        }
-        if let Some(next) = cursor.peek() {
-            heads.push(Reverse((next.0.time_us, s)));
-        }
-    }
-    merged
 }

@@ -96,6 +96,7 @@ impl<'a, 'r> Importer<'a, 'r> {
             rounding: self.rounding,
             segments: self.segments,
             entry_extras: self.entry_extras,
+            absorbed: self.absorbed,
         })
     }
 
