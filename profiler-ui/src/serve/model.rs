@@ -136,13 +136,31 @@ impl TraceModel {
             let walker = part
                 .state_walker(device)
                 .map_err(|source| ServeError::State { device, source })?;
-            summaries.push(summarize_device_from(
-                &part,
-                device,
-                FrameView::User,
-                walker.clone(),
-            )?);
-            devices.push(build_device(&part, device, walker)?);
+            // The summary and the leak report walk clones of the walker on a second thread
+            // while this one makes the rest: they share nothing but the recorded changes.
+            let (summary_walker, leaks_walker) = (walker.clone(), walker.clone());
+            let (summary, model) = std::thread::scope(|scope| {
+                let side = scope.spawn(|| {
+                    let summary =
+                        summarize_device_from(&part, device, FrameView::User, summary_walker);
+                    let options = LeakOptions::default();
+                    let leaks = find_leaks_from(&part, device, &options, leaks_walker);
+                    (summary, leaks)
+                });
+                let mut summary = None;
+                let model = build_device(&part, device, walker, || {
+                    // A panic there is a bug, raised here as it would have been on one thread.
+                    let (done, leaks) = side
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    summary = Some(done);
+                    leaks
+                });
+                (summary, model)
+            });
+            let model = model?;
+            summaries.extend(summary.transpose()?);
+            devices.push(model);
         }
         let contexts = context_texts(&snapshot);
         let summary = SummaryReport {
@@ -258,11 +276,13 @@ fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
     texts
 }
 
-/// The model of `device`, `walker` its walker at index 0.
+/// The model of `device`, `walker` its walker at index 0; `leaks` gives its leak report,
+/// made meanwhile.
 fn build_device(
     snapshot: &Snapshot,
     device: u32,
     mut walker: StateWalker,
+    leaks: impl FnOnce() -> anyhow::Result<LeakReport>,
 ) -> Result<DeviceModel, ServeError> {
     let failed = |source| ServeError::State { device, source };
     let events = walker.len();
@@ -348,15 +368,10 @@ fn build_device(
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();
-    let leaks = Arc::new(find_leaks_from(
-        snapshot,
-        device,
-        &LeakOptions::default(),
-        walker.clone(),
-    )?);
     let has_times = state_time_us.last() > state_time_us.first();
     // Leave the walker at the peak, where the page first asks for the segments.
     walker.seek(peak_index).map_err(failed)?;
+    let leaks = Arc::new(leaks()?);
     Ok(DeviceModel {
         device,
         events,

@@ -34,6 +34,7 @@
 //!   the pool. Segments are ordered by device then address.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use super::convert::snapshot_from_value;
@@ -47,8 +48,8 @@ use crate::trace::limits::{ContextBudget, ImportLimits};
 use crate::trace::pickle::{read, read_absorbing, ReadLimits, Value};
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{
-    BlockState, Context, ContextId, Contexts, Frame, PytorchDetails, SegmentPool, SettingValue,
-    Snapshot,
+    AddressHasher, BlockState, Context, ContextId, Contexts, Frame, PytorchDetails, SegmentPool,
+    SettingValue, Snapshot,
 };
 use crate::AllocatorConfig;
 
@@ -193,7 +194,7 @@ struct Importer<'a, 'r> {
     table: Option<Table>,
     /// Context ids by (frame list, user_metadata) pointers, so each shared list is converted
     /// once however often it is referenced.
-    by_pointer: HashMap<(usize, usize), ContextId>,
+    by_pointer: HashMap<(usize, usize), ContextId, BuildHasherDefault<AddressHasher>>,
     /// What the contexts built so far spell out.
     budget: ContextBudget,
     /// The settings that round a request to its block size (the file's, else the defaults).
@@ -217,7 +218,7 @@ impl<'a, 'r> Importer<'a, 'r> {
             raw,
             contexts: Contexts::new(),
             table: None,
-            by_pointer: HashMap::new(),
+            by_pointer: HashMap::default(),
             budget: ContextBudget::new(limits),
             rounding: AllocatorConfig::default(),
             segments: None,

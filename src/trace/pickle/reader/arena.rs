@@ -315,6 +315,12 @@ impl Arena {
                 self.nodes.get_mut(index as usize),
                 self.refs.get_mut(index as usize),
             ) {
+                // An empty container takes over the old one's (cleared) memory: the next
+                // trace entry fills what the last one left.
+                let mut node = node;
+                if node.slots.is_empty() {
+                    std::mem::swap(&mut node.slots, &mut old.slots);
+                }
                 *old = node;
                 *refs = 0;
                 return Ok(Slot::node(index));
@@ -430,7 +436,8 @@ impl Arena {
         let Some(node) = self.nodes.get_mut(id as usize) else {
             return;
         };
-        node.slots = Vec::new();
+        // Cleared, not freed: the next container created takes it over.
+        node.slots.clear();
         node.keys = None;
         node.memo_index = MEMOIZED_AGAIN;
         // Without memory for the free list the index is simply not used again.
