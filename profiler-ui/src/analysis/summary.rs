@@ -14,7 +14,10 @@ use super::frames::FrameView;
 use super::sites::{site_of, sites_at, Site};
 use super::timeline::walker;
 use crate::format::format_size;
-use blockpool::trace::{Action, BlockState, ContextId, DeviceState, Snapshot, StateWalker};
+use anyhow::Context as _;
+use blockpool::trace::{
+    Action, BlockState, ContextId, DeviceState, EventNumbers, Snapshot, StateWalker,
+};
 use serde::Serialize;
 use std::path::Path;
 
@@ -161,10 +164,44 @@ pub fn summarize_device_from(
     snapshot: &Snapshot,
     device: u32,
     view: FrameView,
+    walker: StateWalker,
+) -> anyhow::Result<DeviceSummary> {
+    let numbers = snapshot.event_numbers(device);
+    summarize_walk(snapshot, numbers, device, view, walker)
+}
+
+/// As [`summarize_in`], taking the trace: with one device, its events move into the walker
+/// instead of being copied, so the summary of a large trace holds them once.
+pub fn summarize_owned(
+    file: &Path,
+    format: &'static str,
+    mut snapshot: Snapshot,
+    view: FrameView,
+) -> anyhow::Result<SummaryReport> {
+    let [device] = snapshot.devices()[..] else {
+        return summarize_in(file, format, &snapshot, view);
+    };
+    let numbers = snapshot.event_numbers(device);
+    let events = std::mem::take(&mut snapshot.events);
+    let walker = StateWalker::from_events(device, snapshot.segments.iter(), events)
+        .with_context(|| format!("cannot rebuild the memory of device {device}"))?;
+    Ok(SummaryReport {
+        file: file.display().to_string(),
+        format,
+        devices: vec![summarize_walk(&snapshot, numbers, device, view, walker)?],
+    })
+}
+
+/// The summary of `device` from its `walker`; `snapshot` gives the contexts, `numbers` the
+/// events' numbers.
+fn summarize_walk(
+    snapshot: &Snapshot,
+    numbers: EventNumbers,
+    device: u32,
+    view: FrameView,
     mut walker: StateWalker,
 ) -> anyhow::Result<DeviceSummary> {
     walker.seek(0)?;
-    let numbers = snapshot.event_numbers(device);
     let start = walker.totals();
     let time_of = |index: usize, walker: &blockpool::trace::StateWalker| {
         index

@@ -1,11 +1,11 @@
-//! `memtrace summary FILE [--all-frames] [--json]`: the summary of a trace ([`summarize_in`]:
+//! `memtrace summary FILE [--all-frames] [--json]`: the summary of a trace ([`summarize_owned`]:
 //! per device, the peaks and what sizes they add up, fragmentation at the reserved peak, the
 //! free memory and top sites at the allocated peak and every out-of-memory event explained), as
 //! text or as JSON.
 
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
-use crate::analysis::summary::{summarize_in, OomExplained, SummaryReport};
+use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -163,6 +163,6 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
 /// Runs `memtrace summary`.
 pub fn run(file: &Path, view: FrameView, json: bool, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
-    let report = summarize_in(file, trace.format.as_str(), &trace.snapshot, view)?;
+    let report = summarize_owned(file, trace.format.as_str(), trace.snapshot, view)?;
     out.report(&report, json, render)
 }

@@ -185,3 +185,38 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn a_walker_taking_its_events_walks_as_one_copying_them(
+        end in arb_end_state(),
+        events in prop::collection::vec((arb_event(), any::<bool>()), 0..40),
+    ) {
+        // Every other device's events and segments are there to be left out.
+        let mut trace = snapshot(end.clone(), Vec::new());
+        for (mut e, other) in events {
+            e.device = u32::from(other);
+            trace.events.push(e);
+        }
+        trace.segments.extend(end.into_iter().map(|mut s| {
+            s.device = 1;
+            s
+        }));
+        let copied = trace.state_walker(0);
+        let taken =
+            crate::trace::StateWalker::from_events(0, trace.segments.iter(), trace.events.clone());
+        match (copied, taken) {
+            (Ok(mut copied), Ok(mut taken)) => {
+                prop_assert_eq!(copied.len(), taken.len());
+                for index in 0..=copied.len() {
+                    copied.seek(index).unwrap();
+                    taken.seek(index).unwrap();
+                    prop_assert_eq!(copied.state(), taken.state());
+                }
+            }
+            (copied, taken) => {
+                prop_assert_eq!(copied.err().map(|e| e.to_string()), taken.err().map(|e| e.to_string()));
+            }
+        }
+    }
+}

@@ -4,7 +4,7 @@
 use super::error::StateError;
 use super::memory::{DeviceState, Memory, MemoryTotals};
 use super::undo::{rebuild, Change};
-use crate::trace::snapshot::Block;
+use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{Snapshot, TraceEvent};
 use std::sync::Arc;
 
@@ -87,7 +87,20 @@ impl StateWalker {
     /// segments and no events gives an empty walker.
     pub fn new(snapshot: &Snapshot, device: u32) -> Result<StateWalker, StateError> {
         let events: Vec<TraceEvent> = snapshot.device_events(device).copied().collect();
-        let rebuilt = rebuild(device, snapshot.device_segments(device), &events)?;
+        Self::from_events(device, snapshot.device_segments(device), events)
+    }
+
+    /// The walker over `events` of `device` whose segments at the end are `end_segments`, at
+    /// index 0, taking the events instead of copying them (a caller done with its snapshot's
+    /// events saves their memory). Events and segments of other devices are left out, as
+    /// [`new`](Self::new) leaves them out.
+    pub fn from_events<'a>(
+        device: u32,
+        end_segments: impl Iterator<Item = &'a Segment>,
+        mut events: Vec<TraceEvent>,
+    ) -> Result<StateWalker, StateError> {
+        events.retain(|e| e.device == device);
+        let rebuilt = rebuild(device, end_segments.filter(|s| s.device == device), &events)?;
         Ok(StateWalker {
             device,
             memory: rebuilt.start,
