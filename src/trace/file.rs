@@ -430,18 +430,7 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
             read_limits.max_items = usize::try_from(max_values)
                 .unwrap_or(usize::MAX)
                 .min(read_limits.max_items);
-            let mut reader = reader;
-            let absorbed = match limits.whole_pickle_tree {
-                true => None,
-                false => super::pytorch::read_pytorch_pickle(&mut reader, &read_limits, limits),
-            };
-            if let Some(snapshot) = absorbed {
-                return finish_load(path, format, gzip, snapshot);
-            }
-            // The streaming read could not take this file the same way: read it whole,
-            // which gives the same snapshot or the error with its place.
-            let (_, _, mut reader) = open_trace_with(path, limits)?;
-            let value = super::pickle::read_from(&mut reader, &read_limits).map_err(|e| {
+            let pickle_error = |e| {
                 let message = match e {
                     super::pickle::PickleError::TooManyItems { limit, offset }
                         if limit as u64 == max_values =>
@@ -451,7 +440,21 @@ pub fn load_trace_with(path: &Path, limits: &ImportLimits) -> Result<LoadedTrace
                     other => super::pytorch::SnapshotError::from(other).to_string(),
                 };
                 malformed(format, message)
-            })?;
+            };
+            let mut reader = reader;
+            if !limits.whole_pickle_tree {
+                use super::pytorch::Streamed;
+                match super::pytorch::read_pytorch_pickle(&mut reader, &read_limits, limits) {
+                    Streamed::Read(snapshot) => return finish_load(path, format, gzip, snapshot),
+                    Streamed::Failed(e) => return Err(pickle_error(e)),
+                    Streamed::Again => {}
+                }
+            }
+            // The streaming read could not take this file the same way: read it whole,
+            // which gives the same snapshot or the error with its place.
+            let (_, _, mut reader) = open_trace_with(path, limits)?;
+            let value =
+                super::pickle::read_from(&mut reader, &read_limits).map_err(pickle_error)?;
             super::pytorch::snapshot_from_owned_pytorch_value(value, limits)
                 .map_err(|e| malformed(format, e.to_string()))?
         }

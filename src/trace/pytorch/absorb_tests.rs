@@ -6,18 +6,21 @@
 use std::sync::Arc;
 
 use super::interop_tests::{dict, int, list, pytorch_file, s, sample};
-use super::{read_pytorch_pickle, snapshot_from_owned_pytorch_value, snapshot_to_pytorch_value};
+use super::{
+    read_pytorch_pickle, snapshot_from_owned_pytorch_value, snapshot_to_pytorch_value, Streamed,
+};
 use crate::trace::limits::ImportLimits;
-use crate::trace::pickle::{read, write, ReadLimits, Value};
+use crate::trace::pickle::{read, write, PickleError, ReadLimits, Value};
 use crate::trace::Snapshot;
 
-/// The streaming read of `bytes`.
+/// The streaming read of `bytes`: `None` when it leaves the file to the whole read.
 fn streamed(bytes: &[u8]) -> Option<Snapshot> {
-    read_pytorch_pickle(
-        &mut &bytes[..],
-        &ReadLimits::default(),
-        &ImportLimits::default(),
-    )
+    let limits = (ReadLimits::default(), ImportLimits::default());
+    match read_pytorch_pickle(&mut &bytes[..], &limits.0, &limits.1) {
+        Streamed::Read(snapshot) => Some(snapshot),
+        Streamed::Again => None,
+        Streamed::Failed(e) => panic!("the streaming read failed: {e}"),
+    }
 }
 
 /// The plain read of `bytes`.
@@ -209,6 +212,32 @@ fn file_with_frame_then(extra: &[u8]) -> Vec<u8> {
     out.extend_from_slice(extra);
     out.extend_from_slice(&[SETITEMS, STOP]);
     out
+}
+
+#[test]
+fn a_pickle_that_fails_either_way_fails_streaming_without_a_second_read() {
+    let limits = ReadLimits {
+        max_items: 10,
+        ..ReadLimits::default()
+    };
+    let bytes = pickled(&pytorch_file());
+    let streamed = read_pytorch_pickle(&mut &bytes[..], &limits, &ImportLimits::default());
+    assert!(
+        matches!(
+            streamed,
+            Streamed::Failed(PickleError::TooManyItems { limit: 10, .. })
+        ),
+        "{streamed:?}"
+    );
+    // Cut short: truncated however it is read.
+    let cut = &bytes[..bytes.len() / 2];
+    let streamed = read_pytorch_pickle(
+        &mut &cut[..],
+        &ReadLimits::default(),
+        &ImportLimits::default(),
+    );
+    assert!(matches!(streamed, Streamed::Failed(_)), "{streamed:?}");
+    assert!(plain(cut).is_err());
 }
 
 #[test]

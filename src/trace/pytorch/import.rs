@@ -45,7 +45,7 @@ use super::model::{self, Frame as PtFrame, PytorchSnapshot, SegmentType};
 use crate::backend::StreamId;
 use crate::pool::PoolKind;
 use crate::trace::limits::{ContextBudget, ImportLimits};
-use crate::trace::pickle::{read, read_absorbing, ReadLimits, Value};
+use crate::trace::pickle::{read, read_absorbing, PickleError, ReadLimits, Value};
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{
     AddressHasher, BlockState, Context, ContextId, Contexts, Frame, PytorchDetails, SegmentPool,
@@ -117,25 +117,52 @@ pub(crate) fn snapshot_from_owned_pytorch_value(
     read.finish()
 }
 
+/// What the streaming read of a PyTorch pickle gave.
+#[derive(Debug)]
+pub(crate) enum Streamed {
+    /// The snapshot, the same as the whole read's.
+    Read(Snapshot),
+    /// Nothing: the file is something the stream cannot take the same way (see `absorb`),
+    /// or it failed where taking entries may be the cause. Read it whole.
+    Again,
+    /// The pickle cannot be read, whichever way (a limit, a truncated or corrupt input).
+    Failed(PickleError),
+}
+
 /// Reads a PyTorch snapshot pickle from `source` straight into a [`Snapshot`], taking each
 /// trace entry out of the pickle as it is read (see `absorb`): what
 /// [`snapshot_from_owned_pytorch_value`] gives for the same file, in a fraction of the memory
-/// and time. `None` when the file is anything this cannot take the same way, or fails to read
-/// or convert: read it again with [`read_from`](crate::trace::pickle::read_from) and
-/// [`snapshot_from_owned_pytorch_value`], which give the snapshot or the error with its path.
+/// and time. [`Streamed::Again`] asks for the whole read, with
+/// [`read_from`](crate::trace::pickle::read_from) and [`snapshot_from_owned_pytorch_value`],
+/// which give the snapshot or the error with its path.
 pub(crate) fn read_pytorch_pickle(
     source: &mut dyn std::io::Read,
     read_limits: &ReadLimits,
     limits: &ImportLimits,
-) -> Option<Snapshot> {
+) -> Streamed {
     let mut absorber = absorb::EntryAbsorber::default();
-    let value = read_absorbing(source, read_limits, &mut absorber).ok()??;
-    let source = snapshot_from_value(&value).ok()?;
-    let mut importer = Importer::new(&source, Some(&value), limits).ok()?;
+    let value = match read_absorbing(source, read_limits, &mut absorber) {
+        Ok(Some(value)) => value,
+        Ok(None) => return Streamed::Again,
+        // A memo entry of a taken entry pushed again, a taken-over list used: the whole read
+        // tells whether the file itself is at fault.
+        Err(PickleError::MissingMemo { .. } | PickleError::WrongType { .. }) => {
+            return Streamed::Again
+        }
+        Err(e) => return Streamed::Failed(e),
+    };
+    let Ok(source) = snapshot_from_value(&value) else {
+        return Streamed::Again;
+    };
+    let Ok(mut importer) = Importer::new(&source, Some(&value), limits) else {
+        return Streamed::Again;
+    };
     importer.absorbed = Some(absorber.into_absorbed());
-    let read = importer.read_raw().ok()?;
+    let Ok(read) = importer.read_raw() else {
+        return Streamed::Again;
+    };
     drop(value);
-    read.finish().ok()
+    read.finish().map_or(Streamed::Again, Streamed::Read)
 }
 
 /// Converts a PyTorch snapshot's plain-data tree into a [`Snapshot`], as described in this

@@ -32,7 +32,7 @@ pub use import::{
     load_pytorch_snapshot_as_snapshot, snapshot_from_pytorch_value,
     snapshot_from_pytorch_value_with,
 };
-pub(crate) use import::{read_pytorch_pickle, snapshot_from_owned_pytorch_value};
+pub(crate) use import::{read_pytorch_pickle, snapshot_from_owned_pytorch_value, Streamed};
 pub use model::{
     Block, BlockState, Frame, PytorchSnapshot, PytorchTraceEntry, Schema, Segment, SegmentType,
 };
