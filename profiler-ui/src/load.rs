@@ -38,6 +38,9 @@ pub fn load_trace(
     if let Some(spinner) = spinner {
         spinner.finish_and_clear();
     }
+    if large {
+        release_freed_memory();
+    }
     // After the spinner's line is cleared, so the note stands on a line of its own.
     if let Some(e) = not_stored {
         eprintln!(
@@ -45,4 +48,17 @@ pub fn load_trace(
         );
     }
     loaded
+}
+
+/// Gives the system back the memory an import freed. glibc keeps freed small allocations in
+/// its heap, and a large import frees gigabytes of them (the pickle reader's arena and tree):
+/// without this, the memory a command then allocates (a state walker's changes) comes on top
+/// of them instead of in their place.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer and only releases glibc's own free pages; it
+    // may be called at any time from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

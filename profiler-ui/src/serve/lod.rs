@@ -17,6 +17,7 @@
 use super::filter::Filter;
 use super::model::{Allocation, DeviceModel, TraceModel};
 use serde::Serialize;
+use stacking::{count_runs, stack, ColumnFinder};
 
 /// Most columns a request may ask for.
 pub const MAX_WIDTH: u64 = 4000;
@@ -152,9 +153,9 @@ pub fn timeline(
     limit: usize,
 ) -> Timeline {
     let mask = filter.context_mask(model);
-    let layout = Layout::new(device, &device.allocations, window, |a| {
-        filter.keeps(a, mask.as_deref())
-    });
+    let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes[..]);
+    let keeps = |a: &Allocation| filter.keeps(a, mask.as_deref());
+    let layout = Layout::new(device, &device.allocations, window, keeps, alive);
     layout.timeline(model, &device.allocations, limit).0
 }
 
@@ -167,7 +168,8 @@ pub fn segment_timeline(
     window: Window,
     limit: usize,
 ) -> Timeline {
-    let layout = Layout::new(device, &device.segments, window, |_| true);
+    let alive = Some(&device.segment_bytes[..]);
+    let layout = Layout::new(device, &device.segments, window, |_| true, alive);
     layout.timeline(model, &device.segments, limit).0
 }
 
@@ -214,9 +216,9 @@ pub fn summarized(
     column: usize,
 ) -> Option<Summarized> {
     let mask = filter.context_mask(model);
-    let layout = Layout::new(device, &device.allocations, window, |a| {
-        filter.keeps(a, mask.as_deref())
-    });
+    let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes[..]);
+    let keeps = |a: &Allocation| filter.keeps(a, mask.as_deref());
+    let layout = Layout::new(device, &device.allocations, window, keeps, alive);
     let state = *layout.states.get(column)?;
     let (_, shown) = layout.timeline(model, &device.allocations, limit);
     let mut by_site: std::collections::HashMap<&str, (u64, usize)> = Default::default();
@@ -265,11 +267,15 @@ struct Layout {
 }
 
 impl Layout {
+    /// The layout of `window` over the lifetimes `spans` that `keeps` keeps; `alive`, when
+    /// it keeps them all, gives the bytes alive at every state, made once
+    /// ([`alive_bytes`]), instead of a pass over the window's lifetimes and states.
     fn new(
         device: &DeviceModel,
         spans: &[Allocation],
         window: Window,
         keeps: impl Fn(&Allocation) -> bool,
+        alive: Option<&[u64]>,
     ) -> Layout {
         let cols = columns(device, &window);
         let (first, last) = match (cols.first(), cols.last()) {
@@ -282,24 +288,14 @@ impl Layout {
             .filter(|(_, a)| a.start < last && a.end > first && keeps(a))
             .map(|(id, _)| id)
             .collect();
-        // Bytes alive at each state of the window, by a difference array (wrapping: a hostile
-        // trace's sizes may overflow, and then the sum is wrong but nothing panics).
-        let span = last - first;
-        let mut delta = vec![0u64; span + 1];
-        for &id in &candidates {
-            let a = &spans[id];
-            let lo = a.start.max(first) - first;
-            let hi = a.end.min(last) - first;
-            delta[lo] = delta[lo].wrapping_add(a.size);
-            delta[hi] = delta[hi].wrapping_sub(a.size);
-        }
-        // Summed in place: the differences become the bytes alive at each state.
-        let mut running = 0u64;
-        for d in &mut delta {
-            running = running.wrapping_add(*d);
-            *d = running;
-        }
-        let alive = &delta[..span];
+        let summed;
+        let alive = match alive.and_then(|all| all.get(first..last)) {
+            Some(alive) => alive,
+            None => {
+                summed = alive_in(spans, &candidates, first, last);
+                &summed[..last - first]
+            }
+        };
         let states: Vec<usize> = cols
             .iter()
             .map(|&(lo, hi)| first + peak_in(alive, lo - first, hi - first))
@@ -425,48 +421,34 @@ impl Layout {
     }
 }
 
-/// Finds the columns lifetimes are alive in: `[first, end)` of the columns whose states are
-/// `states` (ascending). Lifetimes asked about in order of their start (ids are: a lifetime
-/// is numbered when it begins) are searched for from the last one's first column by
-/// galloping, so the work is the logarithm of how far apart they are, not of the window's
-/// width; one out of order is searched for from the first column.
-struct ColumnFinder<'s> {
-    states: &'s [usize],
-    last_start: usize,
-    last_first: usize,
+/// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `ids` of
+/// `spans`, by a difference array (wrapping: a hostile trace's sizes may overflow, and then
+/// the sum is wrong but nothing panics).
+fn alive_in(spans: &[Allocation], ids: &[usize], first: usize, last: usize) -> Vec<u64> {
+    let mut delta = vec![0u64; last - first + 1];
+    for &id in ids {
+        let a = &spans[id];
+        let lo = a.start.clamp(first, last) - first;
+        let hi = a.end.clamp(first, last) - first;
+        delta[lo] = delta[lo].wrapping_add(a.size);
+        delta[hi] = delta[hi].wrapping_sub(a.size);
+    }
+    // Summed in place: the differences become the bytes alive at each state.
+    let mut running = 0u64;
+    for d in &mut delta {
+        running = running.wrapping_add(*d);
+        *d = running;
+    }
+    delta
 }
 
-impl<'s> ColumnFinder<'s> {
-    fn new(states: &'s [usize]) -> ColumnFinder<'s> {
-        ColumnFinder {
-            states,
-            last_start: 0,
-            last_first: 0,
-        }
-    }
-
-    /// The columns `a` is alive in.
-    fn of(&mut self, a: &Allocation) -> (usize, usize) {
-        let from = if a.start >= self.last_start {
-            self.last_first
-        } else {
-            0
-        };
-        let c0 = from + below(&self.states[from..], a.start);
-        let c1 = c0 + below(&self.states[c0..], a.end);
-        (self.last_start, self.last_first) = (a.start, c0);
-        (c0, c1)
-    }
-}
-
-/// How many of the ascending `values` are below `bound`, by galloping from the front.
-fn below(values: &[usize], bound: usize) -> usize {
-    let mut end = 1;
-    while end <= values.len() && values[end - 1] < bound {
-        end *= 2;
-    }
-    let start = end / 2;
-    start + values[start..end.min(values.len())].partition_point(|&v| v < bound)
+/// Bytes alive at each of a device's `states` states of all the lifetimes `spans`: what
+/// [`Layout`] sums for a window when nothing is filtered out, made once per device.
+pub fn alive_bytes(spans: &[Allocation], states: usize) -> Vec<u64> {
+    let ids: Vec<usize> = (0..spans.len()).collect();
+    let mut alive = alive_in(spans, &ids, 0, states);
+    alive.truncate(states);
+    alive
 }
 
 /// The window as the columns cover it.
@@ -484,134 +466,6 @@ fn clamped(window: Window, first: usize, last: usize) -> Window {
             width,
             ..window
         },
-    }
-}
-
-/// The runs [`stack`] would make of `chosen`, in `O(n log width)` instead of the columns they
-/// cover: adding a band's size to the columns it covers changes the bytes below from one
-/// column to the next only at its two ends, so a band's runs are one plus the columns inside
-/// it where the bytes below change, counted in a Fenwick tree of those columns.
-fn count_runs(spans: &[Allocation], chosen: &[usize], states: &[usize]) -> usize {
-    let mut ids = chosen.to_vec();
-    ids.sort_unstable();
-    // step[c]: the bytes below at column c less those at c - 1 (wrapping); `changes` counts
-    // the columns where it is not zero.
-    let mut step = vec![0u64; states.len() + 1];
-    let mut changes = Fenwick::new(states.len() + 1);
-    let mut count = 0;
-    let mut columns = ColumnFinder::new(states);
-    for id in ids {
-        let a = &spans[id];
-        let (c0, c1) = columns.of(a);
-        if c0 >= c1 {
-            continue;
-        }
-        count += 1 + changes.count(c0 + 1, c1);
-        for (c, delta) in [(c0, a.size), (c1, a.size.wrapping_neg())] {
-            // Column 0 starts a run whatever is below it.
-            if c == 0 {
-                continue;
-            }
-            let before = step[c] != 0;
-            step[c] = step[c].wrapping_add(delta);
-            match (before, step[c] != 0) {
-                (false, true) => changes.add(c, 1),
-                (true, false) => changes.add(c, -1),
-                _ => {}
-            }
-        }
-    }
-    count
-}
-
-/// Counts over positions `0..len`: add at a position, and the sum of a range, each in
-/// `O(log len)`.
-struct Fenwick {
-    tree: Vec<i64>,
-}
-
-impl Fenwick {
-    fn new(len: usize) -> Fenwick {
-        Fenwick {
-            tree: vec![0; len + 1],
-        }
-    }
-
-    fn add(&mut self, position: usize, delta: i64) {
-        let mut i = position + 1;
-        while i < self.tree.len() {
-            self.tree[i] += delta;
-            i += i & i.wrapping_neg();
-        }
-    }
-
-    /// The sum over `0..end`.
-    fn prefix(&self, end: usize) -> i64 {
-        let mut i = end.min(self.tree.len() - 1);
-        let mut sum = 0;
-        while i > 0 {
-            sum += self.tree[i];
-            i -= i & i.wrapping_neg();
-        }
-        sum
-    }
-
-    /// The sum over `lo..hi`, as a count (never negative: only counts are added).
-    fn count(&self, lo: usize, hi: usize) -> usize {
-        if hi <= lo {
-            return 0;
-        }
-        usize::try_from(self.prefix(hi) - self.prefix(lo)).unwrap_or(0)
-    }
-}
-
-/// Allocations stacked over columns ([`stack`]).
-struct Stacked {
-    /// Each allocation that covers a column, bottom of the stack first: its id and its runs
-    /// (`[first column, end column, bytes below it]`).
-    bands: Vec<(usize, Vec<[u64; 3]>)>,
-    /// The ids stacked, ascending.
-    shown: Vec<usize>,
-    /// The runs of all the bands.
-    runs: usize,
-}
-
-/// The `chosen` allocations stacked over the columns showing `states` (which never decrease
-/// from column to column), oldest at the bottom. Each band visits only the columns it is alive
-/// in: the work is the columns the bands cover, not columns times bands.
-fn stack(spans: &[Allocation], chosen: &[usize], states: &[usize]) -> Stacked {
-    let mut shown = chosen.to_vec();
-    // Ids are in order of becoming alive: oldest at the bottom.
-    shown.sort_unstable();
-    debug_assert!(
-        states.windows(2).all(|w| w[0] <= w[1]),
-        "column states never decrease"
-    );
-    let mut below = vec![0u64; states.len()];
-    let mut count = 0;
-    let mut bands = Vec::with_capacity(shown.len());
-    let mut columns = ColumnFinder::new(states);
-    for &id in &shown {
-        let a = &spans[id];
-        let (c0, c1) = columns.of(a);
-        let mut runs: Vec<[u64; 3]> = Vec::new();
-        for (c, under) in below.iter_mut().enumerate().take(c1).skip(c0) {
-            let c = c as u64;
-            match runs.last_mut() {
-                Some(run) if run[1] == c && run[2] == *under => run[1] = c + 1,
-                _ => runs.push([c, c + 1, *under]),
-            }
-            *under = under.wrapping_add(a.size);
-        }
-        if !runs.is_empty() {
-            count += runs.len();
-            bands.push((id, runs));
-        }
-    }
-    Stacked {
-        bands,
-        shown,
-        runs: count,
     }
 }
 
@@ -713,5 +567,6 @@ pub fn curves(device: &DeviceModel, window: Window) -> CurvesWindow {
     }
 }
 
+mod stacking;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
+use super::lod;
 use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
@@ -86,6 +87,11 @@ pub struct DeviceModel {
     /// segment) from the event that reserved it to the one that released it, in the order
     /// they became reserved; `requested` is 0. See [`segment_spans`].
     pub segments: Vec<Allocation>,
+    /// Bytes of the allocations alive at each state, and of the segments reserved: what a
+    /// timeline window with nothing filtered out shows ([`lod::alive_bytes`]).
+    pub allocation_bytes: Vec<u64>,
+    /// See [`allocation_bytes`](Self::allocation_bytes).
+    pub segment_bytes: Vec<u64>,
     /// Whether the events carry times (the last state's time is after the first's); without
     /// them only the event axis means anything.
     pub has_times: bool,
@@ -368,6 +374,8 @@ fn build_device(
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();
+    let allocation_bytes = lod::alive_bytes(&allocations, state_time_us.len());
+    let segment_bytes = lod::alive_bytes(&segments, state_time_us.len());
     let has_times = state_time_us.last() > state_time_us.first();
     // Leave the walker at the peak, where the page first asks for the segments.
     walker.seek(peak_index).map_err(failed)?;
@@ -385,6 +393,8 @@ fn build_device(
         leaks_by_options: Mutex::new(HashMap::new()),
         streams,
         segments,
+        allocation_bytes,
+        segment_bytes,
         has_times,
         walker: Mutex::new(walker),
     })

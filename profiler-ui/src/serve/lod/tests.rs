@@ -437,3 +437,43 @@ fn galloping_finds_the_columns_binary_search_does() {
         }
     }
 }
+
+#[test]
+fn the_bytes_made_once_per_device_are_what_each_window_sums() {
+    // Random allocations and frees, windows of every shape: the layout from the device's
+    // bytes alive per state equals the one summed over the window's lifetimes.
+    let mut next = random(0x1234_5678_9abc_def1);
+    for _ in 0..40 {
+        let mut live: Vec<u64> = Vec::new();
+        let mut steps = Vec::new();
+        for _ in 0..next(60) + 1 {
+            if live.is_empty() || next(3) > 0 {
+                let addr = 0x1000 * (steps.len() as u64 + 1);
+                live.push(addr);
+                steps.push((true, addr, [512, 1024, 4096][next(3)] as u64));
+            } else {
+                let addr = live.swap_remove(next(live.len()));
+                steps.push((false, addr, 512));
+            }
+        }
+        let model = model_of(&steps);
+        let device = &model.devices[0];
+        let states = device.state_time_us.len() as u64;
+        for _ in 0..10 {
+            let from = next(states as usize) as u64;
+            let to = from + 1 + next(states as usize) as u64;
+            let w = window(Axis::Event, from, to, next(20) + 1);
+            for (spans, made) in [
+                (&device.allocations, &device.allocation_bytes),
+                (&device.segments, &device.segment_bytes),
+            ] {
+                let once = Layout::new(device, spans, w, |_| true, Some(made));
+                let summed = Layout::new(device, spans, w, |_| true, None);
+                assert_eq!((once.first, once.last), (summed.first, summed.last));
+                assert_eq!(once.states, summed.states, "{w:?}");
+                assert_eq!(once.total, summed.total, "{w:?}");
+                assert_eq!(once.candidates, summed.candidates);
+            }
+        }
+    }
+}
