@@ -274,7 +274,7 @@ impl Layout {
         device: &DeviceModel,
         spans: &[Allocation],
         window: Window,
-        keeps: impl Fn(&Allocation) -> bool,
+        keeps: impl Fn(&Allocation) -> bool + Sync,
         alive: Option<&[u64]>,
     ) -> Layout {
         let cols = columns(device, &window);
@@ -282,12 +282,12 @@ impl Layout {
             (Some(f), Some(l)) => (f.0, l.1),
             _ => (0, 1),
         };
-        let candidates: Vec<usize> = spans
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.start < last && a.end > first && keeps(a))
-            .map(|(id, _)| id)
-            .collect();
+        let candidates = in_halves(spans, |offset, part| {
+            let kept = part.iter().enumerate();
+            kept.filter(|(_, a)| a.start < last && a.end > first && keeps(a))
+                .map(|(i, _)| offset + i)
+                .collect()
+        });
         let summed;
         let alive = match alive.and_then(|all| all.get(first..last)) {
             Some(alive) => alive,
@@ -296,10 +296,17 @@ impl Layout {
                 &summed[..last - first]
             }
         };
-        let states: Vec<usize> = cols
-            .iter()
-            .map(|&(lo, hi)| first + peak_in(alive, lo - first, hi - first))
-            .collect();
+        // Each column's scan of its states: in two halves for a window of many states.
+        let halves = if last - first >= HALVES_FROM {
+            2
+        } else {
+            usize::MAX
+        };
+        let states: Vec<usize> = in_halves_of(&cols, halves, |_, part| {
+            part.iter()
+                .map(|&(lo, hi)| first + peak_in(alive, lo - first, hi - first))
+                .collect()
+        });
         let total: Vec<u64> = states
             .iter()
             .map(|&s| alive.get(s - first).copied().unwrap_or(0))
@@ -397,16 +404,20 @@ impl Layout {
     /// memory alive in their columns (compared without division), then the largest.
     fn ranked(&self, spans: &[Allocation], limit: usize) -> Vec<usize> {
         let peaks = RangeMax::new(&self.total);
-        // (id, size, the most bytes alive in its columns)
-        let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(self.candidates.len());
-        let mut columns = ColumnFinder::new(&self.states);
-        for &id in &self.candidates {
-            let a = &spans[id];
-            let (c0, c1) = columns.of(a);
-            if c0 < c1 {
-                visible.push((id, a.size, peaks.max(c0, c1).max(a.size).max(1)));
+        // (id, size, the most bytes alive in its columns), for the candidates in `ids`.
+        let visible_in = |_, ids: &[usize]| {
+            let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(ids.len());
+            let mut columns = ColumnFinder::new(&self.states);
+            for &id in ids {
+                let a = &spans[id];
+                let (c0, c1) = columns.of(a);
+                if c0 < c1 {
+                    visible.push((id, a.size, peaks.max(c0, c1).max(a.size).max(1)));
+                }
             }
-        }
+            visible
+        };
+        let mut visible = in_halves(&self.candidates, visible_in);
         let by_share_desc = |a: &(usize, u64, u64), b: &(usize, u64, u64)| {
             let left = u128::from(b.1) * u128::from(a.2);
             let right = u128::from(a.1) * u128::from(b.2);
@@ -419,6 +430,40 @@ impl Layout {
         visible.sort_unstable_by(by_share_desc);
         visible.into_iter().map(|(id, _, _)| id).collect()
     }
+}
+
+/// Lists at least this long are worked on in two halves at once.
+const HALVES_FROM: usize = 1 << 16;
+
+/// `work` over `items` in order (given each part and where it starts), split in two halves
+/// worked on at once when they are long (the machine's second core: a window of a large trace
+/// has millions of lifetimes); the results are concatenated, first half first.
+fn in_halves<I: Sync, T: Send>(items: &[I], work: impl Fn(usize, &[I]) -> Vec<T> + Sync) -> Vec<T> {
+    in_halves_of(items, HALVES_FROM, work)
+}
+
+/// [`in_halves`], splitting from `from` items on.
+fn in_halves_of<I: Sync, T: Send>(
+    items: &[I],
+    from: usize,
+    work: impl Fn(usize, &[I]) -> Vec<T> + Sync,
+) -> Vec<T> {
+    if items.len() < from.max(2) {
+        return work(0, items);
+    }
+    let middle = items.len() / 2;
+    let (left, right) = items.split_at(middle);
+    std::thread::scope(|scope| {
+        let right = scope.spawn(|| work(middle, right));
+        let mut done = work(0, left);
+        // A panic there is a bug, raised here as it would have been on one thread.
+        done.extend(
+            right
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        );
+        done
+    })
 }
 
 /// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `ids` of

@@ -477,3 +477,59 @@ fn the_bytes_made_once_per_device_are_what_each_window_sums() {
         }
     }
 }
+
+#[test]
+fn work_split_in_halves_is_the_work_done_whole() {
+    let items: Vec<usize> = (0..1000).map(|i| i * 7 % 13).collect();
+    let work = |offset: usize, part: &[usize]| -> Vec<(usize, usize)> {
+        (part.iter().enumerate())
+            .filter(|(_, &v)| v % 3 == 0)
+            .map(|(i, &v)| (offset + i, v))
+            .collect()
+    };
+    let whole = work(0, &items);
+    for from in [2, 3, 500, 999, 1000, 1001] {
+        assert_eq!(in_halves_of(&items, from, work), whole, "from {from}");
+    }
+    assert_eq!(in_halves_of(&items[..1], 0, work), work(0, &items[..1]));
+    assert!(in_halves_of(&items[..0], 0, work).is_empty());
+}
+
+#[test]
+fn a_window_of_many_lifetimes_lays_out_as_one_of_few() {
+    // More allocations and states than a request works through in one piece.
+    let steps: Vec<(bool, u64, u64)> = (0..HALVES_FROM as u64 + 5000)
+        .flat_map(|i| {
+            let addr = 0x1000 * (i + 1);
+            let size = 512 * (1 + i % 7);
+            // Every third allocation lives on; the others are freed right away.
+            let free = (i % 3 != 0).then_some((false, addr, size));
+            std::iter::once((true, addr, size)).chain(free)
+        })
+        .collect();
+    let model = model_of(&steps);
+    let device = &model.devices[0];
+    let spans = &device.allocations;
+    assert!(spans.len() > HALVES_FROM);
+    let states = device.state_time_us.len() as u64;
+    for (w, min) in [
+        (window(Axis::Event, 0, states, 1400), 0),
+        (window(Axis::Event, states / 3, states / 2, 333), 1024),
+    ] {
+        let layout = Layout::new(device, spans, w, |a| a.size >= min, None);
+        let (first, last) = (layout.first, layout.last);
+        let expected: Vec<usize> = (0..spans.len())
+            .filter(|&id| spans[id].start < last && spans[id].end > first && spans[id].size >= min)
+            .collect();
+        assert_eq!(layout.candidates, expected);
+        let alive = alive_in(spans, &expected, first, last);
+        let cols = columns(device, &w);
+        let peaks: Vec<usize> = cols
+            .iter()
+            .map(|&(lo, hi)| first + peak_in(&alive, lo - first, hi - first))
+            .collect();
+        assert_eq!(layout.states, peaks);
+        let timeline = layout.timeline(&model, spans, 300).0;
+        assert_eq!(timeline.bands.len(), 300);
+    }
+}
