@@ -16,8 +16,8 @@
 
 use super::filter::Filter;
 use super::model::{Allocation, DeviceModel, TraceModel};
-use curves::RangeMax;
 pub use curves::curves;
+use curves::RangeMax;
 use serde::Serialize;
 use stacking::{count_runs, stack, ColumnFinder};
 

@@ -12,7 +12,7 @@
 //! | `/api/segments?device&axis&from&to&width&limit` | [`Timeline`](super::lod::Timeline) of reserved segments |
 //! | `/api/events?device&offset&limit&action&q` | [`EventPage`](super::history::EventPage): the state history |
 //! | `/api/ooms?device` | [`OomMarker`](super::history::OomMarker)s, in trace order |
-//! | `/api/curves?device&axis&from&to&width` | [`CurvesWindow`](super::lod::CurvesWindow) |
+//! | `/api/curves?device&axis&from&to&width` | `CurvesWindow` ([`curves`](super::lod::curves)) |
 //! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
 //! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
