@@ -127,10 +127,18 @@ impl<'r> Input<'r> {
 
     /// Reads until `buf` holds at least `want` unread bytes or the reader ends; whether it
     /// holds them. Consumed bytes are dropped first.
+    #[inline]
     fn fill(&mut self, want: usize) -> Result<bool, PickleError> {
         if self.buf.len() - self.pos >= want {
             return Ok(true);
         }
+        self.refill(want)
+    }
+
+    /// [`fill`](Self::fill) when the buffer holds too little: drops what was consumed and
+    /// reads more.
+    #[cold]
+    fn refill(&mut self, want: usize) -> Result<bool, PickleError> {
         if self.pos > 0 {
             self.buf.drain(..self.pos);
             self.start += self.pos;
