@@ -12,9 +12,8 @@
 use super::fragmentation::ReservedPeak;
 use super::frames::FrameView;
 use super::sites::{site_of, sites_at, Site};
-use super::timeline::walker;
+use super::timeline::{walker, walker_taking};
 use crate::format::format_size;
-use anyhow::Context as _;
 use blockpool::trace::{
     Action, BlockState, ContextId, DeviceState, EventNumbers, Snapshot, StateWalker,
 };
@@ -182,9 +181,7 @@ pub fn summarize_owned(
         return summarize_in(file, format, &snapshot, view);
     };
     let numbers = snapshot.event_numbers(device);
-    let events = std::mem::take(&mut snapshot.events);
-    let walker = StateWalker::from_events(device, snapshot.segments.iter(), events)
-        .with_context(|| format!("cannot rebuild the memory of device {device}"))?;
+    let walker = walker_taking(&mut snapshot, device)?;
     Ok(SummaryReport {
         file: file.display().to_string(),
         format,

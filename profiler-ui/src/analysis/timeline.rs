@@ -42,7 +42,20 @@ impl Sample {
 pub fn walker(snapshot: &Snapshot, device: u32) -> anyhow::Result<StateWalker> {
     snapshot
         .state_walker(device)
-        .with_context(|| format!("cannot rebuild the memory of device {device}"))
+        .with_context(|| cannot_rebuild(device))
+}
+
+/// As [`walker`], taking `snapshot`'s events instead of copying them: it is left without
+/// events, and the walker holds them once.
+pub fn walker_taking(snapshot: &mut Snapshot, device: u32) -> anyhow::Result<StateWalker> {
+    let events = std::mem::take(&mut snapshot.events);
+    StateWalker::from_events(device, snapshot.segments.iter(), events)
+        .with_context(|| cannot_rebuild(device))
+}
+
+/// Why the memory of `device` has no walker.
+fn cannot_rebuild(device: u32) -> String {
+    format!("cannot rebuild the memory of device {device}")
 }
 
 /// The memory of `device` at index 0 and after each of its events: `len + 1` samples.

@@ -15,6 +15,7 @@
 //! columns each shown band is alive in.
 
 use super::filter::Filter;
+use super::joined;
 use super::model::{Allocation, DeviceModel, TraceModel};
 pub use curves::curves;
 use curves::RangeMax;
@@ -154,10 +155,7 @@ pub fn timeline(
     filter: &Filter,
     limit: usize,
 ) -> Timeline {
-    let mask = filter.context_mask(model);
-    let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes[..]);
-    let keeps = |a: &Allocation| filter.keeps(a, mask.as_deref());
-    let layout = Layout::new(device, &device.allocations, window, keeps, alive);
+    let layout = Layout::of_allocations(model, device, window, filter);
     layout.timeline(model, &device.allocations, limit).0
 }
 
@@ -217,10 +215,7 @@ pub fn summarized(
     limit: usize,
     column: usize,
 ) -> Option<Summarized> {
-    let mask = filter.context_mask(model);
-    let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes[..]);
-    let keeps = |a: &Allocation| filter.keeps(a, mask.as_deref());
-    let layout = Layout::new(device, &device.allocations, window, keeps, alive);
+    let layout = Layout::of_allocations(model, device, window, filter);
     let state = *layout.states.get(column)?;
     let (_, shown) = layout.timeline(model, &device.allocations, limit);
     let mut by_site: std::collections::HashMap<&str, (u64, usize)> = Default::default();
@@ -269,6 +264,19 @@ struct Layout {
 }
 
 impl Layout {
+    /// The layout of `window` over the device's allocations that `filter` keeps.
+    fn of_allocations(
+        model: &TraceModel,
+        device: &DeviceModel,
+        window: Window,
+        filter: &Filter,
+    ) -> Layout {
+        let mask = filter.context_mask(model);
+        let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes[..]);
+        let keeps = |a: &Allocation| filter.keeps(a, mask.as_deref());
+        Layout::new(device, &device.allocations, window, keeps, alive)
+    }
+
     /// The layout of `window` over the lifetimes `spans` that `keeps` keeps; `alive`, when
     /// it keeps them all, gives the bytes alive at every state, made once
     /// ([`alive_bytes`]), instead of a pass over the window's lifetimes and states.
@@ -294,17 +302,14 @@ impl Layout {
         let alive = match alive.and_then(|all| all.get(first..last)) {
             Some(alive) => alive,
             None => {
-                summed = alive_in(spans, &candidates, first, last);
+                let kept = candidates.iter().map(|&id| &spans[id]);
+                summed = alive_in(kept, first, last);
                 &summed[..last - first]
             }
         };
         // Each column's scan of its states: in two halves for a window of many states.
-        let halves = if last - first >= HALVES_FROM {
-            2
-        } else {
-            usize::MAX
-        };
-        let states: Vec<usize> = in_halves_of(&cols, halves, |_, part| {
+        let split = last - first >= HALVES_FROM;
+        let states: Vec<usize> = in_halves_if(split, &cols, |_, part| {
             part.iter()
                 .map(|&(lo, hi)| first + peak_in(alive, lo - first, hi - first))
                 .collect()
@@ -441,16 +446,16 @@ const HALVES_FROM: usize = 1 << 16;
 /// worked on at once when they are long (the machine's second core: a window of a large trace
 /// has millions of lifetimes); the results are concatenated, first half first.
 fn in_halves<I: Sync, T: Send>(items: &[I], work: impl Fn(usize, &[I]) -> Vec<T> + Sync) -> Vec<T> {
-    in_halves_of(items, HALVES_FROM, work)
+    in_halves_if(items.len() >= HALVES_FROM, items, work)
 }
 
-/// [`in_halves`], splitting from `from` items on.
-fn in_halves_of<I: Sync, T: Send>(
+/// [`in_halves`], split when `split` says (and there are two items at least).
+fn in_halves_if<I: Sync, T: Send>(
+    split: bool,
     items: &[I],
-    from: usize,
     work: impl Fn(usize, &[I]) -> Vec<T> + Sync,
 ) -> Vec<T> {
-    if items.len() < from.max(2) {
+    if !split || items.len() < 2 {
         return work(0, items);
     }
     let middle = items.len() / 2;
@@ -458,23 +463,21 @@ fn in_halves_of<I: Sync, T: Send>(
     std::thread::scope(|scope| {
         let right = scope.spawn(|| work(middle, right));
         let mut done = work(0, left);
-        // A panic there is a bug, raised here as it would have been on one thread.
-        done.extend(
-            right
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-        );
+        done.extend(joined(right));
         done
     })
 }
 
-/// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `ids` of
-/// `spans`, by a difference array (wrapping: a hostile trace's sizes may overflow, and then
-/// the sum is wrong but nothing panics).
-fn alive_in(spans: &[Allocation], ids: &[usize], first: usize, last: usize) -> Vec<u64> {
+/// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `spans`, by a
+/// difference array (wrapping: a hostile trace's sizes may overflow, and then the sum is wrong
+/// but nothing panics).
+fn alive_in<'a>(
+    spans: impl Iterator<Item = &'a Allocation>,
+    first: usize,
+    last: usize,
+) -> Vec<u64> {
     let mut delta = vec![0u64; last - first + 1];
-    for &id in ids {
-        let a = &spans[id];
+    for a in spans {
         let lo = a.start.clamp(first, last) - first;
         let hi = a.end.clamp(first, last) - first;
         delta[lo] = delta[lo].wrapping_add(a.size);
@@ -492,8 +495,7 @@ fn alive_in(spans: &[Allocation], ids: &[usize], first: usize, last: usize) -> V
 /// Bytes alive at each of a device's `states` states of all the lifetimes `spans`: what
 /// [`Layout`] sums for a window when nothing is filtered out, made once per device.
 pub fn alive_bytes(spans: &[Allocation], states: usize) -> Vec<u64> {
-    let ids: Vec<usize> = (0..spans.len()).collect();
-    let mut alive = alive_in(spans, &ids, 0, states);
+    let mut alive = alive_in(spans.iter(), 0, states);
     alive.truncate(states);
     alive
 }

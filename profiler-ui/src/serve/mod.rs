@@ -25,3 +25,11 @@ pub mod tree;
 pub use model::TraceModel;
 pub use server::{bind, serve_forever, Limits};
 pub use set::TraceSet;
+
+/// What a scoped thread returned; its panic (a bug) is raised again here, as it would have
+/// been had the work run on this thread.
+fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}

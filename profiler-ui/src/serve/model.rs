@@ -6,7 +6,7 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
-use super::lod;
+use super::{joined, lod};
 use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
@@ -142,30 +142,21 @@ impl TraceModel {
             let walker = part
                 .state_walker(device)
                 .map_err(|source| ServeError::State { device, source })?;
-            // The summary and the leak report walk clones of the walker on a second thread
-            // while this one makes the rest: they share nothing but the recorded changes.
+            // The summary and the leak report walk clones of the walker on threads of their
+            // own while this one makes the rest: they share nothing but the recorded changes.
             let (summary_walker, leaks_walker) = (walker.clone(), walker.clone());
             let (summary, model) = std::thread::scope(|scope| {
-                let side = scope.spawn(|| {
-                    let summary =
-                        summarize_device_from(&part, device, FrameView::User, summary_walker);
-                    let options = LeakOptions::default();
-                    let leaks = find_leaks_from(&part, device, &options, leaks_walker);
-                    (summary, leaks)
+                let summary = scope.spawn(|| {
+                    summarize_device_from(&part, device, FrameView::User, summary_walker)
                 });
-                let mut summary = None;
-                let model = build_device(&part, device, walker, || {
-                    // A panic there is a bug, raised here as it would have been on one thread.
-                    let (done, leaks) = side
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                    summary = Some(done);
-                    leaks
+                let leaks = scope.spawn(|| {
+                    find_leaks_from(&part, device, &LeakOptions::default(), leaks_walker)
                 });
-                (summary, model)
+                let model = build_device(&part, device, walker, || joined(leaks));
+                (joined(summary), model)
             });
             let model = model?;
-            summaries.extend(summary.transpose()?);
+            summaries.push(summary?);
             devices.push(model);
         }
         let contexts = context_texts(&snapshot);

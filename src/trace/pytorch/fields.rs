@@ -151,6 +151,17 @@ fn big_u64(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(word))
 }
 
+/// A frame's line: any int reads, one that is no line number as 0 (see [`Fields::line`]).
+pub(super) fn line_at(value: &Value, path: &Path<'_>) -> Result<u32, SnapshotError> {
+    match value {
+        Value::Int(int) => Ok(u32::try_from(*int).unwrap_or(0)),
+        Value::BigInt(bytes) => Ok(big_u64(bytes)
+            .and_then(|wide| u32::try_from(wide).ok())
+            .unwrap_or(0)),
+        other => Err(wrong_type(path, "an int", other)),
+    }
+}
+
 /// A str.
 pub(super) fn str_at<'v>(value: &'v Value, path: &Path<'_>) -> Result<&'v Arc<str>, SnapshotError> {
     match value {
@@ -270,13 +281,7 @@ impl<'v, 'p> Fields<'v, 'p> {
     /// or wider int) reads as 0, the unknown line ([`Frame::line`](crate::event::Frame::line)),
     /// instead of refusing the file.
     pub(super) fn line(&self, key: &'static str) -> Result<u32, SnapshotError> {
-        match self.require(key)? {
-            Value::Int(int) => Ok(u32::try_from(*int).unwrap_or(0)),
-            Value::BigInt(bytes) => Ok(big_u64(bytes)
-                .and_then(|wide| u32::try_from(wide).ok())
-                .unwrap_or(0)),
-            other => Err(wrong_type(&self.path.key(key), "an int", other)),
-        }
+        line_at(self.require(key)?, &self.path.key(key))
     }
 
     /// The str under `key`, which must be there.

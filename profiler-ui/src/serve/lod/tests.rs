@@ -487,12 +487,17 @@ fn work_split_in_halves_is_the_work_done_whole() {
             .map(|(i, &v)| (offset + i, v))
             .collect()
     };
-    let whole = work(0, &items);
-    for from in [2, 3, 500, 999, 1000, 1001] {
-        assert_eq!(in_halves_of(&items, from, work), whole, "from {from}");
+    for len in [0, 1, 2, 3, 500, 999, 1000] {
+        let whole = work(0, &items[..len]);
+        for split in [false, true] {
+            assert_eq!(
+                in_halves_if(split, &items[..len], work),
+                whole,
+                "{len} {split}"
+            );
+        }
     }
-    assert_eq!(in_halves_of(&items[..1], 0, work), work(0, &items[..1]));
-    assert!(in_halves_of(&items[..0], 0, work).is_empty());
+    assert!(in_halves_if(true, &items[..0], work).is_empty());
 }
 
 #[test]
@@ -522,7 +527,7 @@ fn a_window_of_many_lifetimes_lays_out_as_one_of_few() {
             .filter(|&id| spans[id].start < last && spans[id].end > first && spans[id].size >= min)
             .collect();
         assert_eq!(layout.candidates, expected);
-        let alive = alive_in(spans, &expected, first, last);
+        let alive = alive_in(expected.iter().map(|&id| &spans[id]), first, last);
         let cols = columns(device, &w);
         let peaks: Vec<usize> = cols
             .iter()

@@ -16,7 +16,7 @@ use std::collections::TryReserveError;
 use std::sync::Arc;
 
 use super::super::Value;
-use super::arena::{Arena, Kind, Slot};
+use super::arena::{Arena, Kind, Slot, Unpacked};
 use super::memo::Memo;
 
 /// What an [`Absorb`] does with an item offered to it.
@@ -94,7 +94,7 @@ impl<'a> View<'a> {
     /// The int `slot` holds itself (every int of up to 61 bits), without looking further.
     pub(crate) fn small_int(self, slot: Slot) -> Option<i64> {
         match slot.unpack() {
-            super::arena::Unpacked::Int(int) => Some(int),
+            Unpacked::Int(int) => Some(int),
             _ => None,
         }
     }
@@ -150,10 +150,11 @@ impl<'a> Absorbing<'a> {
             if self.abandoned {
                 break;
             }
+            // A container nothing else holds, with the memo entry (if any) that holds it.
             let free = item
                 .node_id()
-                .and_then(|id| arena.free_node(id))
-                .is_some_and(|memo_index| match memo_index {
+                .and_then(|id| Some((id, arena.free_node(id)?)))
+                .filter(|&(_, memo_index)| match memo_index {
                     Some(index) => memo.can_forget(index, item),
                     None => true,
                 });
@@ -163,26 +164,24 @@ impl<'a> Absorbing<'a> {
                 list,
                 held + self.kept.len(),
                 item,
-                free,
+                free.is_some(),
                 &mut self.lists,
             );
-            match offer {
-                Offer::Keep => {
+            match (offer, free) {
+                (Offer::Keep, _) => {
                     self.kept.try_reserve(1)?;
                     self.kept.push(item);
                 }
-                Offer::Take if free => self.take(arena, memo, item),
-                Offer::Take | Offer::Abandon => self.abandoned = true,
+                (Offer::Take, Some((id, memo_index))) => self.take(arena, memo, id, memo_index),
+                (Offer::Take | Offer::Abandon, _) => self.abandoned = true,
             }
         }
         arena.extend(list, self.kept.drain(..))
     }
 
-    /// Lets go of the free `item` the absorber took, and of the lists it took over with it.
-    fn take(&mut self, arena: &mut Arena, memo: &mut Memo, item: Slot) {
-        let Some(id) = item.node_id() else {
-            return; // a scalar: nothing in the arena to let go of
-        };
+    /// Lets go of the free container `id` the absorber took (held by the memo entry
+    /// `memo_index`, if any), and of the lists it took over with it.
+    fn take(&mut self, arena: &mut Arena, memo: &mut Memo, id: u32, memo_index: Option<u32>) {
         for &list in &self.lists {
             match arena.node(list) {
                 Some((Kind::List, _)) if arena.refs.get(list as usize) == Some(&1) => {
@@ -195,7 +194,7 @@ impl<'a> Absorbing<'a> {
                 }
             }
         }
-        if let Some(Some(index)) = arena.free_node(id) {
+        if let Some(index) = memo_index {
             memo.forget(index);
         }
         arena.recycle(id);

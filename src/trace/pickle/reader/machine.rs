@@ -298,8 +298,8 @@ impl<'a, 'l> Machine<'a, 'l> {
             APPENDS => {
                 let mark = self.pop_mark(at)?;
                 if let Some(list) = self.container_below(mark, Kind::List, at)? {
-                    let items = std::mem::take(&mut self.stack);
-                    let mut stack = items;
+                    // Taken out while its items are appended, which needs the machine.
+                    let mut stack = std::mem::take(&mut self.stack);
                     self.append(list, stack.drain(mark..), at)?;
                     self.stack = stack;
                 }

@@ -52,7 +52,7 @@ impl Memo {
             .ok()
             .filter(|&i| i <= self.dense.len());
         let is_new = match dense_index {
-            Some(i) if i < self.dense.len() => self.dense[i].is_none() && !self.remembers(i),
+            Some(i) if i < self.dense.len() => self.dense[i].is_none() && !self.was_forgotten(i),
             _ => !self.sparse.contains_key(&index),
         };
         if is_new && self.len >= max_entries {
@@ -107,7 +107,7 @@ impl Memo {
     }
 
     /// Whether the dense entry `i` was forgotten (and so still counts).
-    fn remembers(&self, i: usize) -> bool {
+    fn was_forgotten(&self, i: usize) -> bool {
         self.forgotten
             .get(i / 64)
             .is_some_and(|word| word & (1 << (i % 64)) != 0)

@@ -10,15 +10,16 @@
 //! items) abandons the read, and the caller reads the file again the plain way, which gives
 //! the same snapshot or the error with its path.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use super::super::extras;
-use super::super::fields::{str_at, u64_at, Path};
+use super::super::fields::{line_at, str_at, u64_at, Path};
 use super::super::model::Frame as PtFrame;
+use super::events::EntryFields;
 use super::Extras;
-use crate::trace::pickle::{Absorb, Container, Kind, Offer, Slot, Value, View};
+use crate::trace::pickle::{Absorb, Container, Kind, Offer, Slot, View};
 use crate::trace::{Action, AddressHasher};
 
 /// One trace entry, as the import needs it.
@@ -106,8 +107,36 @@ pub(super) struct Absorbed {
     pub streams: Vec<u64>,
     /// `compile_context` texts.
     pub texts: Vec<Arc<str>>,
-    /// An entry had `compile_context` or `user_metadata` (the file's schema says so).
-    pub compile_context: bool,
+}
+
+impl Absorbed {
+    /// What `entry` makes an event of, its `time_us` and its `compile_context`.
+    pub(super) fn fields(&self, entry: &Entry) -> (EntryFields<'_>, Option<u64>, Option<Arc<str>>) {
+        // Every index was pushed with the entry that holds it; the fallbacks are unreachable.
+        let fields = EntryFields {
+            action: entry.action,
+            addr: entry.addr,
+            size: entry.size,
+            stream: self
+                .streams
+                .get(entry.stream as usize)
+                .copied()
+                .unwrap_or(0),
+            frames: self
+                .stacks
+                .get(entry.stack as usize)
+                .unwrap_or(&self.stacks[0]),
+        };
+        let compile_context = (entry.compile_context as usize)
+            .checked_sub(1)
+            .and_then(|i| self.texts.get(i))
+            .cloned();
+        (
+            fields,
+            entry.has_time.then_some(entry.time_us),
+            compile_context,
+        )
+    }
 }
 
 /// The keys of a trace entry the import reads.
@@ -154,8 +183,9 @@ pub(super) struct EntryAbsorber {
     /// The lists taken from, by container index: the index of their [`Trace`] in `traces`.
     lists: HashMap<u32, usize>,
     traces: Vec<Trace>,
-    /// What each string used as a key or an action names, by string index.
-    names: Vec<Name>,
+    /// What each string used as a key or an action names, by string index (`None`: not
+    /// worked out yet).
+    names: Vec<Option<Name>>,
     stream_ids: HashMap<u64, u32>,
     /// The last stream seen and its index: most entries have their neighbour's.
     last_stream: Option<(u64, u32)>,
@@ -199,8 +229,6 @@ impl Default for EntryAbsorber {
 /// What a string names, as a key of an entry and as an action.
 #[derive(Clone, Copy, Debug)]
 struct Name {
-    /// Whether this was worked out (else the cache's slot is empty).
-    known: bool,
     key: Key,
     action: Option<Action>,
 }
@@ -208,7 +236,6 @@ struct Name {
 impl Name {
     /// Not a key the import reads, nor an action.
     const NOTHING: Name = Name {
-        known: false,
         key: Key::Other,
         action: None,
     };
@@ -232,8 +259,7 @@ fn str_of(view: View<'_>, slot: Slot) -> Result<(u32, &Arc<str>), Unreadable> {
 }
 
 impl EntryAbsorber {
-    /// What was taken, placed under the devices of `device_traces`; `None` when it cannot
-    /// be placed (see [`Absorb::finish`]).
+    /// What was taken, placed under the devices of `device_traces` by [`Absorb::finish`].
     pub(super) fn into_absorbed(self) -> Absorbed {
         self.absorbed
     }
@@ -244,19 +270,18 @@ impl EntryAbsorber {
             return Name::NOTHING; // keys that are not str are not looked up
         };
         let at = index as usize;
-        if let Some(&name) = self.names.get(at).filter(|name| name.known) {
+        if let Some(&Some(name)) = self.names.get(at) {
             return name;
         }
         let name = Name {
-            known: true,
             key: Key::of(text),
             action: Action::from_name(text),
         };
         if self.names.len() <= at && self.names.try_reserve(at + 1 - self.names.len()).is_ok() {
-            self.names.resize(at + 1, Name::NOTHING);
+            self.names.resize(at + 1, None);
         }
         if let Some(cached) = self.names.get_mut(at) {
-            *cached = name;
+            *cached = Some(name);
         }
         name
     }
@@ -305,9 +330,6 @@ impl EntryAbsorber {
             Some(text) => self.text(view, text)?,
             None => 0,
         };
-        if get(Key::CompileContext).is_some() || get(Key::UserMetadata).is_some() {
-            self.absorbed.compile_context = true;
-        }
         let extras = Extras {
             context: get(Key::Context).map(|v| u64_of(view, v)).transpose()?,
             block_size: get(Key::BlockSize).map(|v| u64_of(view, v)).transpose()?,
@@ -455,15 +477,8 @@ fn read_frame(view: View<'_>, dict: Container<'_>) -> Result<PtFrame, Unreadable
             .map(Arc::clone)
             .map_err(|_| Unreadable)
     };
-    // As `Fields::line`: an int that is no line number reads as 0.
-    let line = match view.scalar(line.ok_or(Unreadable)?) {
-        Some(Value::Int(int)) => u32::try_from(int).unwrap_or(0),
-        Some(big @ Value::BigInt(_)) => u64_at(&big, &Path::ROOT)
-            .ok()
-            .and_then(|wide| u32::try_from(wide).ok())
-            .unwrap_or(0),
-        _ => return Err(Unreadable),
-    };
+    let line = view.scalar(line.ok_or(Unreadable)?).ok_or(Unreadable)?;
+    let line = line_at(&line, &Path::ROOT).map_err(|_| Unreadable)?;
     Ok(PtFrame {
         filename: text(filename)?,
         line,
@@ -553,13 +568,13 @@ impl Absorb for EntryAbsorber {
             return false;
         };
         let mut taken = std::mem::take(&mut self.traces);
-        let mut placed = HashMap::new();
+        let mut placed = HashSet::new();
         for (device, &slot) in traces.items.iter().enumerate() {
             let Some(list) = view.container(slot) else {
                 continue;
             };
             if let Some(index) = self.lists.get(&list.id) {
-                if placed.insert(list.id, device).is_some() {
+                if !placed.insert(list.id) {
                     return false; // one trace under two devices: the plain read copies it
                 }
                 let trace = std::mem::take(&mut taken[*index]);

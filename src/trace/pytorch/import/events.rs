@@ -41,11 +41,9 @@ impl Importer<'_, '_> {
                 .min(),
         };
         let since_origin = |t: u64| origin.map_or(t, |o| t.saturating_sub(o));
-        let traces_path = Path::ROOT.key("device_traces");
         let mut streams: Vec<Stream> = Vec::with_capacity(source.device_traces.len() + 1);
         let entry_extras = std::mem::take(&mut self.entry_extras);
         for (d, trace) in source.device_traces.iter().enumerate() {
-            let trace_path = traces_path.index(d);
             let taken = absorbed
                 .traces
                 .iter_mut()
@@ -53,32 +51,16 @@ impl Importer<'_, '_> {
                 .map(|(_, trace)| std::mem::take(trace));
             let events = match taken {
                 Some(taken) => {
-                    let (stacks, streams, texts) =
-                        (&absorbed.stacks, &absorbed.streams, &absorbed.texts);
                     let count = taken.entries.len();
-                    let entries = taken.entries.into_iter().map(|e| {
-                        let fields = EntryFields {
-                            action: e.action,
-                            addr: e.addr,
-                            size: e.size,
-                            stream: streams.get(e.stream as usize).copied().unwrap_or(0),
-                            frames: stacks.get(e.stack as usize).unwrap_or(&stacks[0]),
-                        };
-                        let compile = (e.compile_context as usize)
-                            .checked_sub(1)
-                            .and_then(|i| texts.get(i))
-                            .cloned();
-                        (fields, e.has_time.then_some(e.time_us), compile)
-                    });
-                    let extras = &taken.extras;
-                    self.device_events(d, count, entries, extras, &since_origin, &trace_path)?
+                    let entries = taken.entries.into_iter().map(|e| absorbed.fields(&e));
+                    self.device_events(d, count, entries, &taken.extras, &since_origin)?
                 }
                 None => {
                     let entries = trace
                         .iter()
                         .map(|e| (EntryFields::from(e), e.time_us, e.compile_context.clone()));
                     let extras = entry_extras.get(d).map_or(&[][..], Vec::as_slice);
-                    self.device_events(d, trace.len(), entries, extras, &since_origin, &trace_path)?
+                    self.device_events(d, trace.len(), entries, extras, &since_origin)?
                 }
             };
             streams.push(events);
@@ -111,7 +93,6 @@ impl Importer<'_, '_> {
 
     /// The events of device `d`'s `entries` (fields, `time_us`, `compile_context`), with the
     /// extras of those that have any by index.
-    #[allow(clippy::too_many_arguments)]
     fn device_events<'e>(
         &mut self,
         d: usize,
@@ -119,9 +100,10 @@ impl Importer<'_, '_> {
         entries: impl Iterator<Item = (EntryFields<'e>, Option<u64>, Option<Arc<str>>)>,
         extras: &[(usize, Extras)],
         since_origin: &dyn Fn(u64) -> u64,
-        trace_path: &Path<'_>,
     ) -> Result<Stream, SnapshotError> {
         let device = u32::try_from(d).unwrap_or(u32::MAX);
+        let traces_path = Path::ROOT.key("device_traces");
+        let trace_path = traces_path.index(d);
         let no_extras = Extras::default();
         let mut with_extras = extras.iter();
         let mut next_extras = with_extras.next();
