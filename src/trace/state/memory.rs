@@ -12,6 +12,7 @@ use crate::pool::sizing::{LARGE_BUFFER, SMALL_BUFFER};
 use crate::pool::PoolKind;
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{BlockState, ContextId};
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 /// One device's memory at one event: its segments, tiled by their blocks, and the active
@@ -181,6 +182,11 @@ pub(super) struct Memory {
 }
 
 impl Memory {
+    /// How many segments and active blocks are live.
+    pub fn live(&self) -> usize {
+        self.segments.len() + self.blocks.len()
+    }
+
     pub fn insert_block(&mut self, addr: u64, block: LiveBlock) {
         if let Some(old) = self.blocks.insert(addr, block) {
             self.count_block(&old, -1);
@@ -192,6 +198,40 @@ impl Memory {
         let block = self.blocks.remove(&addr)?;
         self.count_block(&block, -1);
         Some(block)
+    }
+
+    /// Removes the allocated block at `addr` and returns it (one lookup): `None` when no
+    /// block is there, [`Conflict::PendingAfterAlloc`] when the block there is pending free.
+    pub fn take_allocated(&mut self, addr: u64) -> Result<Option<LiveBlock>, Conflict> {
+        let Entry::Occupied(entry) = self.blocks.entry(addr) else {
+            return Ok(None);
+        };
+        if entry.get().state != BlockState::ActiveAllocated {
+            return Err(Conflict::PendingAfterAlloc);
+        }
+        let block = entry.remove();
+        self.count_block(&block, -1);
+        Ok(Some(block))
+    }
+
+    /// Makes the pending block at `addr` allocated again in place and returns it as it was
+    /// (one lookup): `None` when no block is there, [`Conflict::LiveAfterFree`] when the
+    /// block there is allocated.
+    pub fn unfree(&mut self, addr: u64) -> Result<Option<LiveBlock>, Conflict> {
+        let Some(block) = self.blocks.get_mut(&addr) else {
+            return Ok(None);
+        };
+        let pending = *block;
+        if pending.state != BlockState::ActivePendingFree {
+            return Err(Conflict::LiveAfterFree {
+                state: pending.state,
+            });
+        }
+        block.state = BlockState::ActiveAllocated;
+        let allocated = *block;
+        self.count_block(&pending, -1);
+        self.count_block(&allocated, 1);
+        Ok(Some(pending))
     }
 
     fn count_block(&mut self, block: &LiveBlock, sign: i64) {
@@ -252,6 +292,11 @@ impl Memory {
         if let Some(block) = self.block_overlapping(addr, end) {
             return Err(Conflict::OverlapsBlock { block });
         }
+        self.check_segments_hold(addr, end)
+    }
+
+    /// Checks that `[addr, end)` lies wholly inside one segment or wholly outside all.
+    fn check_segments_hold(&self, addr: u64, end: u64) -> Result<(), Conflict> {
         match self.segment_at(addr) {
             Some((start, segment)) if end > start.saturating_add(segment.size) => {
                 Err(Conflict::CrossesSegment { segment: start })
@@ -262,6 +307,35 @@ impl Memory {
                 None => Ok(()),
             },
         }
+    }
+
+    /// [`check_block_place`](Self::check_block_place) for a block an undone free brings
+    /// back, which also finds no block at `addr` itself ([`Conflict::LiveAfterFree`], before
+    /// any other conflict), with one lookup fewer than asking first.
+    pub fn check_freed_block_place(&self, addr: u64, size: u64) -> Result<(), Conflict> {
+        let end = match range_end(addr, size) {
+            Ok(end) => end,
+            Err(conflict) => {
+                return Err(self.blocks.get(&addr).map_or(conflict, |block| {
+                    Conflict::LiveAfterFree { state: block.state }
+                }))
+            }
+        };
+        let inside = self.blocks.range(addr..end).next();
+        if let Some((&start, block)) = inside {
+            if start == addr {
+                return Err(Conflict::LiveAfterFree { state: block.state });
+            }
+        }
+        if let Some((&start, block)) = self.blocks.range(..addr).next_back() {
+            if start.saturating_add(block.size) > addr {
+                return Err(Conflict::OverlapsBlock { block: start });
+            }
+        }
+        if let Some((&block, _)) = inside {
+            return Err(Conflict::OverlapsBlock { block });
+        }
+        self.check_segments_hold(addr, end)
     }
 
     /// Checks that a new segment `[addr, addr + size)` overlaps no segment and that every

@@ -7,6 +7,7 @@
 //! peak finding, timelines and replay. What each event undoes and what is tolerated is in
 //! `undo.rs` and on [`StateWalker`]; what is not is a [`StateError`].
 
+mod change;
 mod error;
 mod memory;
 mod undo;

@@ -220,3 +220,25 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #[test]
+    fn seeking_in_any_order_gives_the_states_stepping_gives(
+        end in arb_end_state(),
+        events in prop::collection::vec(arb_event(), 0..40),
+        order in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+    ) {
+        let trace = snapshot(end, events);
+        let Ok(mut stepped) = trace.state_walker(0) else { return Ok(()) };
+        let mut states = vec![(stepped.state(), stepped.totals())];
+        while stepped.step().is_some() {
+            states.push((stepped.state(), stepped.totals()));
+        }
+        let mut sought = trace.state_walker(0).unwrap();
+        for index in order.iter().map(|i| i.index(states.len())) {
+            sought.seek(index).unwrap();
+            prop_assert_eq!(sought.position(), index);
+            prop_assert_eq!((sought.state(), sought.totals()), states[index].clone(), "at {}", index);
+        }
+    }
+}

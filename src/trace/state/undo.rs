@@ -23,94 +23,12 @@
 //! state or restored by undoing their frees, so they show at index 0. Everything else that
 //! disagrees is a [`Conflict`].
 
+use super::change::Change;
 use super::error::{Conflict, StateError};
-use super::memory::{range_end, LiveBlock, LiveSegment, Memory, MemoryTotals};
+use super::memory::{range_end, LiveBlock, LiveSegment, Memory};
 use crate::trace::snapshot::Segment;
 use crate::trace::{Action, BlockState, ContextId, TraceEvent};
 use std::collections::HashMap;
-
-/// What one event changed, as exact before/after values, so it can be replayed either way
-/// without checks.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum Change {
-    /// Nothing changed.
-    None,
-    /// The active block at `addr` went from `before` to `after`.
-    Block {
-        addr: u64,
-        before: Option<LiveBlock>,
-        after: Option<LiveBlock>,
-    },
-    /// The segments `before` were replaced by the segments `after`.
-    Segments {
-        before: Vec<(u64, LiveSegment)>,
-        after: Vec<(u64, LiveSegment)>,
-    },
-}
-
-impl Change {
-    /// Sets the context of the block a block change names, before and after.
-    fn set_block_context(&mut self, context: ContextId) {
-        if let Change::Block { before, after, .. } = self {
-            for block in [before, after].into_iter().flatten() {
-                block.context = context;
-            }
-        }
-    }
-
-    /// Applies the change forward to `totals` alone: what [`apply`](Self::apply) does to the
-    /// totals of a memory in the state before it, without the memory.
-    pub fn apply_to_totals(&self, totals: &mut MemoryTotals) {
-        match self {
-            Change::None => {}
-            Change::Block { before, after, .. } => {
-                for (block, sign) in [(before, -1), (after, 1)] {
-                    if let Some(b) = block {
-                        totals.add_block(b.state, b.size, b.requested, sign);
-                    }
-                }
-            }
-            Change::Segments { before, after } => {
-                for (segments, sign) in [(before, -1), (after, 1)] {
-                    for (_, segment) in segments {
-                        totals.add_segment(segment.size, sign);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Applies the change: forward (the event happens) or backward (it is undone).
-    pub fn apply(&self, memory: &mut Memory, forward: bool) {
-        match self {
-            Change::None => {}
-            Change::Block {
-                addr,
-                before,
-                after,
-            } => {
-                let to = if forward { after } else { before };
-                memory.remove_block(*addr);
-                if let Some(block) = to {
-                    memory.insert_block(*addr, *block);
-                }
-            }
-            Change::Segments { before, after } => {
-                let (from, to) = if forward {
-                    (before, after)
-                } else {
-                    (after, before)
-                };
-                for (addr, _) in from {
-                    memory.remove_segment(*addr);
-                }
-                for (addr, segment) in to {
-                    memory.insert_segment(*addr, *segment);
-                }
-            }
-        }
-    }
-}
 
 /// Something the events say is live at the end that the end state does not show.
 #[derive(Clone, Copy, Debug)]
@@ -133,10 +51,11 @@ impl Omissions {
     }
 }
 
-/// The rebuilt trace of one device: its state before the first event and what each event
-/// changed, oldest first.
+/// The rebuilt trace of one device: its state before the first event and after the last,
+/// and what each event changed, oldest first.
 pub(super) struct Rebuilt {
     pub start: Memory,
+    pub end: Memory,
     pub changes: Vec<Change>,
 }
 
@@ -150,21 +69,31 @@ pub(super) fn rebuild<'a>(
     // Two passes at most: the first finds what the end state omits, the second walks with it
     // added. The second pass treats any omission left as the first did (nothing to undo), so
     // it cannot fail for that reason or loop.
-    let (rebuilt, omissions) = walk_back(device, &end, events)?;
-    if omissions.is_empty() {
-        return Ok(rebuilt);
+    let mut walked = walk_back(device, &end, events)?;
+    if !walked.omissions.is_empty() {
+        add_omissions(device, &mut end, events, walked.omissions)?;
+        walked = walk_back(device, &end, events)?;
     }
-    add_omissions(device, &mut end, events, omissions)?;
-    Ok(walk_back(device, &end, events)?.0)
+    Ok(Rebuilt {
+        start: walked.start,
+        end,
+        changes: walked.changes,
+    })
 }
 
-/// Undoes every event from `end`, newest first; returns the start and the changes, and what
-/// the end state omits.
+/// One walk back: the start, the changes (oldest first), and what the end state omits.
+struct Walked {
+    start: Memory,
+    changes: Vec<Change>,
+    omissions: Vec<(usize, Item)>,
+}
+
+/// Undoes every event from `end`, newest first.
 fn walk_back(
     device: u32,
     end: &Memory,
     events: &[TraceEvent],
-) -> Result<(Rebuilt, Vec<(usize, Item)>), StateError> {
+) -> Result<Walked, StateError> {
     let mut memory = end.clone();
     let mut omissions = Omissions::default();
     let mut changes: Vec<Change> = Vec::with_capacity(events.len());
@@ -172,7 +101,7 @@ fn walk_back(
     // restored by undoing its free has the free event's context, which is the free call's when
     // recording gathered one; the alloc, once reached, gives the block its allocation context
     // for its whole life.
-    let mut frees: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut frees: HashMap<u64, Frees> = HashMap::new();
     for (index, event) in events.iter().enumerate().rev() {
         omissions.index = index;
         let mut change = undo(&mut memory, event, &mut omissions).map_err(|conflict| {
@@ -192,7 +121,7 @@ fn walk_back(
                 let lifetime = frees.remove(&event.addr).unwrap_or_default();
                 if event.context != ContextId::NONE {
                     change.set_block_context(event.context);
-                    for i in lifetime {
+                    for i in lifetime.positions() {
                         if let Some(free) = changes.get_mut(i) {
                             free.set_block_context(event.context);
                         }
@@ -204,11 +133,38 @@ fn walk_back(
         changes.push(change);
     }
     changes.reverse();
-    let rebuilt = Rebuilt {
+    Ok(Walked {
         start: memory,
         changes,
-    };
-    Ok((rebuilt, omissions.items))
+        omissions: omissions.items,
+    })
+}
+
+/// Where one block's frees, met walking back before its alloc, are in the changes: two in a
+/// trace as PyTorch writes it (`free_requested`, `free_completed`), kept without an allocation;
+/// any more (a malformed trace) in a list.
+#[derive(Default)]
+struct Frees {
+    first: [usize; 2],
+    len: usize,
+    more: Vec<usize>,
+}
+
+impl Frees {
+    fn push(&mut self, position: usize) {
+        match self.first.get_mut(self.len) {
+            Some(slot) => *slot = position,
+            None => self.more.push(position),
+        }
+        self.len += 1;
+    }
+
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.first[..self.len.min(2)]
+            .iter()
+            .chain(&self.more)
+            .copied()
+    }
 }
 
 /// The end state of `device` from its segments: segments and active blocks, checked.
@@ -314,36 +270,26 @@ fn undo(
         context: event.context,
     };
     match event.action {
-        Action::Alloc => match memory.blocks.get(&addr).copied() {
-            Some(block) if block.state == BlockState::ActiveAllocated => {
-                memory.remove_block(addr);
-                Ok(Change::Block {
-                    addr,
-                    before: None,
-                    after: Some(block),
-                })
-            }
-            Some(_) => Err(Conflict::PendingAfterAlloc),
+        Action::Alloc => match memory.take_allocated(addr)? {
+            Some(block) => Ok(Change::block(
+                addr,
+                &block,
+                None,
+                Some(BlockState::ActiveAllocated),
+            )),
             None => {
                 memory.check_block_place(addr, event.size)?;
                 omissions.add(Item::Block(addr, from_event(BlockState::ActiveAllocated)));
                 Ok(Change::None)
             }
         },
-        Action::FreeRequested => match memory.blocks.get(&addr).copied() {
-            Some(block) if block.state == BlockState::ActivePendingFree => {
-                let allocated = LiveBlock {
-                    state: BlockState::ActiveAllocated,
-                    ..block
-                };
-                memory.insert_block(addr, allocated);
-                Ok(Change::Block {
-                    addr,
-                    before: Some(allocated),
-                    after: Some(block),
-                })
-            }
-            Some(block) => Err(Conflict::LiveAfterFree { state: block.state }),
+        Action::FreeRequested => match memory.unfree(addr)? {
+            Some(block) => Ok(Change::block(
+                addr,
+                &block,
+                Some(BlockState::ActiveAllocated),
+                Some(BlockState::ActivePendingFree),
+            )),
             None => {
                 // The end state lacks a block still pending at the end. Walk on as if it were
                 // there; the second pass has it.
@@ -351,26 +297,25 @@ fn undo(
                 omissions.add(Item::Block(addr, from_event(BlockState::ActivePendingFree)));
                 let allocated = from_event(BlockState::ActiveAllocated);
                 memory.insert_block(addr, allocated);
-                Ok(Change::Block {
+                Ok(Change::block(
                     addr,
-                    before: Some(allocated),
-                    after: None,
-                })
+                    &allocated,
+                    Some(BlockState::ActiveAllocated),
+                    None,
+                ))
             }
         },
-        Action::FreeCompleted => match memory.blocks.get(&addr) {
-            Some(block) => Err(Conflict::LiveAfterFree { state: block.state }),
-            None => {
-                memory.check_block_place(addr, event.size)?;
-                let pending = from_event(BlockState::ActivePendingFree);
-                memory.insert_block(addr, pending);
-                Ok(Change::Block {
-                    addr,
-                    before: Some(pending),
-                    after: None,
-                })
-            }
-        },
+        Action::FreeCompleted => {
+            memory.check_freed_block_place(addr, event.size)?;
+            let pending = from_event(BlockState::ActivePendingFree);
+            memory.insert_block(addr, pending);
+            Ok(Change::block(
+                addr,
+                &pending,
+                Some(BlockState::ActivePendingFree),
+                None,
+            ))
+        }
         Action::SegmentAlloc => match memory.segments.get(&addr).copied() {
             Some(segment) => {
                 let end = addr.saturating_add(segment.size);
@@ -378,10 +323,7 @@ fn undo(
                     return Err(Conflict::LiveBlockOutsideSegment { block });
                 }
                 memory.remove_segment(addr);
-                Ok(Change::Segments {
-                    before: Vec::new(),
-                    after: vec![(addr, segment)],
-                })
+                Ok(Change::segments(Vec::new(), vec![(addr, segment)]))
             }
             None => {
                 let end = range_end(addr, event.size)?;
@@ -397,10 +339,7 @@ fn undo(
             memory.check_segment_place(addr, event.size, false)?;
             let segment = LiveSegment::from_event(event.size, event.stream, event.context);
             memory.insert_segment(addr, segment);
-            Ok(Change::Segments {
-                before: vec![(addr, segment)],
-                after: Vec::new(),
-            })
+            Ok(Change::segments(vec![(addr, segment)], Vec::new()))
         }
         Action::SegmentMap => undo_map(memory, event, omissions),
         Action::SegmentUnmap => undo_unmap(memory, event),
@@ -452,10 +391,7 @@ fn undo_map(
             },
         ));
     }
-    let change = Change::Segments {
-        before: pieces,
-        after: vec![(start, segment)],
-    };
+    let change = Change::segments(pieces, vec![(start, segment)]);
     change.apply(memory, false);
     Ok(change)
 }
@@ -496,10 +432,7 @@ fn undo_unmap(memory: &mut Memory, event: &TraceEvent) -> Result<Change, Conflic
             };
         }
     }
-    let change = Change::Segments {
-        before: vec![merged],
-        after,
-    };
+    let change = Change::segments(vec![merged], after);
     change.apply(memory, false);
     Ok(change)
 }

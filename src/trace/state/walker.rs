@@ -1,9 +1,10 @@
 //! [`StateWalker`]: a device's state moved event by event, either way, with running totals;
 //! and [`Snapshot::state_at`], one state on its own.
 
+use super::change::Change;
 use super::error::StateError;
 use super::memory::{DeviceState, Memory, MemoryTotals};
-use super::undo::{rebuild, Change};
+use super::undo::rebuild;
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{Snapshot, TraceEvent};
 use std::sync::Arc;
@@ -51,8 +52,9 @@ impl Snapshot {
 ///
 /// Building one walks the device's events back from the end state (PyTorch's viewer,
 /// `MemoryViz.js`, does the same) and keeps what each event changed; after that, moving to
-/// any index costs one step per event between, and stepping cannot fail. Memory is bounded by
-/// the device's live blocks and segments plus one small record per event.
+/// any index costs one step per event between (from where the walker is or from the end
+/// state), and stepping cannot fail. Memory is bounded by the device's live blocks and
+/// segments, now and at the end, plus one small record per event.
 ///
 /// What is tolerated, as the viewer tolerates it:
 /// - allocations and segments made before the trace began (a ring buffer keeps only the
@@ -70,13 +72,15 @@ impl Snapshot {
 /// block live after its free, a segment freed or never allocated with live blocks in it) is a
 /// [`StateError::Contradiction`] naming the event.
 ///
-/// A clone shares the events and the changes with the original (they never change) and
+/// A clone shares the events, the changes and the end state with the original (they never change) and
 /// copies only the current state: walking a clone costs what walking the original does, and
 /// no second pass over the trace.
 #[derive(Clone, Debug)]
 pub struct StateWalker {
     device: u32,
     memory: Memory,
+    /// The state after the last event, where a seek near the end starts from.
+    end: Arc<Memory>,
     events: Arc<Vec<TraceEvent>>,
     changes: Arc<Vec<Change>>,
     position: usize,
@@ -104,6 +108,7 @@ impl StateWalker {
         Ok(StateWalker {
             device,
             memory: rebuilt.start,
+            end: Arc::new(rebuilt.end),
             events: Arc::new(events),
             changes: Arc::new(rebuilt.changes),
             position: 0,
@@ -152,7 +157,9 @@ impl StateWalker {
         self.events.get(index)
     }
 
-    /// Moves to the state after the first `index` events, stepping either way.
+    /// Moves to the state after the first `index` events, stepping either way from where it
+    /// is, or back from the end state when that is less work (a copy of the end state costs
+    /// about a step per live block and segment).
     pub fn seek(&mut self, index: usize) -> Result<(), StateError> {
         if index > self.len() {
             return Err(StateError::IndexOutOfRange {
@@ -160,6 +167,11 @@ impl StateWalker {
                 index,
                 events: self.len(),
             });
+        }
+        let from_end = (self.len() - index).saturating_add(self.end.live());
+        if from_end < index.abs_diff(self.position) {
+            self.memory = Memory::clone(&self.end);
+            self.position = self.len();
         }
         while self.position < index && self.step().is_some() {}
         while self.position > index && self.step_back().is_some() {}
