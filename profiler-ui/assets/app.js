@@ -1,5 +1,8 @@
 // memtrace's viewer. Everything heavy (level of detail, stacking, filtering) is computed by
 // the server; this page asks for a window at its pixel width and draws what comes back.
+// Zooming and panning draw at once from the answers already in the page (stretched to the new
+// window), then draw the server's sharper answer; a window asked for before is drawn again
+// from the page, with no request.
 // Text from the trace is only ever set with textContent, never parsed as HTML.
 'use strict';
 
@@ -9,6 +12,9 @@ const view = {
   timeline: null, curves: null, segments: null, state: null, targets: [], blockTargets: [],
   segmentTargets: [], ooms: [], oomTargets: [], history: null, historyOffset: 0,
   selectedEvent: null, limit: 15000, loads: 0, pending: null,
+  // Zooms and pans, window answers asked of the server, and drawings from answers already in
+  // the page.
+  moves: 0, requests: 0, previews: 0,
 };
 const HISTORY_PAGE = 100;
 
@@ -84,6 +90,30 @@ async function getJSON(path) {
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || response.statusText);
   return body;
+}
+
+// The window answers (timeline, segments, curves) already in the page, by request, newest
+// last: a window seen before is drawn from here. A file's answers never change while it is
+// served, so nothing here goes stale.
+const answers = new Map();
+const ANSWERS_KEPT = 24;
+
+// The answer to `path` for the window [from, to): from the page when it was asked before,
+// else from the server. The answer keeps its window, so it can be drawn in another.
+async function getWindowAnswer(path, from, to) {
+  const kept = answers.get(path);
+  if (kept) {
+    answers.delete(path);
+    answers.set(path, kept);
+    return kept;
+  }
+  view.requests += 1;
+  const answer = await getJSON(path);
+  answer.from = from;
+  answer.to = to;
+  answers.set(path, answer);
+  if (answers.size > ANSWERS_KEPT) answers.delete(answers.keys().next().value);
+  return answer;
 }
 
 function el(tag, text, cls) {
@@ -178,6 +208,24 @@ function windowParams(width) {
   return p;
 }
 
+// The window answer to `/api/{what}?params`, for the window the params ask for.
+function windowAnswer(what, params) {
+  return getWindowAnswer(`/api/${what}?${params}`, Number(params.get('from')), Number(params.get('to')));
+}
+
+// Where an answer's column `c` (fractional: its middle is c + 0.5) starts on a canvas of
+// `width` showing the view's window; the answer may be of another window.
+function columnX(answer, columns, c, width) {
+  return xOfValue(answer.from + (c / columns) * (answer.to - answer.from), width);
+}
+
+// The answer's column under x, or -1 when x is outside the answer's window.
+function columnAt(answer, columns, x, width) {
+  const value = view.from + (x / width) * (view.to - view.from);
+  const c = Math.floor(((value - answer.from) / (answer.to - answer.from)) * columns);
+  return c >= 0 && c < columns ? c : -1;
+}
+
 // ---- timeline ---------------------------------------------------------------------------
 
 const STRIP = 16; // annotation strip height, CSS px
@@ -198,7 +246,7 @@ async function loadTimeline() {
   const canvas = $('timeline');
   const width = Math.max(100, Math.floor(canvas.clientWidth));
   const params = timelineParams(width);
-  const timeline = await getJSON('/api/timeline?' + params);
+  const timeline = await windowAnswer('timeline', params);
   timeline.params = params.toString();
   view.timeline = timeline;
   drawTimeline();
@@ -212,7 +260,7 @@ function drawBands(canvas, t, colorKey, outline) {
   const plotTop = STRIP + 2;
   const plotHeight = height - plotTop - AXIS;
   const columns = t.total.length;
-  const colWidth = width / columns;
+  const x = (c) => columnX(t, columns, c, width);
   const maxTotal = Math.max(1, ...t.total);
   const scale = plotHeight / maxTotal;
   const y = (bytes) => plotTop + plotHeight - bytes * scale;
@@ -222,7 +270,7 @@ function drawBands(canvas, t, colorKey, outline) {
     ctx.fillStyle = colorOf(colorKey(band));
     for (const [c0, c1, below] of band.runs) {
       const rect = {
-        x: c0 * colWidth, w: Math.max(1, (c1 - c0) * colWidth),
+        x: x(c0), w: Math.max(1, x(c1) - x(c0)),
         y: y(below + band.size), h: Math.max(1, band.size * scale), band,
       };
       ctx.fillRect(rect.x, rect.y, rect.w, rect.h);
@@ -237,13 +285,15 @@ function drawBands(canvas, t, colorKey, outline) {
   for (let c = 0; c < columns; c += 1) {
     if (t.other[c] > 0) {
       const top = y(t.total[c]);
-      ctx.fillRect(c * colWidth, top, colWidth + 0.5, y(t.total[c] - t.other[c]) - top);
+      ctx.fillRect(x(c), top, x(c + 1) - x(c) + 0.5, y(t.total[c] - t.other[c]) - top);
     }
   }
   drawAnnotations(ctx, width);
   drawOoms(ctx, width, plotTop, plotTop + plotHeight);
   drawAxis(ctx, width, height, maxTotal, plotTop, plotHeight);
-  return { targets, y, colWidth };
+  return {
+    targets, y, x, column: (px) => columnAt(t, columns, px, width),
+  };
 }
 
 function drawTimeline() {
@@ -268,7 +318,7 @@ async function loadSegmentTimeline() {
   const width = Math.max(100, Math.floor(canvas.clientWidth));
   const params = windowParams(width);
   params.set('limit', String(Math.max(view.limit, 1)));
-  view.segments = await getJSON('/api/segments?' + params);
+  view.segments = await windowAnswer('segments', params);
   drawSegmentTimeline();
 }
 
@@ -382,9 +432,12 @@ function drawAxis(ctx, width, height, maxBytes, plotTop, plotHeight, right) {
 }
 
 function stateAtX(x, width) {
-  const states = view.timeline ? view.timeline.states : [];
-  const c = Math.min(states.length - 1, Math.max(0, Math.floor((x / width) * states.length)));
-  return states[c];
+  const t = view.timeline;
+  if (!t) return undefined;
+  const columns = t.states.length;
+  const value = view.from + (x / width) * (view.to - view.from);
+  const c = Math.floor(((value - t.from) / (t.to - t.from)) * columns);
+  return t.states[Math.min(columns - 1, Math.max(0, c))];
 }
 
 function bandAt(x, y) {
@@ -400,7 +453,7 @@ function bandAt(x, y) {
 async function loadCurves() {
   const canvas = $('curves');
   const width = Math.max(100, Math.floor(canvas.clientWidth));
-  view.curves = await getJSON('/api/curves?' + windowParams(width));
+  view.curves = await windowAnswer('curves', windowParams(width));
   drawCurves();
 }
 
@@ -412,13 +465,13 @@ function drawCurves() {
   const plotHeight = height - AXIS - 4;
   const max = Math.max(1, ...c.reserved, ...c.active, ...c.allocated);
   drawGrid(ctx, width, max, 4, plotHeight);
-  const colWidth = width / c.allocated.length;
+  const columns = c.allocated.length;
   const line = (values, color, scale) => {
     ctx.strokeStyle = color;
     ctx.lineWidth = 1.5;
     ctx.beginPath();
     values.forEach((v, i) => {
-      const x = i * colWidth + colWidth / 2;
+      const x = columnX(c, columns, i + 0.5, width);
       const y = 4 + plotHeight - v * scale;
       if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
     });
@@ -732,6 +785,16 @@ async function refresh() {
   return pending.done;
 }
 
+// Draws the answers in the page in the view's window at once, stretched or cut to it, while
+// the server's answer for the window is on its way.
+function drawHeld() {
+  if (!view.timeline || !view.curves || !view.segments) return;
+  view.previews += 1;
+  drawTimeline();
+  drawCurves();
+  drawSegmentTimeline();
+}
+
 function zoom(canvas, clientX, factor) {
   const rect = canvas.getBoundingClientRect();
   const at = view.from + ((clientX - rect.left) / rect.width) * (view.to - view.from);
@@ -740,6 +803,8 @@ function zoom(canvas, clientX, factor) {
   view.from = Math.max(lo, at - (at - view.from) * (span / (view.to - view.from)));
   view.to = Math.min(hi, view.from + span);
   view.from = Math.max(lo, view.to - span);
+  view.moves += 1;
+  drawHeld();
   refresh();
 }
 
@@ -762,6 +827,8 @@ function attachPanZoom(canvas, onClick) {
     const shift = (-dx / canvas.clientWidth) * span;
     view.from = Math.min(hi - span, Math.max(lo, drag.from + shift));
     view.to = view.from + span;
+    view.moves += 1;
+    drawHeld();
     refresh();
   });
   window.addEventListener('mouseup', (e) => {
@@ -778,8 +845,8 @@ function summarizedAt(x, y) {
   const t = view.timeline;
   const scale = view.timelineScale;
   if (!t || !scale) return null;
-  const c = Math.floor(x / scale.colWidth);
-  if (c < 0 || c >= t.other.length || t.other[c] <= 0) return null;
+  const c = scale.column(x);
+  if (c < 0 || t.other[c] <= 0) return null;
   const top = scale.y(t.total[c]);
   const bottom = scale.y(t.total[c] - t.other[c]);
   return y >= top - 1 && y <= bottom + 1 ? c : null;
@@ -949,6 +1016,7 @@ async function main() {
 window.memtrace = {
   view,
   meta: () => view.meta,
+  drawHeld,
   bandRects: () => view.targets.map((r) => ({ id: r.band.id, site: r.band.site, x: r.x, y: r.y, w: r.w, h: r.h })),
   // The widest stretch of the grey summarized band: a point inside it, or null.
   summarizedPoint: () => {
@@ -958,7 +1026,7 @@ window.memtrace = {
     let best = null;
     t.other.forEach((o, c) => {
       const h = s.y(t.total[c] - o) - s.y(t.total[c]);
-      if (o > 0 && (!best || h > best.h)) best = { c, h, x: (c + 0.5) * s.colWidth, y: s.y(t.total[c]) + h / 2 };
+      if (o > 0 && (!best || h > best.h)) best = { c, h, x: s.x(c + 0.5), y: s.y(t.total[c]) + h / 2 };
     });
     return best;
   },

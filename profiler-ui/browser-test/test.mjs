@@ -3,7 +3,8 @@
 // narrows the bands, the stack tree panel draws; the detail control draws fewer bands, hovering the grey summarized band
 // says what it holds, the out-of-memory marker shows the failing request and its stack, the
 // segment timeline draws the workspace segments, the state history lists and filters events and
-// shows an event's stack; zooming in draws more of the window; eight API requests at once all
+// shows an event's stack; zooming in draws more of the window, at once from the answers in the
+// page and again from the server's, and a window seen before with no request; eight API requests at once all
 // answer; then saves a screenshot and prints its path. Last, it writes a trace without
 // timestamps, serves it itself and checks the page offers no time axis.
 // Usage: node test.mjs URL PATH/TO/memtrace   (CHROMIUM: the browser, default
@@ -270,6 +271,32 @@ try {
     return !v.pending && p.get('from') === String(Math.floor(v.from)) && p.get('to') === String(Math.ceil(v.to));
   }, null, { timeout: 10000 });
   const full = await page.evaluate(() => ({ ...window.memtrace.view.timeline, from: window.memtrace.view.from, to: window.memtrace.view.to }));
+  // Drawn at once from the answer in the page, in a window a third as wide: every band lands
+  // where its allocation lived on the new scale, within one of the answer's columns
+  // (stretched), not where its column was on the old one.
+  const held = await page.evaluate(() => {
+    const m = window.memtrace;
+    const v = m.view;
+    const [from, to] = [v.from, v.to];
+    v.from = from + (to - from) / 3;
+    v.to = from + (2 * (to - from)) / 3;
+    const previews = v.previews;
+    m.drawHeld();
+    const width = document.getElementById('timeline').clientWidth;
+    const x = (value) => ((value - v.from) / (v.to - v.from)) * width;
+    const column = ((to - from) / v.timeline.total.length / (v.to - v.from)) * width;
+    const misplaced = m.bandRects().filter((r) => {
+      const band = v.timeline.bands.find((b) => b.id === r.id);
+      return r.x < x(band.start) - column - 1 || r.x + r.w > x(band.end) + column + 1;
+    }).length;
+    const drawn = m.bandRects().length;
+    [v.from, v.to] = [from, to];
+    m.drawHeld();
+    return { drawn, misplaced, previewed: v.previews - previews };
+  });
+  check('zooming draws the answer in the page at once, each band where it lived',
+    held.previewed === 2 && held.drawn > 0 && held.misplaced === 0, JSON.stringify(held));
+  const counted = await page.evaluate(() => { const v = window.memtrace.view; return { moves: v.moves, previews: v.previews, requests: v.requests }; });
   await page.mouse.move(timelineBox.x + timelineBox.width * 0.4, timelineBox.y + 150);
   for (let i = 0; i < 6; i += 1) { await page.mouse.wheel(0, -100); await page.waitForTimeout(50); }
   await settled();
@@ -283,8 +310,18 @@ try {
   check('zooming in draws more of the window',
     zoomed.to - zoomed.from < (full.to - full.from) / 2 && full.matched > 20 && zoomed.bands.length > inWindow && fresh > 0 &&
       zoomed.matched - zoomed.bands.length < full.matched - full.bands.length, zoomNote);
+  const wheeled = await page.evaluate(() => { const v = window.memtrace.view; return { moves: v.moves, previews: v.previews, requests: v.requests }; });
+  const moved = wheeled.moves - counted.moves;
+  check('each wheel step drew from the page before the server answered',
+    moved > 0 && wheeled.previews - counted.previews === moved && wheeled.requests > counted.requests,
+    `${moved} zooms, ${wheeled.previews - counted.previews} drawn from the page, ${wheeled.requests - counted.requests} asked`);
+  // Back to the whole window, whose answers the page holds: drawn again with no request.
+  const requestsZoomed = wheeled.requests;
   await page.click('#reset');
   await settled();
+  const back = await page.evaluate(() => ({ requests: window.memtrace.view.requests, bands: window.memtrace.bandRects().length, timeline: window.memtrace.view.timeline.bands.length }));
+  check('a window seen before is drawn from the page, with no request',
+    back.requests === requestsZoomed && back.timeline === full.bands.length, JSON.stringify(back));
 
   // 11. Eight API requests at once (Chromium opens at most 6 connections to one host and
   // queues the rest): all answer, within a few seconds.
