@@ -11,9 +11,10 @@ use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
 use crate::analysis::summary::{summarize_device_from, SummaryReport};
-use crate::analysis::timeline::{allocated_peak, series_of};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
-use blockpool::trace::{Action, ContextId, DeviceState, Snapshot, StateWalker, TraceEvent};
+use blockpool::trace::{
+    Action, ContextId, DeviceState, Snapshot, StateError, StateWalker, TraceEvent,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,38 @@ pub struct Curves {
     pub requested: Vec<u64>,
     /// Bytes in active blocks (allocated or pending free).
     pub active: Vec<u64>,
+}
+
+impl Curves {
+    /// The curves of `walker`'s device, from its totals alone (it ends at index 0).
+    pub fn of(walker: &mut StateWalker) -> Result<Curves, StateError> {
+        walker.seek(0)?;
+        let states = walker.len().saturating_add(1);
+        let mut curves = Curves {
+            allocated: Vec::with_capacity(states),
+            reserved: Vec::with_capacity(states),
+            requested: Vec::with_capacity(states),
+            active: Vec::with_capacity(states),
+        };
+        for totals in std::iter::once(walker.totals()).chain(walker.totals_ahead()) {
+            curves.allocated.push(totals.allocated_bytes);
+            curves.reserved.push(totals.reserved_bytes);
+            curves.requested.push(totals.requested_bytes);
+            curves.active.push(totals.active_bytes);
+        }
+        Ok(curves)
+    }
+
+    /// The first state where allocated bytes are highest (0 when there are none).
+    pub fn allocated_peak(&self) -> usize {
+        let mut peak = 0;
+        for (state, &bytes) in self.allocated.iter().enumerate() {
+            if bytes > self.allocated[peak] {
+                peak = state;
+            }
+        }
+        peak
+    }
 }
 
 /// Everything the viewer shows of one device.
@@ -352,16 +385,9 @@ fn build_device(
             }
         }
     }
-    let series = series_of(walker.clone());
-    let curves = Curves {
-        allocated: series.iter().map(|s| s.allocated).collect(),
-        reserved: series.iter().map(|s| s.reserved).collect(),
-        requested: series.iter().map(|s| s.requested).collect(),
-        active: series.iter().map(|s| s.active).collect(),
-    };
-    let peak_index = allocated_peak(&series).index;
+    let curves = Curves::of(&mut walker).map_err(failed)?;
+    let peak_index = curves.allocated_peak();
     let segments = segment_spans(&initial, walker.events());
-    drop(series);
     let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
     streams.sort_unstable();
     streams.dedup();

@@ -89,11 +89,7 @@ struct Walked {
 }
 
 /// Undoes every event from `end`, newest first.
-fn walk_back(
-    device: u32,
-    end: &Memory,
-    events: &[TraceEvent],
-) -> Result<Walked, StateError> {
+fn walk_back(device: u32, end: &Memory, events: &[TraceEvent]) -> Result<Walked, StateError> {
     let mut memory = end.clone();
     let mut omissions = Omissions::default();
     let mut changes: Vec<Change> = Vec::with_capacity(events.len());

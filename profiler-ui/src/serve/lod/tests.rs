@@ -538,3 +538,31 @@ fn a_window_of_many_lifetimes_lays_out_as_one_of_few() {
         assert_eq!(timeline.bands.len(), 300);
     }
 }
+
+#[test]
+fn the_model_keeps_the_curves_and_the_first_peak_the_series_gives() {
+    use crate::analysis::timeline::{allocated_peak, memory_series};
+    // Two equal peaks (the first is the one), a dip between, and a block freed twice over.
+    let model = model_of(&[
+        (true, 0, 100),
+        (true, 100, 50),
+        (false, 100, 50),
+        (true, 200, 50),
+        (false, 0, 100),
+        (true, 300, 100),
+    ]);
+    let device = &model.devices[0];
+    let series = memory_series(&model.snapshot, 0).expect("the series walks");
+    let column = |f: fn(&crate::analysis::timeline::Sample) -> u64| -> Vec<u64> {
+        series.iter().map(f).collect()
+    };
+    assert_eq!(device.curves.allocated, column(|s| s.allocated));
+    assert_eq!(device.curves.reserved, column(|s| s.reserved));
+    assert_eq!(device.curves.requested, column(|s| s.requested));
+    assert_eq!(device.curves.active, column(|s| s.active));
+    assert_eq!(device.peak_index, allocated_peak(&series).index);
+    assert_eq!(
+        device.peak_index, 2,
+        "150 bytes first after the second alloc"
+    );
+}
