@@ -20,6 +20,8 @@ use super::model::{Allocation, DeviceModel, TraceModel};
 pub use curves::curves;
 use curves::RangeMax;
 use serde::Serialize;
+use series::peak_in;
+pub use series::Series;
 use stacking::{count_runs, stack, ColumnFinder};
 
 /// Most columns a request may ask for.
@@ -97,17 +99,6 @@ pub fn columns(device: &DeviceModel, window: &Window) -> Vec<(usize, usize)> {
     }
 }
 
-/// The first state of `[lo, hi)` where `values` is highest (`lo` when the range is empty).
-fn peak_in(values: &[u64], lo: usize, hi: usize) -> usize {
-    let mut best = (lo, None);
-    for (s, &v) in values.iter().enumerate().take(hi).skip(lo) {
-        if best.1.is_none_or(|b| v > b) {
-            best = (s, Some(v));
-        }
-    }
-    best.0
-}
-
 /// One allocation drawn on its own.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Band {
@@ -168,7 +159,7 @@ pub fn segment_timeline(
     window: Window,
     limit: usize,
 ) -> Timeline {
-    let alive = Some(&device.segment_bytes[..]);
+    let alive = Some(&device.segment_bytes);
     let layout = Layout::new(device, &device.segments, window, |_| true, alive);
     layout.timeline(model, &device.segments, limit).0
 }
@@ -272,7 +263,7 @@ impl Layout {
         filter: &Filter,
     ) -> Layout {
         let mask = filter.context_mask(model);
-        let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes[..]);
+        let alive = (*filter == Filter::default()).then_some(&device.allocation_bytes);
         let keeps = |a: &Allocation| filter.keeps(a, mask.as_deref());
         Layout::new(device, &device.allocations, window, keeps, alive)
     }
@@ -285,7 +276,7 @@ impl Layout {
         spans: &[Allocation],
         window: Window,
         keeps: impl Fn(&Allocation) -> bool + Sync,
-        alive: Option<&[u64]>,
+        alive: Option<&Series>,
     ) -> Layout {
         let cols = columns(device, &window);
         let (first, last) = match (cols.first(), cols.last()) {
@@ -298,26 +289,33 @@ impl Layout {
                 .map(|(i, _)| offset + i)
                 .collect()
         });
-        let summed;
-        let alive = match alive.and_then(|all| all.get(first..last)) {
-            Some(alive) => alive,
+        // Each column's peak state and its bytes, from the device's series or, filtered, from
+        // the window's lifetimes summed; in two halves for a window of many states.
+        let split = last - first >= HALVES_FROM;
+        let (states, total): (Vec<usize>, Vec<u64>) = match alive {
+            Some(alive) => {
+                let states = in_halves_if(split, &cols, |_, part| {
+                    part.iter().map(|&(lo, hi)| alive.peak(lo, hi)).collect()
+                });
+                let total = states.iter().map(|&s| alive.get(s).copied().unwrap_or(0));
+                let total = total.collect();
+                (states, total)
+            }
             None => {
                 let kept = candidates.iter().map(|&id| &spans[id]);
-                summed = alive_in(kept, first, last);
-                &summed[..last - first]
+                let summed = alive_in(kept, first, last);
+                let states: Vec<usize> = in_halves_if(split, &cols, |_, part| {
+                    part.iter()
+                        .map(|&(lo, hi)| first + peak_in(&summed, lo - first, hi - first))
+                        .collect()
+                });
+                let total = states
+                    .iter()
+                    .map(|&s| summed.get(s - first).copied().unwrap_or(0));
+                let total = total.collect();
+                (states, total)
             }
         };
-        // Each column's scan of its states: in two halves for a window of many states.
-        let split = last - first >= HALVES_FROM;
-        let states: Vec<usize> = in_halves_if(split, &cols, |_, part| {
-            part.iter()
-                .map(|&(lo, hi)| first + peak_in(alive, lo - first, hi - first))
-                .collect()
-        });
-        let total: Vec<u64> = states
-            .iter()
-            .map(|&s| alive.get(s - first).copied().unwrap_or(0))
-            .collect();
         Layout {
             window,
             first,
@@ -412,9 +410,9 @@ impl Layout {
     fn ranked(&self, spans: &[Allocation], limit: usize) -> Vec<usize> {
         let peaks = RangeMax::new(&self.total);
         // (id, size, the most bytes alive in its columns), for the candidates in `ids`.
+        let columns = ColumnFinder::new(&self.states);
         let visible_in = |_, ids: &[usize]| {
             let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(ids.len());
-            let mut columns = ColumnFinder::new(&self.states);
             for &id in ids {
                 let a = &spans[id];
                 let (c0, c1) = columns.of(a);
@@ -494,10 +492,10 @@ fn alive_in<'a>(
 
 /// Bytes alive at each of a device's `states` states of all the lifetimes `spans`: what
 /// [`Layout`] sums for a window when nothing is filtered out, made once per device.
-pub fn alive_bytes(spans: &[Allocation], states: usize) -> Vec<u64> {
+pub fn alive_bytes(spans: &[Allocation], states: usize) -> Series {
     let mut alive = alive_in(spans.iter(), 0, states);
     alive.truncate(states);
-    alive
+    Series::from(alive)
 }
 
 /// The window as the columns cover it.
@@ -519,6 +517,7 @@ fn clamped(window: Window, first: usize, last: usize) -> Window {
 }
 
 mod curves;
+mod series;
 mod stacking;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,8 @@
 //! events: the end), as everywhere in blockpool's trace tools.
 
 use super::error::ServeError;
-use super::{joined, lod};
+use super::joined;
+use super::lod::{self, Series};
 use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
@@ -46,13 +47,13 @@ pub struct Allocation {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Curves {
     /// Bytes in allocated blocks.
-    pub allocated: Vec<u64>,
+    pub allocated: Series,
     /// Bytes in segments.
-    pub reserved: Vec<u64>,
+    pub reserved: Series,
     /// Bytes the callers of active blocks asked for.
-    pub requested: Vec<u64>,
+    pub requested: Series,
     /// Bytes in active blocks (allocated or pending free).
-    pub active: Vec<u64>,
+    pub active: Series,
 }
 
 impl Curves {
@@ -60,30 +61,26 @@ impl Curves {
     pub fn of(walker: &mut StateWalker) -> Result<Curves, StateError> {
         walker.seek(0)?;
         let states = walker.len().saturating_add(1);
-        let mut curves = Curves {
-            allocated: Vec::with_capacity(states),
-            reserved: Vec::with_capacity(states),
-            requested: Vec::with_capacity(states),
-            active: Vec::with_capacity(states),
-        };
+        let column = || Vec::with_capacity(states);
+        let (mut allocated, mut reserved, mut requested, mut active) =
+            (column(), column(), column(), column());
         for totals in std::iter::once(walker.totals()).chain(walker.totals_ahead()) {
-            curves.allocated.push(totals.allocated_bytes);
-            curves.reserved.push(totals.reserved_bytes);
-            curves.requested.push(totals.requested_bytes);
-            curves.active.push(totals.active_bytes);
+            allocated.push(totals.allocated_bytes);
+            reserved.push(totals.reserved_bytes);
+            requested.push(totals.requested_bytes);
+            active.push(totals.active_bytes);
         }
-        Ok(curves)
+        Ok(Curves {
+            allocated: allocated.into(),
+            reserved: reserved.into(),
+            requested: requested.into(),
+            active: active.into(),
+        })
     }
 
     /// The first state where allocated bytes are highest (0 when there are none).
     pub fn allocated_peak(&self) -> usize {
-        let mut peak = 0;
-        for (state, &bytes) in self.allocated.iter().enumerate() {
-            if bytes > self.allocated[peak] {
-                peak = state;
-            }
-        }
-        peak
+        self.allocated.peak(0, self.allocated.len())
     }
 }
 
@@ -122,9 +119,9 @@ pub struct DeviceModel {
     pub segments: Vec<Allocation>,
     /// Bytes of the allocations alive at each state, and of the segments reserved: what a
     /// timeline window with nothing filtered out shows ([`lod::alive_bytes`]).
-    pub allocation_bytes: Vec<u64>,
+    pub allocation_bytes: Series,
     /// See [`allocation_bytes`](Self::allocation_bytes).
-    pub segment_bytes: Vec<u64>,
+    pub segment_bytes: Series,
     /// Whether the events carry times (the last state's time is after the first's); without
     /// them only the event axis means anything.
     pub has_times: bool,

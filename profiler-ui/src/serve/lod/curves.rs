@@ -2,7 +2,7 @@
 //! active bytes, from a sparse table of range maxima.
 
 use super::super::model::DeviceModel;
-use super::{clamped, columns, peak_in, Window};
+use super::{clamped, columns, Series, Window};
 use serde::Serialize;
 
 /// The highest of a slice's values over any range of it, in constant time: a sparse table,
@@ -67,14 +67,11 @@ pub struct CurvesWindow {
 pub fn curves(device: &DeviceModel, window: Window) -> CurvesWindow {
     let cols = columns(device, &window);
     let c = &device.curves;
-    let max_of = |values: &[u64]| -> Vec<u64> {
-        cols.iter()
-            .map(|&(lo, hi)| values.get(peak_in(values, lo, hi)).copied().unwrap_or(0))
-            .collect()
-    };
+    let max_of =
+        |series: &Series| -> Vec<u64> { cols.iter().map(|&(lo, hi)| series.max(lo, hi)).collect() };
     let states: Vec<usize> = cols
         .iter()
-        .map(|&(lo, hi)| peak_in(&c.allocated, lo, hi))
+        .map(|&(lo, hi)| c.allocated.peak(lo, hi))
         .collect();
     let fragmentation = states
         .iter()

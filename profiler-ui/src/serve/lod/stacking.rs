@@ -4,47 +4,66 @@
 use super::super::model::Allocation;
 
 /// Finds the columns lifetimes are alive in: `[first, end)` of the columns whose states are
-/// `states` (ascending). Lifetimes asked about in order of their start (ids are: a lifetime
-/// is numbered when it begins) are searched for from the last one's first column by
-/// galloping, so the work is the logarithm of how far apart they are, not of the window's
-/// width; one out of order is searched for from the first column.
+/// `states` (ascending). The states' range is cut into buckets about as many as the columns,
+/// each knowing the first column at or after its start, so finding a state's column is a
+/// lookup and a search among the few columns of one bucket, whatever the window's width and
+/// however far a lifetime reaches.
 pub(super) struct ColumnFinder<'s> {
     states: &'s [usize],
-    last_start: usize,
-    last_first: usize,
+    /// The first state.
+    base: usize,
+    /// log2 of the states a bucket spans.
+    shift: u32,
+    /// Per bucket: the first column whose state is at or after the bucket's start; one more
+    /// entry closes the last bucket.
+    starts: Vec<u32>,
 }
 
 impl<'s> ColumnFinder<'s> {
     pub(super) fn new(states: &'s [usize]) -> ColumnFinder<'s> {
+        let (base, last) = match (states.first(), states.last()) {
+            (Some(&first), Some(&last)) => (first, last),
+            _ => (0, 0),
+        };
+        let span = last - base + 1;
+        let wanted = states.len().max(1);
+        let shift = (span / wanted).max(1).ilog2();
+        let buckets = (span >> shift) + 1;
+        let mut starts = Vec::with_capacity(buckets + 1);
+        let mut column = 0;
+        for bucket in 0..=buckets {
+            let from = base + (bucket << shift);
+            while column < states.len() && states[column] < from {
+                column += 1;
+            }
+            // Columns fit in u32: a window is at most a few thousand wide.
+            starts.push(column as u32);
+        }
         ColumnFinder {
             states,
-            last_start: 0,
-            last_first: 0,
+            base,
+            shift,
+            starts,
         }
     }
 
     /// The columns `a` is alive in.
-    pub(super) fn of(&mut self, a: &Allocation) -> (usize, usize) {
-        let from = if a.start >= self.last_start {
-            self.last_first
-        } else {
-            0
-        };
-        let c0 = from + below(&self.states[from..], a.start);
-        let c1 = c0 + below(&self.states[c0..], a.end);
-        (self.last_start, self.last_first) = (a.start, c0);
-        (c0, c1)
+    pub(super) fn of(&self, a: &Allocation) -> (usize, usize) {
+        (self.below(a.start), self.below(a.end))
     }
-}
 
-/// How many of the ascending `values` are below `bound`, by galloping from the front.
-fn below(values: &[usize], bound: usize) -> usize {
-    let mut end = 1;
-    while end <= values.len() && values[end - 1] < bound {
-        end *= 2;
+    /// How many of the states are below `bound`.
+    fn below(&self, bound: usize) -> usize {
+        if bound <= self.base {
+            return 0;
+        }
+        let bucket = (bound - self.base) >> self.shift;
+        let (Some(&lo), Some(&hi)) = (self.starts.get(bucket), self.starts.get(bucket + 1)) else {
+            return self.states.len();
+        };
+        let (lo, hi) = (lo as usize, hi as usize);
+        lo + self.states[lo..hi].partition_point(|&s| s < bound)
     }
-    let start = end / 2;
-    start + values[start..end.min(values.len())].partition_point(|&v| v < bound)
 }
 
 /// The runs [`stack`] would make of `chosen`, in `O(n log width)` instead of the columns they
@@ -59,7 +78,7 @@ pub(super) fn count_runs(spans: &[Allocation], chosen: &[usize], states: &[usize
     let mut step = vec![0u64; states.len() + 1];
     let mut changes = Fenwick::new(states.len() + 1);
     let mut count = 0;
-    let mut columns = ColumnFinder::new(states);
+    let columns = ColumnFinder::new(states);
     for id in ids {
         let a = &spans[id];
         let (c0, c1) = columns.of(a);
@@ -150,7 +169,7 @@ pub(super) fn stack(spans: &[Allocation], chosen: &[usize], states: &[usize]) ->
     let mut below = vec![0u64; states.len()];
     let mut count = 0;
     let mut bands = Vec::with_capacity(shown.len());
-    let mut columns = ColumnFinder::new(states);
+    let columns = ColumnFinder::new(states);
     for &id in &shown {
         let a = &spans[id];
         let (c0, c1) = columns.of(a);

@@ -414,17 +414,19 @@ fn counting_runs_agrees_with_stacking_them() {
 }
 
 #[test]
-fn galloping_finds_the_columns_binary_search_does() {
-    // Lifetimes mostly in order of their start, now and then one out of order.
+fn the_column_finder_finds_the_columns_binary_search_does() {
+    // Lifetimes mostly in order of their start, now and then one out of order; states spread
+    // or bunched (many columns on a few states, as on a time axis with gaps), far from 0.
     let mut next = random(0x9e37_79b9_7f4a_7c15);
     for _ in 0..500 {
-        let mut states: Vec<usize> = (0..next(40)).map(|_| next(100)).collect();
+        let (spread, offset) = (1 + next(100), next(3) * 1_000_000);
+        let mut states: Vec<usize> = (0..next(40)).map(|_| offset + next(spread)).collect();
         states.sort_unstable();
-        let mut finder = ColumnFinder::new(&states);
+        let finder = ColumnFinder::new(&states);
         let mut start = 0;
         for _ in 0..next(30) {
             start = if next(5) == 0 {
-                next(110)
+                offset.saturating_sub(5) + next(spread + 10)
             } else {
                 start + next(8)
             };
@@ -556,10 +558,10 @@ fn the_model_keeps_the_curves_and_the_first_peak_the_series_gives() {
     let column = |f: fn(&crate::analysis::timeline::Sample) -> u64| -> Vec<u64> {
         series.iter().map(f).collect()
     };
-    assert_eq!(device.curves.allocated, column(|s| s.allocated));
-    assert_eq!(device.curves.reserved, column(|s| s.reserved));
-    assert_eq!(device.curves.requested, column(|s| s.requested));
-    assert_eq!(device.curves.active, column(|s| s.active));
+    assert_eq!(device.curves.allocated[..], column(|s| s.allocated)[..]);
+    assert_eq!(device.curves.reserved[..], column(|s| s.reserved)[..]);
+    assert_eq!(device.curves.requested[..], column(|s| s.requested)[..]);
+    assert_eq!(device.curves.active[..], column(|s| s.active)[..]);
     assert_eq!(device.peak_index, allocated_peak(&series).index);
     assert_eq!(
         device.peak_index, 2,
