@@ -46,14 +46,9 @@ pub(super) struct Trace {
     pub extras: Vec<(usize, Extras)>,
 }
 
-/// Entries in chunks: growing never copies them (a vector that doubles holds one and a half
-/// times its entries while it moves), and the import lets go of each chunk as soon as its
-/// events are made.
-///
-/// Chunks double up to 42 MB, which the C allocator maps on their own: its threshold for
-/// that is at most 32 MiB, and a chunk under it would come from the heap, whose freed middle
-/// the process keeps, so the events made from the entries would add to them instead of
-/// taking their place.
+/// Entries in chunks of a fixed size: growing never copies them (a vector that doubles holds
+/// one and a half times its entries while it moves), and the import lets go of each chunk
+/// as soon as its events are made.
 #[derive(Default)]
 pub(super) struct Entries {
     chunks: Vec<Vec<Entry>>,
@@ -61,10 +56,8 @@ pub(super) struct Entries {
 }
 
 impl Entries {
-    /// Entries in the first chunk.
-    const FIRST_CHUNK: usize = 1 << 10;
-    /// Entries in a chunk at most: 42 MB of them.
-    const MAX_CHUNK: usize = 1 << 20;
+    /// Entries per chunk: 2.5 MB of them.
+    const CHUNK: usize = 1 << 16;
 
     /// How many there are.
     pub(super) fn len(&self) -> usize {
@@ -74,14 +67,14 @@ impl Entries {
     /// Appends `entry`, or fails without the memory for it.
     fn push(&mut self, entry: Entry) -> Result<(), Unreadable> {
         let full = match self.chunks.last() {
-            Some(chunk) => chunk.len() == chunk.capacity(),
+            Some(chunk) => chunk.len() == Self::CHUNK,
             None => true,
         };
         if full {
             self.chunks.try_reserve(1).map_err(|_| Unreadable)?;
             let mut chunk = Vec::new();
             chunk
-                .try_reserve_exact(self.len.clamp(Self::FIRST_CHUNK, Self::MAX_CHUNK))
+                .try_reserve_exact(Self::CHUNK)
                 .map_err(|_| Unreadable)?;
             self.chunks.push(chunk);
         }
