@@ -452,3 +452,57 @@ fn a_block_keeps_its_allocation_context_until_its_free_completes() {
         "still the alloc's context while pending"
     );
 }
+
+#[test]
+fn a_long_one_device_trace_walks_the_same_with_its_copy_made_beside() {
+    // Past the length from which `new` copies the events on a second thread: blocks allocated
+    // and freed in a ring of 64 addresses, one segment holding them, alive at the end.
+    let segment_size = 64 * 0x200;
+    let mut trace = Snapshot {
+        segments: vec![Segment {
+            device: 0,
+            address: 0,
+            size: segment_size,
+            stream: StreamId::DEFAULT,
+            pool: PoolKind::Small,
+            expandable: false,
+            context: ContextId::NONE,
+            blocks: vec![Block {
+                address: 0,
+                size: segment_size,
+                requested: 0,
+                state: BlockState::Inactive,
+                context: ContextId::NONE,
+            }],
+        }],
+        ..Snapshot::default()
+    };
+    let event = |action, addr| TraceEvent {
+        action,
+        device: 0,
+        stream: StreamId::DEFAULT,
+        addr,
+        size: 0x200,
+        requested: 0x200,
+        time_us: 0,
+        context: ContextId::NONE,
+    };
+    let mut i = 0u64;
+    while trace.events.len() <= super::walker::COPY_BESIDE_FROM {
+        let addr = (i % 64) * 0x200;
+        trace.events.push(event(Action::Alloc, addr));
+        trace.events.push(event(Action::FreeRequested, addr));
+        trace.events.push(event(Action::FreeCompleted, addr));
+        i += 1;
+    }
+    let mut beside = trace.state_walker(0).expect("the trace walks");
+    let mut taken =
+        StateWalker::from_events(0, trace.segments.iter(), trace.events.clone()).expect("walks");
+    assert_eq!(beside.len(), trace.events.len());
+    assert!(beside.totals_ahead().eq(taken.totals_ahead()));
+    for index in [0, 1, 2, 3, 1000, beside.len() / 2 + 1, beside.len()] {
+        beside.seek(index).unwrap();
+        taken.seek(index).unwrap();
+        assert_eq!(beside.state(), taken.state(), "at {index}");
+    }
+}

@@ -4,7 +4,7 @@
 use super::change::Change;
 use super::error::StateError;
 use super::memory::{DeviceState, Memory, MemoryTotals};
-use super::undo::rebuild;
+use super::undo::{rebuild, Rebuilt};
 use crate::trace::snapshot::{Block, Segment};
 use crate::trace::{Snapshot, TraceEvent};
 use std::sync::Arc;
@@ -46,6 +46,10 @@ impl Snapshot {
         StateWalker::new(self, device)
     }
 }
+
+/// Events from which [`StateWalker::new`] copies a one-device trace's events on a second
+/// thread while it rebuilds the states (below, a thread costs more than it saves).
+pub(super) const COPY_BESIDE_FROM: usize = 1 << 20;
 
 /// The memory of one device at an event index of a [`Snapshot`], moved one event at a time
 /// in either direction, with running [`MemoryTotals`].
@@ -90,8 +94,22 @@ impl StateWalker {
     /// The walker over the events of `device` in `snapshot`, at index 0. A device with no
     /// segments and no events gives an empty walker.
     pub fn new(snapshot: &Snapshot, device: u32) -> Result<StateWalker, StateError> {
-        let events: Vec<TraceEvent> = snapshot.device_events(device).copied().collect();
-        Self::from_events(device, snapshot.device_segments(device), events)
+        let all = &snapshot.events;
+        if all.len() < COPY_BESIDE_FROM || all.iter().any(|e| e.device != device) {
+            let events: Vec<TraceEvent> = snapshot.device_events(device).copied().collect();
+            return Self::from_events(device, snapshot.device_segments(device), events);
+        }
+        // Every event is the device's: the walker's copy of them is made on a second thread
+        // while the states are rebuilt from the snapshot's own.
+        let (events, rebuilt) = std::thread::scope(|scope| {
+            let copy = scope.spawn(|| all.clone());
+            let rebuilt = rebuild(device, snapshot.device_segments(device), all);
+            let events = copy
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (events, rebuilt)
+        });
+        Ok(Self::rebuilt(device, events, rebuilt?))
     }
 
     /// The walker over `events` of `device` whose segments at the end are `end_segments`, at
@@ -105,14 +123,19 @@ impl StateWalker {
     ) -> Result<StateWalker, StateError> {
         events.retain(|e| e.device == device);
         let rebuilt = rebuild(device, end_segments.filter(|s| s.device == device), &events)?;
-        Ok(StateWalker {
+        Ok(Self::rebuilt(device, events, rebuilt))
+    }
+
+    /// The walker at index 0 over `events`, whose states `rebuilt` holds.
+    fn rebuilt(device: u32, events: Vec<TraceEvent>, rebuilt: Rebuilt) -> StateWalker {
+        StateWalker {
             device,
             memory: rebuilt.start,
             end: Arc::new(rebuilt.end),
             events: Arc::new(events),
             changes: Arc::new(rebuilt.changes),
             position: 0,
-        })
+        }
     }
 
     /// The device index.
