@@ -151,7 +151,7 @@ pub fn timeline(
 }
 
 /// The active cached segment timeline of `device` in `window`: every reserved range (see
-/// [`segment_spans`](super::model::segment_spans)) as a band, oldest at the bottom, at most
+/// [`segment_spans`](super::lifetimes::segment_spans)) as a band, oldest at the bottom, at most
 /// `limit` of them on their own; `total` is the reserved bytes of each column's state.
 pub fn segment_timeline(
     model: &TraceModel,

@@ -13,6 +13,7 @@ pub mod files;
 pub mod filter;
 pub mod history;
 pub mod http;
+pub mod lifetimes;
 pub mod lod;
 pub mod model;
 pub mod query;

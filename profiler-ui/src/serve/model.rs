@@ -7,16 +7,15 @@
 
 use super::error::ServeError;
 use super::joined;
+use super::lifetimes::{allocation_lifetimes, event_lifetimes, segment_spans, EventLifetimes};
 use super::lod::{self, Series};
 use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
 use crate::analysis::summary::{summarize_device_from, SummaryReport};
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
-use blockpool::trace::{
-    Action, ContextId, DeviceState, Snapshot, StateError, StateWalker, TraceEvent,
-};
-use std::collections::{BTreeMap, HashMap};
+use blockpool::trace::{ContextId, Snapshot, StateError, StateWalker};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -169,9 +168,13 @@ impl TraceModel {
         let mut devices = Vec::new();
         let mut summaries = Vec::new();
         for (device, part) in snapshot.by_device() {
-            let walker = part
-                .state_walker(device)
-                .map_err(|source| ServeError::State { device, source })?;
+            // The events' part of the allocations' lifetimes is made while the states are
+            // rebuilt (a part's events are all its device's).
+            let (walker, from_events) = std::thread::scope(|scope| {
+                let from_events = scope.spawn(|| event_lifetimes(&part.events));
+                (part.state_walker(device), joined(from_events))
+            });
+            let walker = walker.map_err(|source| ServeError::State { device, source })?;
             // The summary and the leak report walk clones of the walker on threads of their
             // own while this one makes the rest: they share nothing but the recorded changes.
             let (summary_walker, leaks_walker) = (walker.clone(), walker.clone());
@@ -182,7 +185,7 @@ impl TraceModel {
                 let leaks = scope.spawn(|| {
                     find_leaks_from(&part, device, &LeakOptions::default(), leaks_walker)
                 });
-                let model = build_device(&part, device, walker, || joined(leaks));
+                let model = build_device(&part, device, walker, from_events, || joined(leaks));
                 (joined(summary), model)
             });
             let model = model?;
@@ -303,85 +306,19 @@ fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
     texts
 }
 
-/// The model of `device`, `walker` its walker at index 0; `leaks` gives its leak report,
-/// made meanwhile.
+/// The model of `device`, `walker` its walker at index 0 and `from_events` what its events
+/// tell of its allocations; `leaks` gives its leak report, made meanwhile.
 fn build_device(
     snapshot: &Snapshot,
     device: u32,
     mut walker: StateWalker,
+    from_events: EventLifetimes,
     leaks: impl FnOnce() -> anyhow::Result<LeakReport>,
 ) -> Result<DeviceModel, ServeError> {
     let failed = |source| ServeError::State { device, source };
     let events = walker.len();
-    let alive_at_end = events.saturating_add(1);
-    // Blocks alive before the first event, lowest address first.
-    let mut allocations = Vec::new();
-    let mut open: HashMap<u64, usize> = HashMap::new();
     let initial = walker.state();
-    for segment in &initial.segments {
-        for block in segment.blocks.iter().filter(|b| b.state.is_active()) {
-            open.insert(block.address, allocations.len());
-            allocations.push(Allocation {
-                addr: block.address,
-                size: block.size,
-                requested: block.requested,
-                stream: segment.stream.0,
-                context: block.context,
-                start: 0,
-                end: alive_at_end,
-            });
-        }
-    }
-    for block in &initial.unsegmented {
-        open.insert(block.address, allocations.len());
-        allocations.push(Allocation {
-            addr: block.address,
-            size: block.size,
-            requested: block.requested,
-            stream: 0,
-            context: block.context,
-            start: 0,
-            end: alive_at_end,
-        });
-    }
-    // A block stays active until its memory is back in the cache (`free_completed`); traces
-    // without those events end blocks at `free_requested`.
-    let free_action = if walker
-        .events()
-        .iter()
-        .any(|e| e.action == Action::FreeCompleted)
-    {
-        Action::FreeCompleted
-    } else {
-        Action::FreeRequested
-    };
-    let mut state_time_us = Vec::with_capacity(alive_at_end);
-    let mut time = walker.events().first().map_or(0, |e| e.time_us);
-    state_time_us.push(time);
-    for (index, event) in walker.events().iter().enumerate() {
-        time = time.max(event.time_us);
-        state_time_us.push(time);
-        let state = index + 1;
-        if event.action == Action::Alloc {
-            if let Some(previous) = open.insert(event.addr, allocations.len()) {
-                // A second alloc at a live address: the trace lost the free in between.
-                allocations[previous].end = state;
-            }
-            allocations.push(Allocation {
-                addr: event.addr,
-                size: event.size,
-                requested: event.requested,
-                stream: event.stream.0,
-                context: event.context,
-                start: state,
-                end: alive_at_end,
-            });
-        } else if event.action == free_action {
-            if let Some(id) = open.remove(&event.addr) {
-                allocations[id].end = state;
-            }
-        }
-    }
+    let (allocations, state_time_us) = allocation_lifetimes(&initial, from_events);
     let curves = Curves::of(&mut walker).map_err(failed)?;
     let peak_index = curves.allocated_peak();
     let segments = segment_spans(&initial, walker.events());
@@ -412,149 +349,4 @@ fn build_device(
         has_times,
         walker: Mutex::new(walker),
     })
-}
-
-/// The reserved address ranges of a device over time: the segments of `initial` from state 0,
-/// then each `segment_alloc` or `segment_map` opens a range at its event's state and each
-/// `segment_free` or `segment_unmap` closes the range holding its address. Releasing part of a
-/// range (an unmap of some pages of a mapped run) closes it and opens what is left as new
-/// ranges, so at every state the open ranges tile exactly the reserved bytes the events say.
-/// A release of an address no range holds (a truncated trace) is skipped.
-pub fn segment_spans(initial: &DeviceState, events: &[TraceEvent]) -> Vec<Allocation> {
-    let mut spans = Vec::new();
-    let alive_at_end = events.len().saturating_add(1);
-    // Open ranges by start address: span index.
-    let mut open: BTreeMap<u64, usize> = BTreeMap::new();
-    let span = |addr, size, stream, context, start| Allocation {
-        addr,
-        size,
-        requested: 0,
-        stream,
-        context,
-        start,
-        end: alive_at_end,
-    };
-    for segment in &initial.segments {
-        open.insert(segment.address, spans.len());
-        spans.push(span(
-            segment.address,
-            segment.size,
-            segment.stream.0,
-            segment.context,
-            0,
-        ));
-    }
-    for (index, event) in events.iter().enumerate() {
-        let state = index + 1;
-        match event.action {
-            Action::SegmentAlloc | Action::SegmentMap => {
-                if let Some(previous) = open.insert(event.addr, spans.len()) {
-                    // A second reservation at an open address: the release was lost.
-                    spans[previous].end = state;
-                }
-                spans.push(span(
-                    event.addr,
-                    event.size,
-                    event.stream.0,
-                    event.context,
-                    state,
-                ));
-            }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                let holder = open
-                    .range(..=event.addr)
-                    .next_back()
-                    .map(|(&start, &id)| (start, id))
-                    .filter(|&(start, id)| event.addr - start < spans[id].size);
-                let Some((start, id)) = holder else { continue };
-                open.remove(&start);
-                spans[id].end = state;
-                let range_end = start.saturating_add(spans[id].size);
-                let released_end = event.addr.saturating_add(event.size.max(1)).min(range_end);
-                let (stream, context) = (spans[id].stream, spans[id].context);
-                if event.addr > start {
-                    open.insert(start, spans.len());
-                    spans.push(span(start, event.addr - start, stream, context, state));
-                }
-                if released_end < range_end && event.action == Action::SegmentUnmap {
-                    open.insert(released_end, spans.len());
-                    spans.push(span(
-                        released_end,
-                        range_end - released_end,
-                        stream,
-                        context,
-                        state,
-                    ));
-                }
-            }
-            _ => {}
-        }
-    }
-    spans
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use blockpool::StreamId;
-
-    fn event(action: Action, addr: u64, size: u64) -> TraceEvent {
-        TraceEvent {
-            action,
-            device: 0,
-            stream: StreamId::DEFAULT,
-            addr,
-            size,
-            requested: 0,
-            time_us: 0,
-            context: ContextId::NONE,
-        }
-    }
-
-    fn spans(events: &[TraceEvent]) -> Vec<(u64, u64, usize, usize)> {
-        let initial = DeviceState {
-            device: 0,
-            segments: Vec::new(),
-            unsegmented: Vec::new(),
-        };
-        segment_spans(&initial, events)
-            .iter()
-            .map(|s| (s.addr, s.size, s.start, s.end))
-            .collect()
-    }
-
-    #[test]
-    fn unmapping_part_of_a_mapped_range_leaves_the_rest_reserved() {
-        let events = [
-            event(Action::SegmentMap, 0x0, 0x6000),
-            event(Action::SegmentUnmap, 0x2000, 0x2000),
-            event(Action::SegmentUnmap, 0x0, 0x2000),
-            event(Action::SegmentUnmap, 0x4000, 0x2000),
-        ];
-        assert_eq!(
-            spans(&events),
-            [
-                (0x0, 0x6000, 1, 2),
-                (0x0, 0x2000, 2, 3),
-                (0x4000, 0x2000, 2, 4),
-            ],
-            "the middle page goes at 2, leaving both ends; each end goes on its own"
-        );
-    }
-
-    #[test]
-    fn segments_live_from_their_alloc_to_their_free_and_unknown_frees_are_skipped() {
-        let events = [
-            event(Action::SegmentAlloc, 0x1000, 0x1000),
-            event(Action::Alloc, 0x1000, 0x100),
-            event(Action::SegmentFree, 0x9000, 0x1000),
-            event(Action::SegmentAlloc, 0x4000, 0x2000),
-            event(Action::SegmentFree, 0x1000, 0x1000),
-        ];
-        assert_eq!(
-            spans(&events),
-            [(0x1000, 0x1000, 1, 5), (0x4000, 0x2000, 4, 6)],
-            "0x9000 is no segment's; 0x4000 is reserved at the end (events + 1)"
-        );
-    }
 }
