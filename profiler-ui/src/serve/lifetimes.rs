@@ -315,13 +315,7 @@ mod tests {
         // Random events at a few addresses (lost frees, frees of blocks from before the trace,
         // frees of nothing), with and without free_completed, and random blocks alive at the
         // start, in a segment and outside any.
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::serve::testing::random(0x9e37_79b9_7f4a_7c15);
         for _ in 0..500 {
             let block = |address: u64| Block {
                 address,
@@ -330,7 +324,10 @@ mod tests {
                 state: BlockState::ActiveAllocated,
                 context: ContextId(7),
             };
-            let addresses: Vec<u64> = (0..8).filter(|_| next(3) == 0).map(|a| a * 0x100).collect();
+            let addresses: Vec<u64> = (0..8u64)
+                .filter(|_| next(3) == 0)
+                .map(|a| a * 0x100)
+                .collect();
             let (inside, outside) = addresses.split_at(addresses.len() / 2);
             let initial = DeviceState {
                 device: 0,
@@ -355,8 +352,8 @@ mod tests {
                         _ if completes => Action::FreeCompleted,
                         _ => Action::SegmentAlloc,
                     };
-                    let mut e = event(action, next(10) * 0x100, 0x100);
-                    e.time_us = next(100);
+                    let mut e = event(action, next(10) as u64 * 0x100, 0x100);
+                    e.time_us = next(100) as u64;
                     e
                 })
                 .collect();

@@ -302,11 +302,17 @@ impl Layout {
                 (states, total)
             }
             None => {
+                // Summed into the device's buffer when no other request holds it: its pages
+                // are mapped already, where a new one's would each fault in afresh.
+                let mut held = device.sums.try_lock().ok();
+                let mut own = Vec::new();
+                let summed = held.as_deref_mut().unwrap_or(&mut own);
                 let kept = candidates.iter().map(|&id| &spans[id]);
-                let summed = alive_in(kept, first, last);
+                alive_in(kept, first, last, summed);
+                let summed = &summed[..];
                 let states: Vec<usize> = in_halves_if(split, &cols, |_, part| {
                     part.iter()
-                        .map(|&(lo, hi)| first + peak_in(&summed, lo - first, hi - first))
+                        .map(|&(lo, hi)| first + peak_in(summed, lo - first, hi - first))
                         .collect()
                 });
                 let total = states
@@ -466,15 +472,17 @@ fn in_halves_if<I: Sync, T: Send>(
     })
 }
 
-/// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `spans`, by a
-/// difference array (wrapping: a hostile trace's sizes may overflow, and then the sum is wrong
-/// but nothing panics).
+/// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `spans`, into
+/// `delta` (its values replaced), by a difference array (wrapping: a hostile trace's sizes may
+/// overflow, and then the sum is wrong but nothing panics).
 fn alive_in<'a>(
     spans: impl Iterator<Item = &'a Allocation>,
     first: usize,
     last: usize,
-) -> Vec<u64> {
-    let mut delta = vec![0u64; last - first + 1];
+    delta: &mut Vec<u64>,
+) {
+    delta.clear();
+    delta.resize(last - first + 1, 0);
     for a in spans {
         let lo = a.start.clamp(first, last) - first;
         let hi = a.end.clamp(first, last) - first;
@@ -483,17 +491,17 @@ fn alive_in<'a>(
     }
     // Summed in place: the differences become the bytes alive at each state.
     let mut running = 0u64;
-    for d in &mut delta {
+    for d in delta.iter_mut() {
         running = running.wrapping_add(*d);
         *d = running;
     }
-    delta
 }
 
 /// Bytes alive at each of a device's `states` states of all the lifetimes `spans`: what
 /// [`Layout`] sums for a window when nothing is filtered out, made once per device.
 pub fn alive_bytes(spans: &[Allocation], states: usize) -> Series {
-    let mut alive = alive_in(spans.iter(), 0, states);
+    let mut alive = Vec::new();
+    alive_in(spans.iter(), 0, states, &mut alive);
     alive.truncate(states);
     Series::from(alive)
 }

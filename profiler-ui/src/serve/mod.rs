@@ -34,3 +34,17 @@ fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
+
+/// Helpers of the serve modules' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// A deterministic stream of numbers below a bound (xorshift), for the random cases.
+    pub(crate) fn random(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |bound| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % bound as u64) as usize
+        }
+    }
+}

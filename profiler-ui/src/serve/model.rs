@@ -126,6 +126,9 @@ pub struct DeviceModel {
     pub has_times: bool,
     /// Moves to any state for the segment view; one request at a time uses it.
     pub walker: Mutex<StateWalker>,
+    /// Where a filtered window's bytes alive per state are summed, kept from one request to
+    /// the next (a request that finds it held sums into its own).
+    pub sums: Mutex<Vec<u64>>,
 }
 
 /// Per context id: the texts a search matches, lowercased, and the site name.
@@ -168,10 +171,15 @@ impl TraceModel {
         let mut devices = Vec::new();
         let mut summaries = Vec::new();
         for (device, part) in snapshot.by_device() {
-            // The events' part of the allocations' lifetimes is made while the states are
-            // rebuilt (a part's events are all its device's).
+            // What the events alone give (the events' part of the allocations' lifetimes,
+            // the event numbers, the annotations) is made while the states are rebuilt (a
+            // part's events are all its device's).
             let (walker, from_events) = std::thread::scope(|scope| {
-                let from_events = scope.spawn(|| event_lifetimes(&part.events));
+                let from_events = scope.spawn(|| FromEvents {
+                    lifetimes: event_lifetimes(&part.events),
+                    numbers: part.event_numbers(device),
+                    annotations: annotation_intervals(&part, device),
+                });
                 (part.state_walker(device), joined(from_events))
             });
             let walker = walker.map_err(|source| ServeError::State { device, source })?;
@@ -185,7 +193,7 @@ impl TraceModel {
                 let leaks = scope.spawn(|| {
                     find_leaks_from(&part, device, &LeakOptions::default(), leaks_walker)
                 });
-                let model = build_device(&part, device, walker, from_events, || joined(leaks));
+                let model = build_device(device, walker, from_events, || joined(leaks));
                 (joined(summary), model)
             });
             let model = model?;
@@ -306,19 +314,25 @@ fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
     texts
 }
 
+/// What a device's model takes from its events alone.
+struct FromEvents {
+    lifetimes: EventLifetimes,
+    numbers: blockpool::trace::EventNumbers,
+    annotations: Vec<AnnotationInterval>,
+}
+
 /// The model of `device`, `walker` its walker at index 0 and `from_events` what its events
-/// tell of its allocations; `leaks` gives its leak report, made meanwhile.
+/// alone give; `leaks` gives its leak report, made meanwhile.
 fn build_device(
-    snapshot: &Snapshot,
     device: u32,
     mut walker: StateWalker,
-    from_events: EventLifetimes,
+    from_events: FromEvents,
     leaks: impl FnOnce() -> anyhow::Result<LeakReport>,
 ) -> Result<DeviceModel, ServeError> {
     let failed = |source| ServeError::State { device, source };
     let events = walker.len();
     let initial = walker.state();
-    let (allocations, state_time_us) = allocation_lifetimes(&initial, from_events);
+    let (allocations, state_time_us) = allocation_lifetimes(&initial, from_events.lifetimes);
     let curves = Curves::of(&mut walker).map_err(failed)?;
     let peak_index = curves.allocated_peak();
     let segments = segment_spans(&initial, walker.events());
@@ -338,8 +352,8 @@ fn build_device(
         curves,
         allocations,
         peak_index,
-        numbers: snapshot.event_numbers(device),
-        annotations: annotation_intervals(snapshot, device),
+        numbers: from_events.numbers,
+        annotations: from_events.annotations,
         leaks,
         leaks_by_options: Mutex::new(HashMap::new()),
         streams,
@@ -348,5 +362,6 @@ fn build_device(
         segment_bytes,
         has_times,
         walker: Mutex::new(walker),
+        sums: Mutex::new(Vec::new()),
     })
 }

@@ -103,21 +103,15 @@ mod tests {
     fn the_blocks_find_the_first_peak_reading_every_state_finds() {
         // Few distinct values, so peaks tie within and across blocks; ranges of every shape,
         // on block edges and off them, past the end, and empty.
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::serve::testing::random(0x2545_f491_4f6c_dd1d);
         for _ in 0..200 {
-            let len = next(5 * BLOCK as u64) as usize;
+            let len = next(5 * BLOCK);
             let distinct = 1 + next(6);
-            let values: Vec<u64> = (0..len).map(|_| next(distinct)).collect();
+            let values: Vec<u64> = (0..len).map(|_| next(distinct) as u64).collect();
             let series = Series::from(values.clone());
             for _ in 0..50 {
-                let lo = next(len as u64 + 10) as usize;
-                let hi = lo + next(3 * BLOCK as u64) as usize;
+                let lo = next(len + 10);
+                let hi = lo + next(3 * BLOCK);
                 let lo = if next(4) == 0 { lo / BLOCK * BLOCK } else { lo };
                 assert_eq!(
                     series.peak(lo, hi),

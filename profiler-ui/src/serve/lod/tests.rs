@@ -1,6 +1,7 @@
 //! Columns, bands, the summarized band and curves on small devices built by hand.
 
 use super::*;
+use crate::serve::testing::random;
 use blockpool::trace::{Action, Context, ContextId, Snapshot, TraceEvent};
 use blockpool::StreamId;
 use std::path::Path;
@@ -367,16 +368,6 @@ fn past_the_runs_bound_the_best_ranked_bands_that_fit_are_drawn() {
     assert_eq!(t.other[peak], 175);
 }
 
-/// A deterministic stream of numbers below a bound (xorshift), for the random cases.
-fn random(mut seed: u64) -> impl FnMut(usize) -> usize {
-    move |bound| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % bound as u64) as usize
-    }
-}
-
 /// A lifetime of `size` bytes over states `[start, end)`.
 fn lifetime(start: usize, end: usize, size: u64) -> Allocation {
     Allocation {
@@ -529,7 +520,13 @@ fn a_window_of_many_lifetimes_lays_out_as_one_of_few() {
             .filter(|&id| spans[id].start < last && spans[id].end > first && spans[id].size >= min)
             .collect();
         assert_eq!(layout.candidates, expected);
-        let alive = alive_in(expected.iter().map(|&id| &spans[id]), first, last);
+        let mut alive = Vec::new();
+        alive_in(
+            expected.iter().map(|&id| &spans[id]),
+            first,
+            last,
+            &mut alive,
+        );
         let cols = columns(device, &w);
         let peaks: Vec<usize> = cols
             .iter()
