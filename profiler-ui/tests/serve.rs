@@ -61,7 +61,16 @@ fn every_route_answers_with_exact_values() {
         .head
         .contains("Content-Security-Policy: default-src 'self'"));
     assert!(String::from_utf8_lossy(&page.body).contains("<canvas id=\"timeline\""));
-    for (path, kind) in [("/app.js", "text/javascript"), ("/style.css", "text/css")] {
+    // Every script the page loads is served, and the style sheet.
+    let body = String::from_utf8_lossy(&page.body).into_owned();
+    let scripts: Vec<&str> = body
+        .split("<script src=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert_eq!(scripts, ["/tree.js", "/chart.js", "/panels.js", "/app.js"]);
+    let kinds = scripts.iter().map(|&path| (path, "text/javascript"));
+    for (path, kind) in kinds.chain([("/style.css", "text/css")]) {
         let asset = get(port, path);
         assert_eq!(
             (asset.status, asset.head.contains(kind)),

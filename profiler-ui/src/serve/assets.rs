@@ -22,27 +22,28 @@ pub const COMPARE: Asset = Asset {
     body: include_bytes!("../../assets/compare.html"),
 };
 
+/// A script.
+const fn script(body: &'static [u8]) -> Asset {
+    Asset {
+        content_type: "text/javascript; charset=utf-8",
+        body,
+    }
+}
+
 /// The asset served at `path`, if any; only these exact paths exist.
 pub fn asset(path: &str) -> Option<Asset> {
     match path {
         "/" | "/index.html" => Some(INDEX),
-        "/app.js" => Some(Asset {
-            content_type: "text/javascript; charset=utf-8",
-            body: include_bytes!("../../assets/app.js"),
-        }),
-        "/tree.js" => Some(Asset {
-            content_type: "text/javascript; charset=utf-8",
-            body: include_bytes!("../../assets/tree.js"),
-        }),
+        "/app.js" => Some(script(include_bytes!("../../assets/app.js"))),
+        "/tree.js" => Some(script(include_bytes!("../../assets/tree.js"))),
+        "/chart.js" => Some(script(include_bytes!("../../assets/chart.js"))),
+        "/panels.js" => Some(script(include_bytes!("../../assets/panels.js"))),
         "/style.css" => Some(Asset {
             content_type: "text/css; charset=utf-8",
             body: include_bytes!("../../assets/style.css"),
         }),
         "/compare.html" => Some(COMPARE),
-        "/compare.js" => Some(Asset {
-            content_type: "text/javascript; charset=utf-8",
-            body: include_bytes!("../../assets/compare.js"),
-        }),
+        "/compare.js" => Some(script(include_bytes!("../../assets/compare.js"))),
         "/compare.css" => Some(Asset {
             content_type: "text/css; charset=utf-8",
             body: include_bytes!("../../assets/compare.css"),
