@@ -2,21 +2,14 @@
 // stacks, outermost frame first (what `python -m torch.cuda._memory_viz memory` draws as a
 // flame graph), as a collapsible tree with a bar per node. The server builds the tree
 // (/api/tree); this file only draws it. app.js calls memtraceTree.show(device, index) when the
-// selected state changes and asks memtraceTree.param() for the tables' frame view.
+// selected state changes and asks memtraceTree.param() for the tables' frame view. Sizes are
+// written by chart.js's fmtBytes (called once every script is loaded).
 // Text from the trace is only ever set with textContent, never parsed as HTML. Its styles are
 // the #tree rules at the end of style.css (the page's CSP allows no inline style sheet).
 'use strict';
 
 (function () {
   const state = { device: null, index: null, seq: 0, data: null };
-
-  function fmt(n) {
-    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-    let i = 0;
-    let v = Number(n);
-    while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
-    return (i === 0 ? String(v) : v.toFixed(v < 10 ? 2 : 1)) + ' ' + units[i];
-  }
 
   function allFrames() {
     const box = document.getElementById('all-frames');
@@ -39,14 +32,14 @@
     bar.append(fill);
     const bytes = document.createElement('span');
     bytes.className = 'tree-num';
-    bytes.textContent = fmt(node.bytes);
+    bytes.textContent = fmtBytes(node.bytes);
     const pct = document.createElement('span');
     pct.className = 'tree-num';
     pct.textContent = (100 * share).toFixed(1) + ' %';
     const name = document.createElement('span');
     name.className = 'tree-name';
     name.textContent = node.name;
-    r.title = `${node.name}\n${fmt(node.bytes)} in ${node.blocks} blocks (${(100 * share).toFixed(2)} % of allocated)`;
+    r.title = `${node.name}\n${fmtBytes(node.bytes)} in ${node.blocks} blocks (${(100 * share).toFixed(2)} % of allocated)`;
     r.append(bar, bytes, pct, name);
     return r;
   }
@@ -80,7 +73,7 @@
     box.dataset.index = String(data.index);
     if (caption) {
       caption.textContent = `${data.label}${data.is_peak ? ' (the allocated peak)' : ''}: ` +
-        `${fmt(data.allocated_bytes)} in ${data.blocks} allocated blocks (block sizes, not requested sizes), ` +
+        `${fmtBytes(data.allocated_bytes)} in ${data.blocks} allocated blocks (block sizes, not requested sizes), ` +
         `${data.all_frames ? 'every frame memory_viz shows' : "the user's own frames"}; ` +
         `nodes under ${(100 * data.min_share).toFixed(1)} % are folded into "<N smaller>".`;
     }
