@@ -74,10 +74,16 @@ function columnX(answer, columns, c, width) {
   return xOfValue(answer.from + (c / columns) * (answer.to - answer.from), width);
 }
 
+// The answer's column under x, as a number past either end when x is outside the answer's
+// window.
+function columnUnder(answer, columns, x, width) {
+  const value = view.from + (x / width) * (view.to - view.from);
+  return Math.floor(((value - answer.from) / (answer.to - answer.from)) * columns);
+}
+
 // The answer's column under x, or -1 when x is outside the answer's window.
 function columnAt(answer, columns, x, width) {
-  const value = view.from + (x / width) * (view.to - view.from);
-  const c = Math.floor(((value - answer.from) / (answer.to - answer.from)) * columns);
+  const c = columnUnder(answer, columns, x, width);
   return c >= 0 && c < columns ? c : -1;
 }
 
@@ -229,12 +235,12 @@ function drawAxis(ctx, width, height, maxBytes, plotTop, plotHeight, right) {
   }
 }
 
+// The state the timeline's column under x shows (the nearest column's outside its window).
 function stateAtX(x, width) {
   const t = view.timeline;
   if (!t) return undefined;
   const columns = t.states.length;
-  const value = view.from + (x / width) * (view.to - view.from);
-  const c = Math.floor(((value - t.from) / (t.to - t.from)) * columns);
+  const c = columnUnder(t, columns, x, width);
   return t.states[Math.min(columns - 1, Math.max(0, c))];
 }
 

@@ -10,9 +10,10 @@
 //! The ones shown are those alive in some column's state (the others would draw nothing)
 //! that stand out most where they live: the largest share of the memory alive in their
 //! columns, so every stretch of the window shows its own largest allocations, not only the
-//! stretch where the window's largest live. The same stacking draws the reserved segments ([`segment_timeline`]).
-//! The work per request is one pass over the window's states and the allocations, plus the
-//! columns each shown band is alive in.
+//! stretch where the window's largest live. The same stacking draws the reserved segments
+//! ([`segment_timeline`]). The work per request is one pass over the allocations, the
+//! window's blocks of states ([`Series`]; every state when a filter makes the request sum its
+//! own), plus the columns each shown band is alive in.
 
 use super::filter::Filter;
 use super::joined;
@@ -292,15 +293,13 @@ impl Layout {
         // Each column's peak state and its bytes, from the device's series or, filtered, from
         // the window's lifetimes summed; in two halves for a window of many states.
         let split = last - first >= HALVES_FROM;
-        let (states, total): (Vec<usize>, Vec<u64>) = match alive {
-            Some(alive) => {
-                let states = in_halves_if(split, &cols, |_, part| {
-                    part.iter().map(|&(lo, hi)| alive.peak(lo, hi)).collect()
-                });
-                let total = states.iter().map(|&s| alive.get(s).copied().unwrap_or(0));
-                let total = total.collect();
-                (states, total)
-            }
+        let (states, total) = match alive {
+            Some(alive) => column_peaks(
+                split,
+                &cols,
+                |lo, hi| alive.peak(lo, hi),
+                |s| alive.get(s).copied(),
+            ),
             None => {
                 // Summed into the device's buffer when no other request holds it: its pages
                 // are mapped already, where a new one's would each fault in afresh.
@@ -310,16 +309,12 @@ impl Layout {
                 let kept = candidates.iter().map(|&id| &spans[id]);
                 alive_in(kept, first, last, summed);
                 let summed = &summed[..];
-                let states: Vec<usize> = in_halves_if(split, &cols, |_, part| {
-                    part.iter()
-                        .map(|&(lo, hi)| first + peak_in(summed, lo - first, hi - first))
-                        .collect()
-                });
-                let total = states
-                    .iter()
-                    .map(|&s| summed.get(s - first).copied().unwrap_or(0));
-                let total = total.collect();
-                (states, total)
+                column_peaks(
+                    split,
+                    &cols,
+                    |lo, hi| first + peak_in(summed, lo - first, hi - first),
+                    |s| summed.get(s - first).copied(),
+                )
             }
         };
         Layout {
@@ -441,6 +436,21 @@ impl Layout {
         visible.sort_unstable_by(by_share_desc);
         visible.into_iter().map(|(id, _, _)| id).collect()
     }
+}
+
+/// Each column's peak state (`peak` of its states) and the bytes there (`at` a state, 0 when
+/// it has none), the columns in two halves at once when `split`.
+fn column_peaks(
+    split: bool,
+    cols: &[(usize, usize)],
+    peak: impl Fn(usize, usize) -> usize + Sync,
+    at: impl Fn(usize) -> Option<u64>,
+) -> (Vec<usize>, Vec<u64>) {
+    let states: Vec<usize> = in_halves_if(split, cols, |_, part| {
+        part.iter().map(|&(lo, hi)| peak(lo, hi)).collect()
+    });
+    let total = states.iter().map(|&s| at(s).unwrap_or(0)).collect();
+    (states, total)
 }
 
 /// Lists at least this long are worked on in two halves at once.

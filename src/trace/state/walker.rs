@@ -76,9 +76,9 @@ pub(super) const COPY_BESIDE_FROM: usize = 1 << 20;
 /// block live after its free, a segment freed or never allocated with live blocks in it) is a
 /// [`StateError::Contradiction`] naming the event.
 ///
-/// A clone shares the events, the changes and the end state with the original (they never change) and
-/// copies only the current state: walking a clone costs what walking the original does, and
-/// no second pass over the trace.
+/// A clone shares the events, the changes and the end state with the original (they never
+/// change) and copies only the current state: walking a clone costs what walking the original
+/// does, and no second pass over the trace.
 #[derive(Clone, Debug)]
 pub struct StateWalker {
     device: u32,
