@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::interop_tests::{dict, int, list, pytorch_file, s, sample};
 use super::{
-    read_pytorch_pickle, snapshot_from_owned_pytorch_value, snapshot_to_pytorch_value, Streamed,
+    read_pytorch_pickle, snapshot_from_owned_pytorch_value, snapshot_to_pytorch_value,
+    taken_by_stream, Streamed,
 };
 use crate::trace::limits::ImportLimits;
 use crate::trace::pickle::{read, write, PickleError, ReadLimits, Value};
@@ -55,6 +56,16 @@ fn the_projects_pytorch_fixtures_read_the_same_both_ways() {
             let bytes = std::fs::read(&path).expect("reads");
             let snapshot = assert_same(&bytes);
             assert!(!snapshot.events.is_empty() || !snapshot.segments.is_empty());
+            // Every entry and segment is taken out of the tree, but the segments of the one
+            // legacy file (blocks with a `history` and no address), which the tree keeps.
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let legacy = name.starts_with("Yiyi_");
+            let entries = snapshot.events.len() - snapshot.pytorch.inserted_events.len();
+            let segments = if legacy { 0 } else { snapshot.segments.len() };
+            assert_eq!(taken_by_stream(&bytes), Some((entries, segments)), "{name}");
             read += 1;
         }
     }
@@ -267,4 +278,173 @@ fn a_frame_changed_after_its_entry_is_read_as_the_file_leaves_it() {
     let again = file_with_frame_then(&again);
     assert!(plain(&again).is_ok());
     assert_eq!(streamed(&again), None);
+}
+
+/// A block dict at `address`, with `frames` when given.
+fn block(address: i64, size: i64, state: &str, frames: Option<Value>) -> Value {
+    let mut pairs = vec![
+        ("address", int(address)),
+        ("size", int(size)),
+        ("state", s(state)),
+    ];
+    pairs.extend(frames.map(|frames| ("frames", frames)));
+    dict(pairs)
+}
+
+/// A segment dict at `address` with `blocks`, and `extra` keys.
+fn segment(address: i64, blocks: Value, extra: Vec<(&str, Value)>) -> Value {
+    let mut pairs = vec![
+        ("device", int(0)),
+        ("address", int(address)),
+        ("total_size", int(4096)),
+        ("stream", int(0)),
+        ("segment_type", s("small")),
+        ("allocated_size", int(1024)),
+        ("active_size", int(1024)),
+        ("requested_size", int(1000)),
+        ("blocks", blocks),
+    ];
+    pairs.extend(extra);
+    dict(pairs)
+}
+
+/// A snapshot of `segments` and one trace of `entries`.
+fn file_of(segments: Value, entries: Vec<Value>) -> Vec<u8> {
+    pickled(&dict(vec![
+        ("segments", segments),
+        ("device_traces", list(vec![list(entries)])),
+    ]))
+}
+
+#[test]
+fn segments_and_their_blocks_are_taken_and_read_the_same() {
+    let frame = dict(vec![
+        ("filename", s("a.py")),
+        ("line", int(3)),
+        ("name", s("f")),
+    ]);
+    let frames = list(vec![frame.clone()]);
+    let first = segment(
+        4096,
+        list(vec![
+            block(4096, 1024, "active_allocated", Some(frames.clone())),
+            block(5120, 3072, "inactive", Some(list(vec![]))),
+        ]),
+        vec![("frames", list(vec![frame.clone(), frame]))],
+    );
+    let pool = Value::Tuple(Arc::new(vec![int(1), int(2)]));
+    let second = segment(
+        1 << 20,
+        list(vec![dict(vec![
+            ("address", int(1 << 20)),
+            ("size", int(4096)),
+            ("requested_size", int(4000)),
+            ("state", s("active_pending_free")),
+        ])]),
+        vec![
+            ("is_expandable", Value::Bool(true)),
+            ("segment_pool_id", pool),
+            ("segment_type", s("large")),
+        ],
+    );
+    let entry = dict(vec![
+        ("action", s("alloc")),
+        ("addr", int(4096)),
+        ("size", int(1000)),
+        ("stream", int(0)),
+        ("frames", frames),
+    ]);
+    let bytes = file_of(list(vec![second, first]), vec![entry]);
+    let snapshot = assert_same(&bytes);
+    assert_eq!(taken_by_stream(&bytes), Some((1, 2)));
+    assert_eq!(snapshot.segments.len(), 2);
+    assert_eq!(snapshot.segments[0].blocks.len(), 2);
+    assert_eq!(snapshot.pytorch.segment_pools.len(), 1);
+    // The allocated block and the entry share one context.
+    assert_eq!(
+        snapshot.segments[0].blocks[0].context,
+        snapshot.events[0].context
+    );
+    // A segment without blocks.
+    let empty = file_of(list(vec![segment(4096, list(vec![]), vec![])]), vec![]);
+    assert_eq!(assert_same(&empty).segments[0].blocks.len(), 0);
+    assert_eq!(taken_by_stream(&empty), Some((0, 1)));
+    // blockpool's own export: contexts by its table, for segments and blocks alike.
+    let exported = pickled(&snapshot_to_pytorch_value(&sample()).expect("exports"));
+    assert_eq!(assert_same(&exported), sample());
+    let taken = taken_by_stream(&exported).expect("taken");
+    assert_eq!(taken.1, sample().segments.len());
+}
+
+#[test]
+fn segments_the_stream_cannot_take_the_same_way_are_left_to_the_plain_read() {
+    let a_block = block(4096, 4096, "inactive", None);
+    // One block dict in two segments: the plain read refuses it.
+    let shared_block = file_of(
+        list(vec![
+            segment(4096, list(vec![a_block.clone()]), vec![]),
+            segment(8192, list(vec![a_block.clone()]), vec![]),
+        ]),
+        vec![],
+    );
+    assert!(plain(&shared_block).is_err());
+    assert_eq!(streamed(&shared_block), None);
+    // One blocks list in two segments: the plain read copies it.
+    let blocks = list(vec![a_block.clone()]);
+    let shared_list = file_of(
+        list(vec![
+            segment(4096, blocks.clone(), vec![]),
+            segment(8192, blocks, vec![]),
+        ]),
+        vec![],
+    );
+    assert_eq!(plain(&shared_list).expect("reads").segments.len(), 2);
+    assert_eq!(streamed(&shared_list), None);
+    // Blocks that no segment holds.
+    let loose = pickled(&dict(vec![
+        ("segments", list(vec![])),
+        ("device_traces", list(vec![])),
+        ("log", list(vec![a_block.clone()])),
+    ]));
+    assert!(plain(&loose).is_ok());
+    assert_eq!(streamed(&loose), None);
+    // The segments list held twice: the plain read reads one of them.
+    let segments = list(vec![segment(4096, list(vec![a_block.clone()]), vec![])]);
+    let twice = pickled(&dict(vec![
+        ("segments", segments.clone()),
+        ("device_traces", list(vec![])),
+        ("copy", segments),
+    ]));
+    assert_eq!(plain(&twice).expect("reads").segments.len(), 1);
+    assert_eq!(streamed(&twice), None);
+    // An unknown segment type or block state, a device past u32.
+    for (key, value) in [
+        ("segment_type", s("huge")),
+        ("device", int(1 << 40)),
+        ("segment_pool_id", list(vec![int(1)])),
+        ("is_expandable", int(1)),
+    ] {
+        let bad = segment(4096, list(vec![a_block.clone()]), vec![(key, value)]);
+        let bytes = file_of(list(vec![bad]), vec![]);
+        assert!(plain(&bytes).is_err(), "{key}");
+        assert_eq!(streamed(&bytes), None, "{key}");
+    }
+    let bad_state = block(4096, 4096, "lost", None);
+    let bytes = file_of(
+        list(vec![segment(4096, list(vec![bad_state]), vec![])]),
+        vec![],
+    );
+    assert!(plain(&bytes).is_err());
+    assert_eq!(streamed(&bytes), None);
+    // A legacy block (no address) after a segment taken: the list mixes the two.
+    let legacy = dict(vec![("size", int(4096)), ("state", s("inactive"))]);
+    let mixed = file_of(
+        list(vec![
+            segment(4096, list(vec![a_block]), vec![]),
+            segment(8192, list(vec![legacy]), vec![]),
+        ]),
+        vec![],
+    );
+    assert_eq!(plain(&mixed).expect("reads").segments.len(), 2);
+    assert_eq!(streamed(&mixed), None);
 }

@@ -140,7 +140,7 @@ pub(crate) fn read_pytorch_pickle(
     read_limits: &ReadLimits,
     limits: &ImportLimits,
 ) -> Streamed {
-    let mut absorber = absorb::EntryAbsorber::default();
+    let mut absorber = absorb::SnapshotAbsorber::default();
     let value = match read_absorbing(source, read_limits, &mut absorber) {
         Ok(Some(value)) => value,
         Ok(None) => return Streamed::Again,
@@ -151,18 +151,41 @@ pub(crate) fn read_pytorch_pickle(
         }
         Err(e) => return Streamed::Failed(e),
     };
-    let Ok(source) = snapshot_from_value(&value) else {
+    let Ok(mut source) = snapshot_from_value(&value) else {
         return Streamed::Again;
+    };
+    let mut absorbed = absorber.into_absorbed();
+    let segment_contexts = match absorbed.segments.take() {
+        // The list they were taken from is left empty.
+        Some(_) if !source.segments.is_empty() => return Streamed::Again,
+        Some(taken) => {
+            source.segments = taken.segments;
+            Some(taken.contexts)
+        }
+        None => None,
     };
     let Ok(mut importer) = Importer::new(&source, Some(&value), limits) else {
         return Streamed::Again;
     };
-    importer.absorbed = Some(absorber.into_absorbed());
+    importer.absorbed = Some(absorbed);
+    importer.segment_contexts = segment_contexts;
     let Ok(read) = importer.read_raw() else {
         return Streamed::Again;
     };
     drop(value);
     read.finish().map_or(Streamed::Again, Streamed::Read)
+}
+
+/// How many trace entries and segments the streaming read of `bytes` takes out of the tree
+/// (`None`: it leaves the file to the whole read).
+#[cfg(test)]
+pub(super) fn taken_by_stream(bytes: &[u8]) -> Option<(usize, usize)> {
+    let mut absorber = absorb::SnapshotAbsorber::default();
+    read_absorbing(&mut &bytes[..], &ReadLimits::default(), &mut absorber).ok()??;
+    let absorbed = absorber.into_absorbed();
+    let entries = absorbed.traces.iter().map(|(_, t)| t.entries.len()).sum();
+    let segments = absorbed.segments.map_or(0, |taken| taken.segments.len());
+    Some((entries, segments))
 }
 
 /// Converts a PyTorch snapshot's plain-data tree into a [`Snapshot`], as described in this
@@ -232,6 +255,9 @@ struct Importer<'a, 'r> {
     entry_extras: Vec<Vec<(usize, Extras)>>,
     /// The trace entries an absorbing read took out of the tree.
     absorbed: Option<absorb::Absorbed>,
+    /// blockpool's `context` of the segments and blocks an absorbing read took out of the
+    /// tree, as [`absorb::TakenSegments::contexts`] lists them.
+    segment_contexts: Option<Vec<(usize, Option<usize>, u64)>>,
 }
 
 impl<'a, 'r> Importer<'a, 'r> {
@@ -251,6 +277,7 @@ impl<'a, 'r> Importer<'a, 'r> {
             segments: None,
             entry_extras: Vec::new(),
             absorbed: None,
+            segment_contexts: None,
         };
         importer.read_table()?;
         Ok(importer)
@@ -406,18 +433,41 @@ impl<'a, 'r> Importer<'a, 'r> {
         let root = Path::ROOT;
         let segments_path = root.key("segments");
         let source = self.source;
+        let taken = self.segment_contexts.take();
+        let mut taken_contexts = taken.iter().flatten().copied().peekable();
         let mut segments = Vec::with_capacity(source.segments.len());
         for (s, segment) in source.segments.iter().enumerate() {
             let path = segments_path.index(s);
             let raw = self.table.as_ref().and(item(self.raw, "segments", s));
-            let context = match raw {
-                Some(_) => self.table_context(extras_of(raw, &path)?.context, &path)?,
+            // blockpool's context id of the segment and of block `b` in a file it exported
+            // (`None` in PyTorch's files: the frames tell the context).
+            let exported = self.table.is_some() && (taken.is_some() || raw.is_some());
+            let mut table_id = |b: Option<usize>, path: &Path<'_>| -> Result<_, SnapshotError> {
+                if !exported {
+                    return Ok(None);
+                }
+                if taken.is_some() {
+                    let id = taken_contexts
+                        .next_if(|&(at, block, _)| at == s && block == b)
+                        .map(|(_, _, id)| id);
+                    return Ok(Some(id));
+                }
+                let raw = match b {
+                    None => raw,
+                    Some(b) => item(raw, "blocks", b),
+                };
+                Ok(Some(extras_of(raw, path)?.context))
+            };
+            let context = match table_id(None, &path)? {
+                Some(id) => self.table_context(id, &path)?,
                 None => self.frames_context(&segment.frames, None, &path)?,
             };
             let blocks_path = path.key("blocks");
             let mut blocks = Vec::with_capacity(segment.blocks.len());
             for (b, block) in segment.blocks.iter().enumerate() {
-                blocks.push(self.block(block, raw, &blocks_path.index(b), b)?);
+                let path = blocks_path.index(b);
+                let id = table_id(Some(b), &path)?;
+                blocks.push(self.block(block, id, &path)?);
             }
             segments.push(Segment {
                 device: segment.device,
@@ -437,23 +487,21 @@ impl<'a, 'r> Importer<'a, 'r> {
         Ok(segments)
     }
 
-    /// A block; `raw_segment` is its segment's dict in a file we exported.
+    /// A block; `table_id` is its context id in blockpool's table, in a file blockpool
+    /// exported.
     fn block(
         &mut self,
         block: &model::Block,
-        raw_segment: Option<&Value>,
+        table_id: Option<Option<u64>>,
         path: &Path<'_>,
-        index: usize,
     ) -> Result<Block, SnapshotError> {
         let state = match block.state {
             model::BlockState::ActiveAllocated => BlockState::ActiveAllocated,
             model::BlockState::ActivePendingFree => BlockState::ActivePendingFree,
             model::BlockState::Inactive => BlockState::Inactive,
         };
-        let (requested, context) = if raw_segment.is_some() {
-            let raw = item(raw_segment, "blocks", index);
-            let context = self.table_context(extras_of(raw, path)?.context, path)?;
-            (block.requested_size, context)
+        let (requested, context) = if let Some(id) = table_id {
+            (block.requested_size, self.table_context(id, path)?)
         } else if state.is_active() {
             (
                 block.requested_size,

@@ -28,6 +28,8 @@ pub use export::{
     snapshot_to_pytorch_value, write_pytorch_snapshot, ExportError, MAX_EXPORT_DEVICE,
 };
 pub use extras::TAG_FILENAME;
+#[cfg(test)]
+use import::taken_by_stream;
 pub use import::{
     load_pytorch_snapshot_as_snapshot, snapshot_from_pytorch_value,
     snapshot_from_pytorch_value_with,

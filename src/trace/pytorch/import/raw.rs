@@ -97,6 +97,7 @@ impl<'a, 'r> Importer<'a, 'r> {
             segments: self.segments,
             entry_extras: self.entry_extras,
             absorbed: self.absorbed,
+            segment_contexts: self.segment_contexts,
         })
     }
 
