@@ -189,9 +189,25 @@ pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u
 /// Of `devices`, the one with the most events, then the most reserved bytes, then the lowest
 /// index. One pass over the events and the segments.
 pub fn busiest_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
+    if let [only] = devices {
+        return Some(*only);
+    }
     let mut load: HashMap<u32, (usize, u64)> = HashMap::new();
+    // Counted by runs: a device's events mostly follow each other.
+    let mut run: Option<(u32, usize)> = None;
     for event in &snapshot.events {
-        load.entry(event.device).or_default().0 += 1;
+        match &mut run {
+            Some((device, count)) if *device == event.device => *count += 1,
+            _ => {
+                if let Some((device, count)) = run {
+                    load.entry(device).or_default().0 += count;
+                }
+                run = Some((event.device, 1));
+            }
+        }
+    }
+    if let Some((device, count)) = run {
+        load.entry(device).or_default().0 += count;
     }
     for segment in &snapshot.segments {
         load.entry(segment.device).or_default().1 += segment.size;
@@ -255,4 +271,41 @@ pub fn steps_by(
         });
     }
     steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busiest_device;
+    use blockpool::trace::{Action, ContextId, Snapshot, TraceEvent};
+    use blockpool::StreamId;
+
+    fn on(devices: &[u32]) -> Snapshot {
+        let event = |device| TraceEvent {
+            action: Action::Alloc,
+            device,
+            stream: StreamId::DEFAULT,
+            addr: 0x1000,
+            size: 512,
+            requested: 512,
+            time_us: 0,
+            context: ContextId::NONE,
+        };
+        Snapshot {
+            events: devices.iter().map(|&d| event(d)).collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn the_busiest_device_counts_every_run_of_events() {
+        // Device 1 has three events in two runs, device 0 two in two.
+        let snapshot = on(&[0, 1, 1, 0, 1]);
+        assert_eq!(busiest_device(&snapshot, &[0, 1]), Some(1));
+        // A tie goes to the lower index (no segments: no reserved bytes either).
+        let snapshot = on(&[2, 2, 0, 0]);
+        assert_eq!(busiest_device(&snapshot, &[0, 2]), Some(0));
+        // One device is that device, counted or not.
+        assert_eq!(busiest_device(&on(&[]), &[3]), Some(3));
+        assert_eq!(busiest_device(&on(&[]), &[]), None);
+    }
 }

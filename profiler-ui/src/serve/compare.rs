@@ -198,7 +198,7 @@ pub fn compare(files: &[FileEntry], traces: &[TraceModel]) -> Result<Comparison,
                 .collect::<Vec<_>>(),
         ),
     });
-    let has_devices = |t: &TraceModel| !t.snapshot.devices().is_empty();
+    let has_devices = |t: &TraceModel| !t.devices.is_empty();
     let sites = match (traces, &views[..]) {
         ([a, b], [va, vb]) if has_devices(a) && has_devices(b) => {
             Some(sites_compared(a, b, (va.device, vb.device))?)
@@ -216,9 +216,12 @@ pub fn compare(files: &[FileEntry], traces: &[TraceModel]) -> Result<Comparison,
 
 fn file_view(index: usize, entry: &FileEntry, trace: &TraceModel) -> Result<FileView, ServeError> {
     // A file without devices (no segments, no events) shows as empty, not as an error.
-    let device = match trace.snapshot.devices().is_empty() {
-        true => None,
-        false => Some(pick_device(&trace.snapshot, None)?),
+    // The model has a device for each of the snapshot's: the busiest is counted only when
+    // there are several.
+    let device = match &trace.devices[..] {
+        [] => None,
+        [only] => Some(only.device),
+        _ => Some(pick_device(&trace.snapshot, None)?),
     };
     let summary = trace
         .summary
@@ -265,10 +268,14 @@ fn file_view(index: usize, entry: &FileEntry, trace: &TraceModel) -> Result<File
 }
 
 fn peak_view(trace: &TraceModel, device: u32, first_us: u64, peak: &Peak) -> PeakView {
+    // The device's events are its walker's: the event is looked up, not counted to.
     let event = peak
         .index
         .checked_sub(1)
-        .and_then(|i| trace.snapshot.device_events(device).nth(i))
+        .and_then(|i| {
+            let model = trace.device(Some(device))?;
+            super::tables::lock(model).events().get(i).copied()
+        })
         .map(|e| PeakEvent {
             action: e.action.as_str(),
             size: e.size,

@@ -322,7 +322,9 @@ struct FromEvents {
 }
 
 /// The model of `device`, `walker` its walker at index 0 and `from_events` what its events
-/// alone give; `leaks` gives its leak report, made meanwhile.
+/// alone give; `leaks` gives its leak report, made meanwhile. The allocations' lifetimes and
+/// their bytes alive are made on a thread of their own while this one makes the curves and
+/// the segments' spans from the walker.
 fn build_device(
     device: u32,
     mut walker: StateWalker,
@@ -332,18 +334,35 @@ fn build_device(
     let failed = |source| ServeError::State { device, source };
     let events = walker.len();
     let initial = walker.state();
-    let (allocations, state_time_us) = allocation_lifetimes(&initial, from_events.lifetimes);
-    let curves = Curves::of(&mut walker).map_err(failed)?;
-    let peak_index = curves.allocated_peak();
-    let segments = segment_spans(&initial, walker.events());
-    let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
-    streams.sort_unstable();
-    streams.dedup();
-    let allocation_bytes = lod::alive_bytes(&allocations, state_time_us.len());
-    let segment_bytes = lod::alive_bytes(&segments, state_time_us.len());
+    let (spans, from_walker) = std::thread::scope(|scope| {
+        let spans = scope.spawn(|| {
+            let (allocations, state_time_us) =
+                allocation_lifetimes(&initial, from_events.lifetimes);
+            let mut streams: Vec<u64> = allocations.iter().map(|a| a.stream).collect();
+            streams.sort_unstable();
+            streams.dedup();
+            let allocation_bytes = lod::alive_bytes(&allocations, state_time_us.len());
+            (allocations, state_time_us, streams, allocation_bytes)
+        });
+        let from_walker = (|| {
+            let curves = Curves::of(&mut walker)?;
+            let peak_index = curves.allocated_peak();
+            let segments = segment_spans(&initial, walker.events());
+            let segment_bytes = lod::alive_bytes(&segments, events.saturating_add(1));
+            // Leave the walker at the peak, where the page first asks for the segments.
+            walker.seek(peak_index)?;
+            Ok((curves, peak_index, segments, segment_bytes))
+        })();
+        (joined(spans), from_walker)
+    });
+    let (allocations, state_time_us, streams, allocation_bytes) = spans;
+    let (curves, peak_index, segments, segment_bytes) = from_walker.map_err(failed)?;
+    debug_assert_eq!(
+        state_time_us.len(),
+        events + 1,
+        "a state per event, and the first"
+    );
     let has_times = state_time_us.last() > state_time_us.first();
-    // Leave the walker at the peak, where the page first asks for the segments.
-    walker.seek(peak_index).map_err(failed)?;
     let leaks = Arc::new(leaks()?);
     Ok(DeviceModel {
         device,
