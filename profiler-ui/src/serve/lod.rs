@@ -18,12 +18,15 @@
 use super::filter::Filter;
 use super::joined;
 use super::model::{Allocation, DeviceModel, TraceModel};
+pub use alive::alive_bytes;
+use alive::alive_of;
 pub use curves::curves;
 use curves::RangeMax;
 use serde::Serialize;
 use series::peak_in;
 pub use series::Series;
 use stacking::{count_runs, stack, ColumnFinder};
+use std::collections::BinaryHeap;
 
 /// Most columns a request may ask for.
 pub const MAX_WIDTH: u64 = 4000;
@@ -285,10 +288,15 @@ impl Layout {
             _ => (0, 1),
         };
         let candidates = in_halves(spans, |offset, part| {
-            let kept = part.iter().enumerate();
-            kept.filter(|(_, a)| a.start < last && a.end > first && keeps(a))
-                .map(|(i, _)| offset + i)
-                .collect()
+            // Room for every lifetime: only the pages written are ever mapped, and the list
+            // is never moved while it grows.
+            let mut kept = Vec::with_capacity(part.len());
+            for (i, a) in part.iter().enumerate() {
+                if a.start < last && a.end > first && keeps(a) {
+                    kept.push(offset + i);
+                }
+            }
+            kept
         });
         // Each column's peak state and its bytes, from the device's series or, filtered, from
         // the window's lifetimes summed; in two halves for a window of many states.
@@ -306,8 +314,7 @@ impl Layout {
                 let mut held = device.sums.try_lock().ok();
                 let mut own = Vec::new();
                 let summed = held.as_deref_mut().unwrap_or(&mut own);
-                let kept = candidates.iter().map(|&id| &spans[id]);
-                alive_in(kept, first, last, summed);
+                alive_of(spans, &candidates, first, last, summed);
                 let summed = &summed[..];
                 column_peaks(
                     split,
@@ -407,34 +414,78 @@ impl Layout {
 
     /// The candidates that draw something (alive in some column's state), at most `limit` of
     /// them, those that stand out most where they live first: the largest share of the most
-    /// memory alive in their columns (compared without division), then the largest.
+    /// memory alive in their columns (compared without division), then the largest. Each half
+    /// of the candidates keeps its best `limit` in a heap as it goes, so millions of
+    /// candidates cost a comparison each, not a list of them all to select from (unless the
+    /// limit is near their count).
     fn ranked(&self, spans: &[Allocation], limit: usize) -> Vec<usize> {
         let peaks = RangeMax::new(&self.total);
-        // (id, size, the most bytes alive in its columns), for the candidates in `ids`.
         let columns = ColumnFinder::new(&self.states);
-        let visible_in = |_, ids: &[usize]| {
-            let mut visible: Vec<(usize, u64, u64)> = Vec::with_capacity(ids.len());
+        let best_of = |_, ids: &[usize]| {
+            // A limit near the candidates' count keeps them all, to be selected from after.
+            let heap = limit.saturating_mul(64) < ids.len();
+            let mut best: BinaryHeap<Ranked> = BinaryHeap::new();
+            let mut all = Vec::with_capacity(if heap { 0 } else { ids.len() });
             for &id in ids {
                 let a = &spans[id];
                 let (c0, c1) = columns.of(a);
-                if c0 < c1 {
-                    visible.push((id, a.size, peaks.max(c0, c1).max(a.size).max(1)));
+                if c0 >= c1 {
+                    continue;
+                }
+                let ranked = Ranked {
+                    id,
+                    size: a.size,
+                    most: peaks.max(c0, c1).max(a.size).max(1),
+                };
+                if !heap {
+                    all.push(ranked);
+                } else if best.len() < limit {
+                    best.push(ranked);
+                } else if let Some(mut worst) = best.peek_mut() {
+                    if ranked < *worst {
+                        *worst = ranked;
+                    }
                 }
             }
-            visible
+            if heap {
+                best.into_vec()
+            } else {
+                all
+            }
         };
-        let mut visible = in_halves(&self.candidates, visible_in);
-        let by_share_desc = |a: &(usize, u64, u64), b: &(usize, u64, u64)| {
-            let left = u128::from(b.1) * u128::from(a.2);
-            let right = u128::from(a.1) * u128::from(b.2);
-            left.cmp(&right).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0))
-        };
+        let mut visible = in_halves(&self.candidates, best_of);
         if limit < visible.len() {
-            visible.select_nth_unstable_by(limit, by_share_desc);
+            visible.select_nth_unstable(limit);
             visible.truncate(limit);
         }
-        visible.sort_unstable_by(by_share_desc);
-        visible.into_iter().map(|(id, _, _)| id).collect()
+        visible.sort_unstable();
+        visible.into_iter().map(|r| r.id).collect()
+    }
+}
+
+/// A candidate as [`Layout::ranked`] orders them, the best first: by the largest share of the
+/// most memory alive in its columns (`size / most`, compared without division), then the
+/// largest, then the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ranked {
+    id: usize,
+    size: u64,
+    most: u64,
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let left = u128::from(other.size) * u128::from(self.most);
+        let right = u128::from(self.size) * u128::from(other.most);
+        left.cmp(&right)
+            .then(other.size.cmp(&self.size))
+            .then(self.id.cmp(&other.id))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -482,40 +533,6 @@ fn in_halves_if<I: Sync, T: Send>(
     })
 }
 
-/// Bytes alive at each state `first..last` (and one more, 0) of the lifetimes `spans`, into
-/// `delta` (its values replaced), by a difference array (wrapping: a hostile trace's sizes may
-/// overflow, and then the sum is wrong but nothing panics).
-fn alive_in<'a>(
-    spans: impl Iterator<Item = &'a Allocation>,
-    first: usize,
-    last: usize,
-    delta: &mut Vec<u64>,
-) {
-    delta.clear();
-    delta.resize(last - first + 1, 0);
-    for a in spans {
-        let lo = a.start.clamp(first, last) - first;
-        let hi = a.end.clamp(first, last) - first;
-        delta[lo] = delta[lo].wrapping_add(a.size);
-        delta[hi] = delta[hi].wrapping_sub(a.size);
-    }
-    // Summed in place: the differences become the bytes alive at each state.
-    let mut running = 0u64;
-    for d in delta.iter_mut() {
-        running = running.wrapping_add(*d);
-        *d = running;
-    }
-}
-
-/// Bytes alive at each of a device's `states` states of all the lifetimes `spans`: what
-/// [`Layout`] sums for a window when nothing is filtered out, made once per device.
-pub fn alive_bytes(spans: &[Allocation], states: usize) -> Series {
-    let mut alive = Vec::new();
-    alive_in(spans.iter(), 0, states, &mut alive);
-    alive.truncate(states);
-    Series::from(alive)
-}
-
 /// The window as the columns cover it.
 fn clamped(window: Window, first: usize, last: usize) -> Window {
     let width = window.width.max(1);
@@ -534,6 +551,7 @@ fn clamped(window: Window, first: usize, last: usize) -> Window {
     }
 }
 
+mod alive;
 mod curves;
 mod series;
 mod stacking;

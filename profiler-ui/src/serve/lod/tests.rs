@@ -1,5 +1,6 @@
 //! Columns, bands, the summarized band and curves on small devices built by hand.
 
+use super::alive::alive_in;
 use super::*;
 use crate::serve::testing::random;
 use blockpool::trace::{Action, Context, ContextId, Snapshot, TraceEvent};
@@ -533,6 +534,25 @@ fn a_window_of_many_lifetimes_lays_out_as_one_of_few() {
             .map(|&(lo, hi)| first + peak_in(&alive, lo - first, hi - first))
             .collect();
         assert_eq!(layout.states, peaks);
+        // The ranking, the best 300 kept in heaps, equals a sort of every visible candidate.
+        let mut all: Vec<(u64, usize, u64)> = Vec::new();
+        for &id in &layout.candidates {
+            let a = &spans[id];
+            let cols = layout.states.iter().zip(&layout.total);
+            let alive = cols
+                .filter(|(&s, _)| a.start <= s && s < a.end)
+                .map(|(_, &t)| t);
+            if let Some(most) = alive.max() {
+                all.push((a.size, id, most.max(a.size).max(1)));
+            }
+        }
+        all.sort_by(|x, y| {
+            let left = u128::from(y.0) * u128::from(x.2);
+            let right = u128::from(x.0) * u128::from(y.2);
+            left.cmp(&right).then(y.0.cmp(&x.0)).then(x.1.cmp(&y.1))
+        });
+        let best: Vec<usize> = all.iter().take(300).map(|x| x.1).collect();
+        assert_eq!(layout.ranked(spans, 300), best);
         let timeline = layout.timeline(&model, spans, 300).0;
         assert_eq!(timeline.bands.len(), 300);
     }
