@@ -19,7 +19,8 @@ use super::filter::Filter;
 use super::joined;
 use super::model::{Allocation, DeviceModel, TraceModel};
 pub use alive::alive_bytes;
-use alive::alive_of;
+use alive::kept_and_alive;
+pub use alive::Sums;
 pub use curves::curves;
 use curves::RangeMax;
 use serde::Serialize;
@@ -287,41 +288,40 @@ impl Layout {
             (Some(f), Some(l)) => (f.0, l.1),
             _ => (0, 1),
         };
-        let candidates = in_halves(spans, |offset, part| {
-            // Room for every lifetime: only the pages written are ever mapped, and the list
-            // is never moved while it grows.
-            let mut kept = Vec::with_capacity(part.len());
-            for (i, a) in part.iter().enumerate() {
-                if a.start < last && a.end > first && keeps(a) {
-                    kept.push(offset + i);
-                }
-            }
-            kept
-        });
-        // Each column's peak state and its bytes, from the device's series or, filtered, from
-        // the window's lifetimes summed; in two halves for a window of many states.
+        // The window's lifetimes kept, and each column's peak state and its bytes: from the
+        // device's series or, filtered, from the kept lifetimes summed; in two halves for a
+        // window of many lifetimes or states.
         let split = last - first >= HALVES_FROM;
-        let (states, total) = match alive {
-            Some(alive) => column_peaks(
-                split,
-                &cols,
-                |lo, hi| alive.peak(lo, hi),
-                |s| alive.get(s).copied(),
-            ),
+        let (candidates, (states, total)) = match alive {
+            Some(alive) => {
+                let candidates = in_halves(spans, |offset, part| {
+                    let kept = part.iter().enumerate();
+                    kept.filter(|(_, a)| a.start < last && a.end > first && keeps(a))
+                        .map(|(i, _)| offset + i)
+                        .collect()
+                });
+                let peaks = column_peaks(
+                    split,
+                    &cols,
+                    |lo, hi| alive.peak(lo, hi),
+                    |s| alive.get(s).copied(),
+                );
+                (candidates, peaks)
+            }
             None => {
-                // Summed into the device's buffer when no other request holds it: its pages
-                // are mapped already, where a new one's would each fault in afresh.
+                // Summed into the device's buffers when no other request holds them.
                 let mut held = device.sums.try_lock().ok();
-                let mut own = Vec::new();
-                let summed = held.as_deref_mut().unwrap_or(&mut own);
-                alive_of(spans, &candidates, first, last, summed);
-                let summed = &summed[..];
-                column_peaks(
+                let mut own = Sums::default();
+                let sums = held.as_deref_mut().unwrap_or(&mut own);
+                let candidates = kept_and_alive(spans, first, last, &keeps, sums);
+                let summed = &sums[0][..];
+                let peaks = column_peaks(
                     split,
                     &cols,
                     |lo, hi| first + peak_in(summed, lo - first, hi - first),
                     |s| summed.get(s - first).copied(),
-                )
+                );
+                (candidates, peaks)
             }
         };
         Layout {

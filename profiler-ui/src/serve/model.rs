@@ -127,8 +127,8 @@ pub struct DeviceModel {
     /// Moves to any state for the segment view; one request at a time uses it.
     pub walker: Mutex<StateWalker>,
     /// Where a filtered window's bytes alive per state are summed, kept from one request to
-    /// the next (a request that finds it held sums into its own).
-    pub sums: Mutex<Vec<u64>>,
+    /// the next (a request that finds them held sums into its own).
+    pub sums: Mutex<lod::Sums>,
 }
 
 /// Per context id: the texts a search matches, lowercased, and the site name.
@@ -381,6 +381,6 @@ fn build_device(
         segment_bytes,
         has_times,
         walker: Mutex::new(walker),
-        sums: Mutex::new(Vec::new()),
+        sums: Mutex::new(lod::Sums::default()),
     })
 }

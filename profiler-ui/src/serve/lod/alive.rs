@@ -25,58 +25,74 @@ pub(super) fn alive_in<'a>(
     running_sum(delta, 0);
 }
 
-/// [`alive_in`] of the lifetimes `ids` of `spans`, the states in two halves at once when
-/// there are many of both: each half reads every lifetime and writes its own states alone,
-/// the second starting from the bytes alive across the middle. A filtered window of a
-/// ten-million-event trace sums millions of lifetimes over millions of states per request.
-pub(super) fn alive_of(
+/// The buffers a device keeps for [`kept_and_alive`] between requests: their pages are
+/// mapped already, where new ones' would each fault in afresh.
+pub type Sums = [Vec<u64>; 2];
+
+/// The lifetimes of `spans` alive in the states `first..last` that `keeps` keeps (their
+/// indices, ascending), and in `sums[0]` their bytes alive at each state `first..=last`, as
+/// [`alive_in`] gives them. One pass over the lifetimes, in two halves at once when there are
+/// many lifetimes and states (a filtered window of a ten-million-event trace keeps millions
+/// of lifetimes over millions of states): each half sums its own into a buffer of its own,
+/// and the two are then added up over the states, in two halves again, the second starting
+/// from the bytes alive across the middle.
+pub(super) fn kept_and_alive(
     spans: &[Allocation],
-    ids: &[usize],
     first: usize,
     last: usize,
-    delta: &mut Vec<u64>,
-) {
+    keeps: impl Fn(&Allocation) -> bool + Sync,
+    sums: &mut Sums,
+) -> Vec<usize> {
+    let kept_in_window = |a: &Allocation| a.start < last && a.end > first && keeps(a);
     let len = last - first + 1;
-    if len < HALVES_FROM || ids.len() < HALVES_FROM {
-        return alive_in(ids.iter().map(|&id| &spans[id]), first, last, delta);
+    if spans.len() < HALVES_FROM || len < HALVES_FROM {
+        let kept: Vec<usize> = (0..spans.len())
+            .filter(|&id| kept_in_window(&spans[id]))
+            .collect();
+        alive_in(kept.iter().map(|&id| &spans[id]), first, last, &mut sums[0]);
+        return kept;
     }
-    // Each half zeroes its own states.
-    prepare(delta, len);
     let middle = len / 2;
-    let (left, right) = delta.split_at_mut(middle);
-    let lifetimes = || {
-        ids.iter()
-            .map(|&id| (&spans[id], bounds(&spans[id], first, last)))
-    };
-    std::thread::scope(|scope| {
-        let right_half = scope.spawn(|| {
-            right.fill(0);
-            // Bytes alive at the middle of the lifetimes that started before it.
-            let mut across = 0u64;
-            for (a, (lo, hi)) in lifetimes() {
-                if lo >= middle {
-                    right[lo - middle] = right[lo - middle].wrapping_add(a.size);
-                } else if hi >= middle {
-                    across = across.wrapping_add(a.size);
-                }
-                if hi >= middle {
-                    right[hi - middle] = right[hi - middle].wrapping_sub(a.size);
-                }
+    // A part of the lifetimes from `offset`: the ids it keeps, its sizes added where they
+    // start and taken off where they end in `delta`, and its bytes alive across the middle.
+    let sum_part = |offset: usize, part: &[Allocation], delta: &mut Vec<u64>| {
+        prepare(delta, len);
+        delta.fill(0);
+        // Room for every lifetime: only the pages written are ever mapped.
+        let mut kept = Vec::with_capacity(part.len());
+        let mut across = 0u64;
+        for (i, a) in part.iter().enumerate() {
+            if !kept_in_window(a) {
+                continue;
             }
-            running_sum(right, across);
-        });
-        left.fill(0);
-        for (a, (lo, hi)) in lifetimes() {
-            if lo < middle {
-                left[lo] = left[lo].wrapping_add(a.size);
-            }
-            if hi < middle {
-                left[hi] = left[hi].wrapping_sub(a.size);
+            kept.push(offset + i);
+            let (lo, hi) = bounds(a, first, last);
+            delta[lo] = delta[lo].wrapping_add(a.size);
+            delta[hi] = delta[hi].wrapping_sub(a.size);
+            if lo < middle && hi >= middle {
+                across = across.wrapping_add(a.size);
             }
         }
-        running_sum(left, 0);
-        joined(right_half);
+        (kept, across)
+    };
+    let half = spans.len() / 2;
+    let (left_spans, right_spans) = spans.split_at(half);
+    let [into, other] = sums;
+    let ((mut kept, left_across), (right_kept, right_across)) = std::thread::scope(|scope| {
+        let right = scope.spawn(|| sum_part(half, right_spans, other));
+        let left = sum_part(0, left_spans, into);
+        (left, joined(right))
     });
+    kept.extend(right_kept);
+    let (into_first, into_second) = into.split_at_mut(middle);
+    let (other_first, other_second) = other.split_at(middle);
+    let across = left_across.wrapping_add(right_across);
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| add_up(into_second, other_second, across));
+        add_up(into_first, other_first, 0);
+        joined(second);
+    });
+    kept
 }
 
 /// Bytes alive at each of a device's `states` states of all the lifetimes `spans`: what
@@ -131,6 +147,15 @@ fn bounds(a: &Allocation, first: usize, last: usize) -> (usize, usize) {
     )
 }
 
+/// The differences in `delta` and `other` added up and summed into `delta` from `start`.
+fn add_up(delta: &mut [u64], other: &[u64], start: u64) {
+    let mut running = start;
+    for (d, o) in delta.iter_mut().zip(other) {
+        running = running.wrapping_add(d.wrapping_add(*o));
+        *d = running;
+    }
+}
+
 /// The differences in `delta` summed in place from `start`: the bytes alive at each state.
 fn running_sum(delta: &mut [u64], start: u64) {
     let mut running = start;
@@ -147,7 +172,7 @@ mod tests {
     use blockpool::trace::ContextId;
 
     #[test]
-    fn summed_in_halves_is_summed_whole() {
+    fn kept_and_summed_in_halves_is_kept_and_summed_whole() {
         let mut next = random(0x5eed_a11e);
         let states = 3 * HALVES_FROM;
         let spans: Vec<Allocation> = (0..2 * HALVES_FROM)
@@ -169,15 +194,18 @@ mod tests {
                 }
             })
             .collect();
-        let ids: Vec<usize> = (0..spans.len()).filter(|_| next(4) > 0).collect();
+        let kept = |a: &Allocation| a.size & 3 != 0;
         // The whole range, a window inside it, and one too small to split.
         for (first, last) in [(0, states), (HALVES_FROM / 3, states - 5000), (100, 900)] {
+            let ids: Vec<usize> = (0..spans.len())
+                .filter(|&id| spans[id].start < last && spans[id].end > first && kept(&spans[id]))
+                .collect();
             let mut whole = Vec::new();
             alive_in(ids.iter().map(|&id| &spans[id]), first, last, &mut whole);
-            // A kept buffer, longer than the range and holding stale sums.
-            let mut halves = vec![7; states + 10];
-            alive_of(&spans, &ids, first, last, &mut halves);
-            assert_eq!(halves, whole, "{first}..{last}");
+            // Kept buffers, longer than the range and holding stale sums.
+            let mut sums: Sums = [vec![7; states + 10], vec![9; 3]];
+            assert_eq!(kept_and_alive(&spans, first, last, kept, &mut sums), ids);
+            assert_eq!(sums[0], whole, "{first}..{last}");
         }
     }
 }
