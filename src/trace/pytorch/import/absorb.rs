@@ -214,6 +214,15 @@ fn str_of(view: View<'_>, slot: Slot) -> Result<(u32, &Arc<str>), Unreadable> {
     view.str(slot).ok_or(Unreadable)
 }
 
+/// What a taker reads a dict with: what the key strings name, the stacks, the values read
+/// so far, and the lists to take over with the dict (its frame lists, a segment's blocks).
+struct Reading<'r, 'v> {
+    names: &'r mut Names,
+    stacks: &'r mut stacks::Stacks,
+    view: View<'v>,
+    lists: &'r mut Vec<u32>,
+}
+
 /// What a list is taken from for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Taking {
@@ -259,20 +268,20 @@ impl SnapshotAbsorber {
         taking: Taking,
         lists: &mut Vec<u32>,
     ) -> Result<(), Unreadable> {
-        let (names, stacks) = (&mut self.names, &mut self.stacks);
+        let read = Reading {
+            names: &mut self.names,
+            stacks: &mut self.stacks,
+            view,
+            lists: &mut *lists,
+        };
         let taking = match taking {
-            Taking::Trace(trace) => {
-                let index = self.entries.take(names, stacks, view, dict, trace, lists)?;
-                Taking::Trace(Some(index))
-            }
+            Taking::Trace(trace) => Taking::Trace(Some(self.entries.take(read, dict, trace)?)),
             Taking::Blocks => {
-                self.segments
-                    .take_block(names, stacks, view, dict, list, lists)?;
+                self.segments.take_block(read, dict, list)?;
                 Taking::Blocks
             }
             Taking::Segments => {
-                self.segments
-                    .take_segment(names, stacks, view, dict, list, lists)?;
+                self.segments.take_segment(read, dict, list)?;
                 Taking::Segments
             }
         };

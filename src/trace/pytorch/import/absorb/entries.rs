@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use super::super::events::EntryFields;
 use super::super::Extras;
-use super::stacks::Stacks;
-use super::{str_of, u64_of, Found, Key, Names, Unreadable};
+use super::{str_of, u64_of, Found, Key, Reading, Unreadable};
 use crate::trace::pickle::{Container, Slot, View};
 use crate::trace::{Action, AddressHasher};
 
@@ -108,15 +107,13 @@ impl EntryTaker {
     /// `Converter::trace_entry` and `extras_of` would read it; returns the trace's index.
     pub(super) fn take(
         &mut self,
-        names: &mut Names,
-        stacks: &mut Stacks,
-        view: View<'_>,
+        mut read: Reading<'_, '_>,
         dict: Container<'_>,
         trace: Option<usize>,
-        lists: &mut Vec<u32>,
     ) -> Result<usize, Unreadable> {
-        let found = names.fields(view, dict);
-        let (entry, extras) = self.entry(names, stacks, view, &found, lists)?;
+        let view = read.view;
+        let found = read.names.fields(view, dict);
+        let (entry, extras) = self.entry(&mut read, &found)?;
         let index = match trace {
             Some(index) => index,
             None => {
@@ -136,15 +133,13 @@ impl EntryTaker {
 
     fn entry(
         &mut self,
-        names: &mut Names,
-        stacks: &mut Stacks,
-        view: View<'_>,
+        read: &mut Reading<'_, '_>,
         found: &Found,
-        lists: &mut Vec<u32>,
     ) -> Result<(Entry, Extras), Unreadable> {
+        let view = read.view;
         let get = |key: Key| found[key as usize];
         let action = get(Key::Action).ok_or(Unreadable)?;
-        let action = names.name(view, action).action.ok_or(Unreadable)?;
+        let action = read.names.name(view, action).action.ok_or(Unreadable)?;
         let addr = match (action, get(Key::Addr), get(Key::DeviceFree)) {
             (Action::Oom, None, Some(free)) => u64_of(view, free)?,
             (_, addr, _) => u64_of(view, addr.ok_or(Unreadable)?)?,
@@ -153,7 +148,7 @@ impl EntryTaker {
         let stream = u64_of(view, get(Key::Stream).ok_or(Unreadable)?)?;
         let time_us = get(Key::TimeUs).map(|t| u64_of(view, t)).transpose()?;
         let stack = match get(Key::Frames) {
-            Some(frames) => stacks.stack(view, frames, lists)?,
+            Some(frames) => read.stacks.stack(view, frames, read.lists)?,
             None => 0,
         };
         let compile_context = match get(Key::CompileContext) {

@@ -8,8 +8,7 @@ use std::hash::BuildHasherDefault;
 
 use super::super::super::fields::{bool_at, Path};
 use super::super::super::model::{Block, BlockState, Segment, SegmentType};
-use super::stacks::Stacks;
-use super::{str_of, u64_of, Found, Key, Names, Unreadable};
+use super::{str_of, u64_of, Found, Key, Reading, Unreadable};
 use crate::trace::pickle::{Container, Kind, Slot, View};
 use crate::trace::AddressHasher;
 
@@ -46,14 +45,12 @@ impl SegmentTaker {
     /// without one are read the plain way).
     pub(super) fn take_block(
         &mut self,
-        names: &mut Names,
-        stacks: &mut Stacks,
-        view: View<'_>,
+        read: Reading<'_, '_>,
         dict: Container<'_>,
         list: u32,
-        lists: &mut Vec<u32>,
     ) -> Result<(), Unreadable> {
-        let found = names.fields(view, dict);
+        let view = read.view;
+        let found = read.names.fields(view, dict);
         let get = |key: Key| found[key as usize];
         let int = |key: Key| u64_of(view, get(key).ok_or(Unreadable)?);
         let size = int(Key::Size)?;
@@ -64,7 +61,7 @@ impl SegmentTaker {
             _ => return Err(Unreadable),
         };
         let stack = match (get(Key::Frames), get(Key::History)) {
-            (Some(frames), _) => stacks.stack(view, frames, lists)?,
+            (Some(frames), _) => read.stacks.stack(view, frames, read.lists)?,
             (None, Some(_)) => return Err(Unreadable),
             (None, None) => 0,
         };
@@ -76,7 +73,7 @@ impl SegmentTaker {
                 .transpose()?
                 .unwrap_or(size),
             state,
-            frames: stacks.frames(stack).clone(),
+            frames: read.stacks.frames(stack).clone(),
         };
         let context = context(view, &found)?;
         let pending = self.pending.entry(list).or_default();
@@ -93,17 +90,15 @@ impl SegmentTaker {
     /// its `blocks` list, as `Converter::segment` and `extras_of` would read it.
     pub(super) fn take_segment(
         &mut self,
-        names: &mut Names,
-        stacks: &mut Stacks,
-        view: View<'_>,
+        read: Reading<'_, '_>,
         dict: Container<'_>,
         list: u32,
-        lists: &mut Vec<u32>,
     ) -> Result<(), Unreadable> {
+        let view = read.view;
         if self.list.is_some_and(|taking| taking != list) {
             return Err(Unreadable); // segments in two lists: the plain read says which counts
         }
-        let found = names.fields(view, dict);
+        let found = read.names.fields(view, dict);
         let get = |key: Key| found[key as usize];
         let int = |key: Key| u64_of(view, get(key).ok_or(Unreadable)?);
         // Its blocks list, held by it alone: taken over, with the blocks taken from it.
@@ -112,7 +107,7 @@ impl SegmentTaker {
             .filter(|l| l.kind == Kind::List && l.holders == 1 && l.items.is_empty())
             .ok_or(Unreadable)?;
         let pending = self.pending.remove(&blocks.id).unwrap_or_default();
-        lists.push(blocks.id);
+        read.lists.push(blocks.id);
         let segment_type = match &**str_of(view, get(Key::SegmentType).ok_or(Unreadable)?)?.1 {
             "small" => SegmentType::Small,
             "large" => SegmentType::Large,
@@ -130,7 +125,7 @@ impl SegmentTaker {
             None => (0, 0),
         };
         let stack = match get(Key::Frames) {
-            Some(frames) => stacks.stack(view, frames, lists)?,
+            Some(frames) => read.stacks.stack(view, frames, read.lists)?,
             None => 0,
         };
         let segment = Segment {
@@ -144,7 +139,7 @@ impl SegmentTaker {
             requested_size: int(Key::RequestedSize)?,
             is_expandable,
             segment_pool_id,
-            frames: stacks.frames(stack).clone(),
+            frames: read.stacks.frames(stack).clone(),
             blocks: pending.blocks,
         };
         let index = self.taken.segments.len();
