@@ -561,7 +561,10 @@ async function main() {
   setupTooltip();
   window.addEventListener('resize', debounce(() => { refresh(); if (view.state) drawState(); }, 150));
   view.limit = Number($('detail').value) || 15000;
-  await selectDevice(view.meta.devices[0].device);
+  // The device the server opens by default: its first out-of-memory event's, else the busiest.
+  const opened = view.meta.default_device ?? view.meta.devices[0].device;
+  $('device').value = String(opened);
+  await selectDevice(opened);
   document.body.dataset.ready = '1';
 }
 

@@ -92,7 +92,7 @@ pub enum Command {
     Summary {
         /// The trace file. Several files, a folder (its .pickle, .pkl, .jsonl and .csv files,
         /// each optionally .gz) or a rank pattern (`run-{rank}.pickle`) give one line per file
-        /// instead (its busiest device's events, peaks and out-of-memory events), how the
+        /// instead (the events, peaks and out-of-memory events of the device it opens on), how the
         /// peaks spread across the files, and the outliers (a peak more than 10% above the
         /// mean); up to 4096 files, read one at a time.
         #[arg(required = true, value_name = "FILE")]
@@ -143,7 +143,8 @@ pub enum Command {
         /// Which point.
         #[command(flatten)]
         at: AtOrPeak,
-        /// The device (default: the busiest, with the most events, then the most reserved bytes).
+        /// The device (default: its first out-of-memory event's, else the busiest: the most
+        /// events, then the most reserved bytes).
         #[arg(long)]
         device: Option<u32>,
         /// Order of the sites.
@@ -188,7 +189,8 @@ pub enum Command {
         /// Which point.
         #[command(flatten)]
         at: AtOrPeak,
-        /// The device (default: the busiest, with the most events, then the most reserved bytes).
+        /// The device (default: its first out-of-memory event's, else the busiest: the most
+        /// events, then the most reserved bytes).
         #[arg(long)]
         device: Option<u32>,
         /// Print the segments and blocks as JSON.
@@ -202,7 +204,8 @@ pub enum Command {
         /// The SVG file to write.
         #[arg(long, short = 'o')]
         out: PathBuf,
-        /// The device (default: the busiest, with the most events, then the most reserved bytes).
+        /// The device (default: its first out-of-memory event's, else the busiest: the most
+        /// events, then the most reserved bytes).
         #[arg(long)]
         device: Option<u32>,
     },
@@ -213,7 +216,8 @@ pub enum Command {
         a: PathBuf,
         /// The second trace.
         b: PathBuf,
-        /// The device in both (default: the busiest of each).
+        /// The device in both (default: in each, its first out-of-memory event's, else the
+        /// busiest).
         #[arg(long)]
         device: Option<u32>,
         /// The device of the first trace, overriding `--device` (one rank's GPU against
@@ -481,7 +485,8 @@ pub struct ReplayArgs {
     /// report says so).
     #[arg(long)]
     pub exact: bool,
-    /// The device of the trace to replay (default: the busiest, with the most events).
+    /// The device of the trace to replay (default: its first out-of-memory event's, else the
+    /// busiest, with the most events).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// Print the report as JSON.

@@ -623,6 +623,38 @@ const TWO_DEVICES: &str = r#"{"blockpool_trace":1}
 "#;
 
 #[test]
+fn commands_default_to_the_device_that_ran_out_of_memory() {
+    // The same trace, with an out-of-memory event on the idle device 0 at the end.
+    let oom = r#"{"event":"oom","device":0,"addr":1048576,"size":33554432,"time_us":6}"#;
+    let trace = TWO_DEVICES
+        .replace(
+            "\n{\"segment\":139637976727552",
+            &format!("\n{oom}\n{{\"segment\":139637976727552"),
+        )
+        .replace(
+            r#"{"end":{"events":5,"segments":3}}"#,
+            r#"{"end":{"events":6,"segments":3}}"#,
+        );
+    let path = scratch("two-devices-oom.jsonl");
+    std::fs::write(&path, trace).unwrap();
+    let path = path.to_str().unwrap();
+    let output = memtrace(&["top", path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).starts_with("device 0 "),
+        "{}",
+        stdout(&output)
+    );
+    // `--device 1` still reaches the busiest.
+    let output = memtrace(&["top", path, "--device", "1"]);
+    assert!(
+        stdout(&output).starts_with("device 1 "),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
 fn commands_default_to_the_busiest_device() {
     let path = scratch("two-devices.jsonl");
     std::fs::write(&path, TWO_DEVICES).unwrap();

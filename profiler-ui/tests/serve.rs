@@ -91,6 +91,8 @@ fn every_route_answers_with_exact_values() {
         meta["summary"]["devices"][0]["peak_allocated"]["bytes"],
         1024 + (3 << 20)
     );
+    // The device the page opens: the only one.
+    assert_eq!(meta["default_device"], device["device"]);
 
     // One column per state: every band on its own, nothing summarized.
     let width = events + 1;

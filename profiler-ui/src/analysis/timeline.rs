@@ -169,10 +169,8 @@ impl Point {
     }
 }
 
-/// The device a command looks at: `--device`, else the busiest device (the most events, then
-/// the most reserved bytes, then the lowest index), so a multi-GPU trace whose device 0 only
-/// holds a few segments opens where the work was; an unknown device is an error that lists the
-/// known ones.
+/// The device a command looks at: `--device`, else [`default_device`]; an unknown device is
+/// an error that lists the known ones.
 pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u32> {
     let devices = snapshot.devices();
     match device {
@@ -181,8 +179,23 @@ pub fn pick_device(snapshot: &Snapshot, device: Option<u32>) -> anyhow::Result<u
             "device {d} has no segments or events in this trace (devices: {})",
             device_list(&devices)
         ),
-        None => busiest_device(snapshot, &devices)
+        None => default_device(snapshot, &devices)
             .context("the trace has no devices: no segments and no events"),
+    }
+}
+
+/// Of `devices`, the one every command and the viewer open when not told: the device of the
+/// trace's first out-of-memory event, which is what most snapshots are taken to explain, else
+/// the busiest ([`busiest_device`]), so a multi-GPU trace whose device 0 only holds a few
+/// segments opens where the work was.
+pub fn default_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
+    let out_of_memory = snapshot
+        .events
+        .iter()
+        .find(|e| e.action == Action::Oom && devices.contains(&e.device));
+    match out_of_memory {
+        Some(event) => Some(event.device),
+        None => busiest_device(snapshot, devices),
     }
 }
 
@@ -275,13 +288,17 @@ pub fn steps_by(
 
 #[cfg(test)]
 mod tests {
-    use super::busiest_device;
+    use super::{busiest_device, default_device};
     use blockpool::trace::{Action, ContextId, Snapshot, TraceEvent};
     use blockpool::StreamId;
 
     fn on(devices: &[u32]) -> Snapshot {
+        with(devices, Action::Alloc)
+    }
+
+    fn with(devices: &[u32], action: Action) -> Snapshot {
         let event = |device| TraceEvent {
-            action: Action::Alloc,
+            action,
             device,
             stream: StreamId::DEFAULT,
             addr: 0x1000,
@@ -307,5 +324,18 @@ mod tests {
         // One device is that device, counted or not.
         assert_eq!(busiest_device(&on(&[]), &[3]), Some(3));
         assert_eq!(busiest_device(&on(&[]), &[]), None);
+    }
+
+    #[test]
+    fn the_default_device_is_the_first_out_of_memory_events() {
+        // Device 0 is the busiest; device 1 ran out of memory, then device 2.
+        let mut snapshot = on(&[0, 0, 0, 1, 2]);
+        let oom = |device| with(&[device], Action::Oom).events[0];
+        snapshot.events.extend([oom(1), oom(2)]);
+        assert_eq!(default_device(&snapshot, &[0, 1, 2]), Some(1));
+        // Among the devices asked about only.
+        assert_eq!(default_device(&snapshot, &[0, 2]), Some(2));
+        // Without an out-of-memory event, the busiest.
+        assert_eq!(default_device(&on(&[0, 0, 1]), &[0, 1]), Some(0));
     }
 }

@@ -9,7 +9,7 @@
 use crate::analysis::frames::FrameView;
 use crate::analysis::spread::{spread, Spread};
 use crate::analysis::summary::summarize_in;
-use crate::analysis::timeline::pick_device;
+use crate::analysis::timeline::busiest_device;
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -83,10 +83,9 @@ pub fn summarize(files: &[PathBuf]) -> anyhow::Result<RankSummary> {
         let trace = load_trace(&entry.path)
             .with_context(|| format!("cannot read {}", entry.path.display()))?;
         let snapshot = &trace.snapshot;
-        let device = match snapshot.devices().is_empty() {
-            true => None,
-            false => Some(pick_device(snapshot, None)?),
-        };
+        // Ranks are compared on their busiest devices, alike from file to file (the SQL of
+        // the README picks them the same way).
+        let device = busiest_device(snapshot, &snapshot.devices());
         let report = summarize_in(
             &entry.path,
             trace.format.as_str(),

@@ -285,10 +285,10 @@ fn notes(
     notes
 }
 
-/// The busiest device (as every command picks it: the most events, then the most reserved
-/// bytes, then the lowest index), else 0.
+/// The device every command opens when not told (its first out-of-memory event's, else the
+/// busiest), else 0.
 fn default_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
-    crate::analysis::timeline::busiest_device(snapshot, devices).unwrap_or(0)
+    crate::analysis::timeline::default_device(snapshot, devices).unwrap_or(0)
 }
 
 /// The settings to replay with: `--config`, else the trace's own when blockpool understands

@@ -17,7 +17,7 @@ use crate::analysis::frames::FrameView;
 use crate::analysis::sites::Site;
 use crate::analysis::spread::{spread, Spread};
 use crate::analysis::summary::{DeviceSummary, Peak};
-use crate::analysis::timeline::pick_device;
+use crate::analysis::timeline::busiest_device;
 use serde::Serialize;
 
 /// Most changed sites the two-file comparison lists.
@@ -221,7 +221,7 @@ fn file_view(index: usize, entry: &FileEntry, trace: &TraceModel) -> Result<File
     let device = match &trace.devices[..] {
         [] => None,
         [only] => Some(only.device),
-        _ => Some(pick_device(&trace.snapshot, None)?),
+        [..] => busiest_device(&trace.snapshot, &trace.snapshot.devices()),
     };
     let summary = trace
         .summary

@@ -13,6 +13,7 @@ use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
 use crate::analysis::summary::{summarize_device_from, SummaryReport};
+use crate::analysis::timeline::default_device;
 use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
 use blockpool::trace::{ContextId, Snapshot, StateError, StateWalker};
 use std::collections::HashMap;
@@ -157,6 +158,9 @@ pub struct TraceModel {
     pub contexts: Vec<ContextText>,
     /// `memtrace summary`'s report.
     pub summary: SummaryReport,
+    /// The device opened when a request names none: the first out-of-memory event's, else
+    /// the busiest, as every command picks it.
+    pub default_device: Option<u32>,
 }
 
 impl TraceModel {
@@ -201,6 +205,7 @@ impl TraceModel {
             devices.push(model);
         }
         let contexts = context_texts(&snapshot);
+        let default_device = default_device(&snapshot, &snapshot.devices());
         let summary = SummaryReport {
             file: file.display().to_string(),
             format,
@@ -213,12 +218,13 @@ impl TraceModel {
             devices,
             contexts,
             summary,
+            default_device,
         })
     }
 
-    /// The device `device`, or the first when `None`.
+    /// The device `device`, or the default one when `None`.
     pub fn device(&self, device: Option<u32>) -> Option<&DeviceModel> {
-        match device {
+        match device.or(self.default_device) {
             None => self.devices.first(),
             Some(d) => self.devices.iter().find(|m| m.device == d),
         }

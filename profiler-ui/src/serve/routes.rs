@@ -246,6 +246,7 @@ fn meta(model: &TraceModel) -> Reply {
         "file": model.file,
         "format": model.format,
         "devices": devices,
+        "default_device": model.default_device,
         "summary": model.summary,
     }))
 }
