@@ -645,7 +645,17 @@ fn commands_default_to_the_device_that_ran_out_of_memory() {
         "{}",
         stdout(&output)
     );
-    // `--device 1` still reaches the busiest.
+    assert_eq!(stderr(&output), "");
+    // `--device 1` still reaches the busiest, and each command says where memory ran out.
+    let note = "memtrace: out of memory on device 0 (1 event), not on device 1: \
+                --device 0 shows it\n";
+    let svg = scratch("two-devices-oom.svg");
+    let svg = svg.to_str().unwrap();
+    for command in [&["top"][..], &["segments"], &["timeline", "-o", svg]] {
+        let output = memtrace(&[command, &[path, "--device", "1"]].concat());
+        assert!(output.status.success(), "{command:?}: {}", stderr(&output));
+        assert_eq!(stderr(&output), note, "{command:?}");
+    }
     let output = memtrace(&["top", path, "--device", "1"]);
     assert!(
         stdout(&output).starts_with("device 1 "),

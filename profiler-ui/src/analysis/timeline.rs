@@ -5,7 +5,7 @@ use crate::format::device_list;
 use anyhow::Context as _;
 use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The memory of a device after some of its events.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -199,6 +199,36 @@ pub fn default_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
     }
 }
 
+/// What a command looking at `device` says when other devices of the trace ran out of memory
+/// and `device` did not: the user reading one device's report would not know otherwise.
+/// `None` when no other device did, or `device` did too.
+pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<String> {
+    let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+    for event in snapshot.events.iter().filter(|e| e.action == Action::Oom) {
+        if event.device == device {
+            return None;
+        }
+        *counts.entry(event.device).or_default() += 1;
+    }
+    let first = *counts.keys().next()?;
+    let listed: Vec<String> = counts
+        .iter()
+        .map(|(d, n)| format!("device {d} ({n} event{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    Some(format!(
+        "out of memory on {}, not on device {device}: --device {first} shows it",
+        listed.join(", ")
+    ))
+}
+
+/// Says [`other_devices_out_of_memory`] on standard error, where it does not mix with a
+/// report on standard output.
+pub fn note_other_devices_out_of_memory(snapshot: &Snapshot, device: u32) {
+    if let Some(note) = other_devices_out_of_memory(snapshot, device) {
+        eprintln!("memtrace: {note}");
+    }
+}
+
 /// Of `devices`, the one with the most events, then the most reserved bytes, then the lowest
 /// index. One pass over the events and the segments.
 pub fn busiest_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
@@ -288,7 +318,7 @@ pub fn steps_by(
 
 #[cfg(test)]
 mod tests {
-    use super::{busiest_device, default_device};
+    use super::{busiest_device, default_device, other_devices_out_of_memory};
     use blockpool::trace::{Action, ContextId, Snapshot, TraceEvent};
     use blockpool::StreamId;
 
@@ -337,5 +367,18 @@ mod tests {
         assert_eq!(default_device(&snapshot, &[0, 2]), Some(2));
         // Without an out-of-memory event, the busiest.
         assert_eq!(default_device(&on(&[0, 0, 1]), &[0, 1]), Some(0));
+    }
+
+    #[test]
+    fn another_devices_out_of_memory_is_said_unless_this_one_ran_out_too() {
+        let oom = |device| with(&[device], Action::Oom).events[0];
+        let mut snapshot = on(&[0, 0, 1]);
+        snapshot.events.extend([oom(2), oom(1), oom(2)]);
+        assert_eq!(
+            other_devices_out_of_memory(&snapshot, 0).as_deref(),
+            Some("out of memory on device 1 (1 event), device 2 (2 events), not on device 0: --device 1 shows it")
+        );
+        assert_eq!(other_devices_out_of_memory(&snapshot, 1), None);
+        assert_eq!(other_devices_out_of_memory(&on(&[0, 1]), 0), None);
     }
 }

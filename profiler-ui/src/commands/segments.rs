@@ -4,7 +4,7 @@
 
 use crate::analysis::frames::FrameView;
 use crate::analysis::sites::{Recorded, SiteNames};
-use crate::analysis::timeline::{pick_device, walker, Point};
+use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker, Point};
 use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -76,6 +76,7 @@ pub fn run(
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let device = pick_device(snapshot, device)?;
+    note_other_devices_out_of_memory(snapshot, device);
     let index = point.resolve(snapshot, device)?;
     let mut walker = walker(snapshot, device)?;
     walker.seek(index)?;

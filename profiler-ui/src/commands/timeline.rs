@@ -1,7 +1,9 @@
 //! `memtrace timeline FILE --out F.svg [--device N]`: allocated, reserved and requested memory
 //! over time as an SVG chart, with the outermost annotations (steps) marked.
 
-use crate::analysis::timeline::{memory_series, pick_device, steps, Sample, Step};
+use crate::analysis::timeline::{
+    memory_series, note_other_devices_out_of_memory, pick_device, steps, Sample, Step,
+};
 use crate::format::{count, duration, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -28,6 +30,7 @@ pub fn run(file: &Path, svg: &Path, device: Option<u32>, out: &mut Output) -> an
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let device = pick_device(snapshot, device)?;
+    note_other_devices_out_of_memory(snapshot, device);
     let series = memory_series(snapshot, device)?;
     let steps = steps(snapshot, device);
     let numbered = snapshot.event_numbers(device).count();

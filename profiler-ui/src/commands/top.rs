@@ -4,7 +4,7 @@
 
 use crate::analysis::frames::FrameView;
 use crate::analysis::sites::{sites_named_by, sort_sites, Site, SiteNames, SiteOrder};
-use crate::analysis::timeline::{pick_device, walker, Point};
+use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker, Point};
 use crate::analysis::tree::{stack_tree, walk, TreeLimits, TreeNode};
 use crate::format::{count, format_size};
 use crate::load::load_trace;
@@ -51,6 +51,7 @@ pub fn run(file: &Path, options: TopOptions, out: &mut Output) -> anyhow::Result
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let device = pick_device(snapshot, options.device)?;
+    note_other_devices_out_of_memory(snapshot, device);
     let index = options.point.resolve(snapshot, device)?;
     let numbers = snapshot.event_numbers(device);
     let after_event = numbers.state(index);
