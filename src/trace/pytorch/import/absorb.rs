@@ -20,6 +20,7 @@ use std::sync::Arc;
 use super::super::extras;
 use super::super::fields::{u64_at, Path};
 use super::super::model::Frame as PtFrame;
+use super::Extras;
 use crate::trace::pickle::{Absorb, Container, Kind, Offer, Slot, View};
 use crate::trace::{Action, AddressHasher};
 
@@ -110,8 +111,53 @@ impl Key {
     }
 }
 
-/// The value of each key a dict has, by [`Key`].
-type Found = [Option<Slot>; Key::COUNT];
+/// A dict's values for the keys the import reads, read as the import reads them.
+struct Fields<'v> {
+    view: View<'v>,
+    /// The value of each key the dict has, by [`Key`].
+    found: [Option<Slot>; Key::COUNT],
+}
+
+impl<'v> Fields<'v> {
+    /// The value of `key`, if the dict has it.
+    fn get(&self, key: Key) -> Option<Slot> {
+        self.found[key as usize]
+    }
+
+    /// Whether the dict has `key`.
+    fn has(&self, key: Key) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The `u64` under `key`, which the dict must have.
+    fn u64(&self, key: Key) -> Result<u64, Unreadable> {
+        u64_of(self.view, self.get(key).ok_or(Unreadable)?)
+    }
+
+    /// The `u64` under `key`, if the dict has it.
+    fn opt_u64(&self, key: Key) -> Result<Option<u64>, Unreadable> {
+        self.get(key).map(|v| u64_of(self.view, v)).transpose()
+    }
+
+    /// The `str` under `key`, which the dict must have.
+    fn str(&self, key: Key) -> Result<&'v Arc<str>, Unreadable> {
+        Ok(str_of(self.view, self.get(key).ok_or(Unreadable)?)?.1)
+    }
+
+    /// blockpool's keys and `user_metadata`, as `extras_of` reads them of any dict.
+    fn extras(&self) -> Result<Extras, Unreadable> {
+        let user_metadata = match self.get(Key::UserMetadata) {
+            Some(_) => Some(self.str(Key::UserMetadata)?).filter(|text| !text.is_empty()),
+            None => None,
+        };
+        Ok(Extras {
+            context: self.opt_u64(Key::Context)?,
+            block_size: self.opt_u64(Key::BlockSize)?,
+            requested: self.opt_u64(Key::Requested)?,
+            user_metadata: user_metadata.cloned(),
+        })
+    }
+}
 
 /// What a string names, as a key and as an action.
 #[derive(Clone, Copy, Debug)]
@@ -162,15 +208,15 @@ impl Names {
     }
 
     /// The values of the keys the import reads in `dict`.
-    fn fields(&mut self, view: View<'_>, dict: Container<'_>) -> Found {
-        let mut found: Found = [None; Key::COUNT];
+    fn fields<'v>(&mut self, view: View<'v>, dict: Container<'_>) -> Fields<'v> {
+        let mut found = [None; Key::COUNT];
         for pair in dict.items.chunks_exact(2) {
             let key = self.key(view, pair[0]);
             if key != Key::Other {
                 found[key as usize] = Some(pair[1]);
             }
         }
-        found
+        Fields { view, found }
     }
 
     /// What the dict `dict` is, by its keys, when it can start a list to take from: a trace
@@ -178,16 +224,15 @@ impl Names {
     /// without an address or with only a `history`, are left in the tree); a segment its
     /// `blocks` and `segment_type`, and its blocks were taken (its `blocks` list is empty).
     fn kind(&mut self, view: View<'_>, dict: Container<'_>) -> Option<Taking> {
-        let found = self.fields(view, dict);
-        let has = |key: Key| found[key as usize].is_some();
-        let empty = |key: Key| {
-            found[key as usize]
-                .and_then(|slot| view.container(slot))
-                .is_some_and(|list| list.items.is_empty())
-        };
+        let fields = self.fields(view, dict);
+        let has = |key: Key| fields.has(key);
+        let no_blocks = fields
+            .get(Key::Blocks)
+            .and_then(|slot| view.container(slot))
+            .is_some_and(|list| list.items.is_empty());
         if has(Key::Action) {
             Some(Taking::Trace(None))
-        } else if has(Key::SegmentType) && empty(Key::Blocks) {
+        } else if has(Key::SegmentType) && no_blocks {
             Some(Taking::Segments)
         } else if has(Key::State) && has(Key::Size) && has(Key::Address) {
             (has(Key::Frames) || !has(Key::History)).then_some(Taking::Blocks)
@@ -195,6 +240,15 @@ impl Names {
             None
         }
     }
+}
+
+/// The value under the `str` key `key` of the dict `dict`.
+fn value_under(view: View<'_>, dict: Container<'_>, key: &str) -> Option<Slot> {
+    dict.items.chunks_exact(2).find_map(|pair| {
+        view.str(pair[0])
+            .filter(|(_, name)| &***name == key)
+            .map(|_| pair[1])
+    })
 }
 
 /// Why a dict cannot be taken: the read is abandoned.
@@ -221,6 +275,21 @@ struct Reading<'r, 'v> {
     stacks: &'r mut stacks::Stacks,
     view: View<'v>,
     lists: &'r mut Vec<u32>,
+}
+
+impl<'v> Reading<'_, 'v> {
+    /// The values of the keys the import reads in `dict`.
+    fn fields(&mut self, dict: Container<'_>) -> Fields<'v> {
+        self.names.fields(self.view, dict)
+    }
+
+    /// The stack of the frame list under `Frames` in `fields` (the empty one without it).
+    fn stack(&mut self, fields: &Fields<'_>) -> Result<u32, Unreadable> {
+        match fields.get(Key::Frames) {
+            Some(frames) => self.stacks.stack(self.view, frames, self.lists),
+            None => Ok(0),
+        }
+    }
 }
 
 /// What a list is taken from for.
@@ -298,39 +367,22 @@ impl SnapshotAbsorber {
 
     /// Places the traces taken under the devices of `device_traces`, each once.
     fn place_traces(&mut self, view: View<'_>, root: Slot) -> Result<(), Unreadable> {
-        let traces: Vec<(u32, usize)> = self
-            .lists
-            .iter()
-            .filter_map(|(&list, taking)| match taking {
-                Taking::Trace(Some(index)) => Some((list, *index)),
-                _ => None,
-            })
-            .collect();
-        if traces.is_empty() {
+        let mut taken = std::mem::take(&mut self.entries.traces);
+        if taken.is_empty() {
             return Ok(());
         }
-        let root = view
+        let device_traces = view
             .container(root)
             .filter(|c| c.kind == Kind::Dict)
-            .ok_or(Unreadable)?;
-        let device_traces = root
-            .items
-            .chunks_exact(2)
-            .find_map(|pair| {
-                view.str(pair[0])
-                    .filter(|(_, key)| &***key == "device_traces")
-                    .map(|_| pair[1])
-            })
+            .and_then(|root| value_under(view, root, "device_traces"))
             .and_then(|slot| view.container(slot))
             .ok_or(Unreadable)?;
-        let by_list: HashMap<u32, usize> = traces.into_iter().collect();
-        let mut taken = std::mem::take(&mut self.entries.traces);
         let mut placed = HashSet::new();
         for (device, &slot) in device_traces.items.iter().enumerate() {
             let Some(list) = view.container(slot) else {
                 continue;
             };
-            if let Some(&index) = by_list.get(&list.id) {
+            if let Some(&Taking::Trace(Some(index))) = self.lists.get(&list.id) {
                 if !placed.insert(list.id) {
                     return Err(Unreadable); // one trace under two devices: the plain read copies it
                 }
@@ -338,7 +390,7 @@ impl SnapshotAbsorber {
                     .push((device, std::mem::take(&mut taken[index])));
             }
         }
-        if placed.len() == by_list.len() {
+        if placed.len() == taken.len() {
             Ok(())
         } else {
             Err(Unreadable)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::super::events::EntryFields;
 use super::super::Extras;
-use super::{str_of, u64_of, Found, Key, Reading, Unreadable};
+use super::{str_of, Fields, Key, Reading, Unreadable};
 use crate::trace::pickle::{Container, Slot, View};
 use crate::trace::{Action, AddressHasher};
 
@@ -111,9 +111,8 @@ impl EntryTaker {
         dict: Container<'_>,
         trace: Option<usize>,
     ) -> Result<usize, Unreadable> {
-        let view = read.view;
-        let found = read.names.fields(view, dict);
-        let (entry, extras) = self.entry(&mut read, &found)?;
+        let fields = read.fields(dict);
+        let (entry, extras) = self.entry(&mut read, &fields)?;
         let index = match trace {
             Some(index) => index,
             None => {
@@ -134,49 +133,31 @@ impl EntryTaker {
     fn entry(
         &mut self,
         read: &mut Reading<'_, '_>,
-        found: &Found,
+        fields: &Fields<'_>,
     ) -> Result<(Entry, Extras), Unreadable> {
         let view = read.view;
-        let get = |key: Key| found[key as usize];
-        let action = get(Key::Action).ok_or(Unreadable)?;
+        let action = fields.get(Key::Action).ok_or(Unreadable)?;
         let action = read.names.name(view, action).action.ok_or(Unreadable)?;
-        let addr = match (action, get(Key::Addr), get(Key::DeviceFree)) {
-            (Action::Oom, None, Some(free)) => u64_of(view, free)?,
-            (_, addr, _) => u64_of(view, addr.ok_or(Unreadable)?)?,
+        let addr = match (action, fields.get(Key::Addr), fields.get(Key::DeviceFree)) {
+            (Action::Oom, None, Some(_)) => fields.u64(Key::DeviceFree)?,
+            _ => fields.u64(Key::Addr)?,
         };
-        let size = u64_of(view, get(Key::Size).ok_or(Unreadable)?)?;
-        let stream = u64_of(view, get(Key::Stream).ok_or(Unreadable)?)?;
-        let time_us = get(Key::TimeUs).map(|t| u64_of(view, t)).transpose()?;
-        let stack = match get(Key::Frames) {
-            Some(frames) => read.stacks.stack(view, frames, read.lists)?,
-            None => 0,
-        };
-        let compile_context = match get(Key::CompileContext) {
+        let time_us = fields.opt_u64(Key::TimeUs)?;
+        let compile_context = match fields.get(Key::CompileContext) {
             Some(text) => self.text(view, text)?,
             None => 0,
         };
-        let extras = Extras {
-            context: get(Key::Context).map(|v| u64_of(view, v)).transpose()?,
-            block_size: get(Key::BlockSize).map(|v| u64_of(view, v)).transpose()?,
-            requested: get(Key::Requested).map(|v| u64_of(view, v)).transpose()?,
-            user_metadata: match get(Key::UserMetadata) {
-                Some(text) => Some(str_of(view, text)?.1)
-                    .filter(|text| !text.is_empty())
-                    .cloned(),
-                None => None,
-            },
-        };
         let entry = Entry {
             addr,
-            size,
+            size: fields.u64(Key::Size)?,
             time_us: time_us.unwrap_or(0),
-            stream: self.stream(stream)?,
-            stack,
+            stream: self.stream(fields.u64(Key::Stream)?)?,
+            stack: read.stack(fields)?,
             compile_context,
             action,
             has_time: time_us.is_some(),
         };
-        Ok((entry, extras))
+        Ok((entry, fields.extras()?))
     }
 
     /// The index of `stream` in `streams`.

@@ -8,7 +8,7 @@ use std::hash::BuildHasherDefault;
 
 use super::super::super::fields::{bool_at, Path};
 use super::super::super::model::{Block, BlockState, Segment, SegmentType};
-use super::{str_of, u64_of, Found, Key, Reading, Unreadable};
+use super::{u64_of, value_under, Key, Reading, Unreadable};
 use crate::trace::pickle::{Container, Kind, Slot, View};
 use crate::trace::AddressHasher;
 
@@ -45,37 +45,30 @@ impl SegmentTaker {
     /// without one are read the plain way).
     pub(super) fn take_block(
         &mut self,
-        read: Reading<'_, '_>,
+        mut read: Reading<'_, '_>,
         dict: Container<'_>,
         list: u32,
     ) -> Result<(), Unreadable> {
-        let view = read.view;
-        let found = read.names.fields(view, dict);
-        let get = |key: Key| found[key as usize];
-        let int = |key: Key| u64_of(view, get(key).ok_or(Unreadable)?);
-        let size = int(Key::Size)?;
-        let state = match &**str_of(view, get(Key::State).ok_or(Unreadable)?)?.1 {
+        let fields = read.fields(dict);
+        let size = fields.u64(Key::Size)?;
+        let state = match &**fields.str(Key::State)? {
             "active_allocated" => BlockState::ActiveAllocated,
             "active_pending_free" => BlockState::ActivePendingFree,
             "inactive" => BlockState::Inactive,
             _ => return Err(Unreadable),
         };
-        let stack = match (get(Key::Frames), get(Key::History)) {
-            (Some(frames), _) => read.stacks.stack(view, frames, read.lists)?,
-            (None, Some(_)) => return Err(Unreadable),
-            (None, None) => 0,
-        };
+        if !fields.has(Key::Frames) && fields.has(Key::History) {
+            return Err(Unreadable); // a legacy block's frames are its history's
+        }
+        let stack = read.stack(&fields)?;
         let block = Block {
-            address: int(Key::Address)?,
+            address: fields.u64(Key::Address)?,
             size,
-            requested_size: get(Key::RequestedSize)
-                .map(|v| u64_of(view, v))
-                .transpose()?
-                .unwrap_or(size),
+            requested_size: fields.opt_u64(Key::RequestedSize)?.unwrap_or(size),
             state,
             frames: read.stacks.frames(stack).clone(),
         };
-        let context = context(view, &found)?;
+        let context = fields.extras()?.context;
         let pending = self.pending.entry(list).or_default();
         if let Some(context) = context {
             pending.contexts.try_reserve(1).map_err(|_| Unreadable)?;
@@ -90,53 +83,48 @@ impl SegmentTaker {
     /// its `blocks` list, as `Converter::segment` and `extras_of` would read it.
     pub(super) fn take_segment(
         &mut self,
-        read: Reading<'_, '_>,
+        mut read: Reading<'_, '_>,
         dict: Container<'_>,
         list: u32,
     ) -> Result<(), Unreadable> {
-        let view = read.view;
         if self.list.is_some_and(|taking| taking != list) {
             return Err(Unreadable); // segments in two lists: the plain read says which counts
         }
-        let found = read.names.fields(view, dict);
-        let get = |key: Key| found[key as usize];
-        let int = |key: Key| u64_of(view, get(key).ok_or(Unreadable)?);
+        let view = read.view;
+        let fields = read.fields(dict);
         // Its blocks list, held by it alone: taken over, with the blocks taken from it.
         let blocks = view
-            .container(get(Key::Blocks).ok_or(Unreadable)?)
+            .container(fields.get(Key::Blocks).ok_or(Unreadable)?)
             .filter(|l| l.kind == Kind::List && l.holders == 1 && l.items.is_empty())
             .ok_or(Unreadable)?;
         let pending = self.pending.remove(&blocks.id).unwrap_or_default();
         read.lists.push(blocks.id);
-        let segment_type = match &**str_of(view, get(Key::SegmentType).ok_or(Unreadable)?)?.1 {
+        let segment_type = match &**fields.str(Key::SegmentType)? {
             "small" => SegmentType::Small,
             "large" => SegmentType::Large,
             _ => return Err(Unreadable),
         };
-        let is_expandable = match get(Key::IsExpandable) {
+        let is_expandable = match fields.get(Key::IsExpandable) {
             Some(flag) => {
                 let flag = view.scalar(flag).ok_or(Unreadable)?;
                 bool_at(&flag, &Path::ROOT).map_err(|_| Unreadable)?
             }
             None => false,
         };
-        let segment_pool_id = match get(Key::SegmentPoolId) {
+        let segment_pool_id = match fields.get(Key::SegmentPoolId) {
             Some(id) => pool_id(view, id)?,
             None => (0, 0),
         };
-        let stack = match get(Key::Frames) {
-            Some(frames) => read.stacks.stack(view, frames, read.lists)?,
-            None => 0,
-        };
+        let stack = read.stack(&fields)?;
         let segment = Segment {
-            device: u32::try_from(int(Key::Device)?).map_err(|_| Unreadable)?,
-            address: int(Key::Address)?,
-            total_size: int(Key::TotalSize)?,
-            stream: int(Key::Stream)?,
+            device: u32::try_from(fields.u64(Key::Device)?).map_err(|_| Unreadable)?,
+            address: fields.u64(Key::Address)?,
+            total_size: fields.u64(Key::TotalSize)?,
+            stream: fields.u64(Key::Stream)?,
             segment_type,
-            allocated_size: int(Key::AllocatedSize)?,
-            active_size: int(Key::ActiveSize)?,
-            requested_size: int(Key::RequestedSize)?,
+            allocated_size: fields.u64(Key::AllocatedSize)?,
+            active_size: fields.u64(Key::ActiveSize)?,
+            requested_size: fields.u64(Key::RequestedSize)?,
             is_expandable,
             segment_pool_id,
             frames: read.stacks.frames(stack).clone(),
@@ -144,7 +132,7 @@ impl SegmentTaker {
         };
         let index = self.taken.segments.len();
         let contexts = &mut self.taken.contexts;
-        let own = context(view, &found)?.map(|c| (index, None, c));
+        let own = fields.extras()?.context.map(|c| (index, None, c));
         let of_blocks = pending.contexts.iter().map(|&(b, c)| (index, Some(b), c));
         let count = usize::from(own.is_some()) + pending.contexts.len();
         contexts.try_reserve(count).map_err(|_| Unreadable)?;
@@ -169,13 +157,9 @@ impl SegmentTaker {
         let root = view.container(root).ok_or(Unreadable)?;
         let placed = match root.kind {
             Kind::List | Kind::Tuple => root.id == list,
-            Kind::Dict => root.items.chunks_exact(2).any(|pair| {
-                view.str(pair[0])
-                    .is_some_and(|(_, key)| &**key == "segments")
-                    && view
-                        .container(pair[1])
-                        .is_some_and(|l| l.id == list && l.holders == 1)
-            }),
+            Kind::Dict => value_under(view, root, "segments")
+                .and_then(|slot| view.container(slot))
+                .is_some_and(|l| l.id == list && l.holders == 1),
             _ => false,
         };
         if placed {
@@ -189,19 +173,6 @@ impl SegmentTaker {
     pub(super) fn into_taken(self) -> Option<TakenSegments> {
         self.list.map(|_| self.taken)
     }
-}
-
-/// blockpool's `context` of a segment or block, after checking its other keys read as the
-/// import reads them (`extras_of`).
-fn context(view: View<'_>, found: &Found) -> Result<Option<u64>, Unreadable> {
-    let get = |key: Key| found[key as usize];
-    for key in [Key::BlockSize, Key::Requested] {
-        get(key).map(|v| u64_of(view, v)).transpose()?;
-    }
-    if let Some(text) = get(Key::UserMetadata) {
-        str_of(view, text)?;
-    }
-    get(Key::Context).map(|v| u64_of(view, v)).transpose()
 }
 
 /// A `segment_pool_id`: a tuple (or list) of two ints.
