@@ -237,20 +237,8 @@ pub fn busiest_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
     }
     let mut load: HashMap<u32, (usize, u64)> = HashMap::new();
     // Counted by runs: a device's events mostly follow each other.
-    let mut run: Option<(u32, usize)> = None;
-    for event in &snapshot.events {
-        match &mut run {
-            Some((device, count)) if *device == event.device => *count += 1,
-            _ => {
-                if let Some((device, count)) = run {
-                    load.entry(device).or_default().0 += count;
-                }
-                run = Some((event.device, 1));
-            }
-        }
-    }
-    if let Some((device, count)) = run {
-        load.entry(device).or_default().0 += count;
+    for run in snapshot.events.chunk_by(|a, b| a.device == b.device) {
+        load.entry(run[0].device).or_default().0 += run.len();
     }
     for segment in &snapshot.segments {
         load.entry(segment.device).or_default().1 += segment.size;

@@ -216,13 +216,7 @@ pub fn compare(files: &[FileEntry], traces: &[TraceModel]) -> Result<Comparison,
 
 fn file_view(index: usize, entry: &FileEntry, trace: &TraceModel) -> Result<FileView, ServeError> {
     // A file without devices (no segments, no events) shows as empty, not as an error.
-    // The model has a device for each of the snapshot's: the busiest is counted only when
-    // there are several.
-    let device = match &trace.devices[..] {
-        [] => None,
-        [only] => Some(only.device),
-        [..] => busiest_device(&trace.snapshot, &trace.snapshot.devices()),
-    };
+    let device = busiest_device(&trace.snapshot, &trace.device_ids());
     let summary = trace
         .summary
         .devices

@@ -422,35 +422,19 @@ impl Layout {
         let peaks = RangeMax::new(&self.total);
         let columns = ColumnFinder::new(&self.states);
         let best_of = |_, ids: &[usize]| {
-            // A limit near the candidates' count keeps them all, to be selected from after.
-            let heap = limit.saturating_mul(64) < ids.len();
-            let mut best: BinaryHeap<Ranked> = BinaryHeap::new();
-            let mut all = Vec::with_capacity(if heap { 0 } else { ids.len() });
-            for &id in ids {
+            let visible = ids.iter().filter_map(|&id| {
                 let a = &spans[id];
                 let (c0, c1) = columns.of(a);
-                if c0 >= c1 {
-                    continue;
-                }
-                let ranked = Ranked {
+                (c0 < c1).then(|| Ranked {
                     id,
                     size: a.size,
                     most: peaks.max(c0, c1).max(a.size).max(1),
-                };
-                if !heap {
-                    all.push(ranked);
-                } else if best.len() < limit {
-                    best.push(ranked);
-                } else if let Some(mut worst) = best.peek_mut() {
-                    if ranked < *worst {
-                        *worst = ranked;
-                    }
-                }
-            }
-            if heap {
-                best.into_vec()
-            } else {
-                all
+                })
+            });
+            // A limit near the candidates' count keeps them all, to be selected from after.
+            match limit.saturating_mul(64) < ids.len() {
+                true => best(visible, limit),
+                false => visible.collect(),
             }
         };
         let mut visible = in_halves(&self.candidates, best_of);
@@ -461,6 +445,22 @@ impl Layout {
         visible.sort_unstable();
         visible.into_iter().map(|r| r.id).collect()
     }
+}
+
+/// The best `limit` of `items` (the least, as [`Ranked`] orders them), in no order: a heap of
+/// the best so far, whose worst each item is compared with.
+fn best(items: impl Iterator<Item = Ranked>, limit: usize) -> Vec<Ranked> {
+    let mut best: BinaryHeap<Ranked> = BinaryHeap::with_capacity(limit);
+    for item in items {
+        if best.len() < limit {
+            best.push(item);
+        } else if let Some(mut worst) = best.peek_mut() {
+            if item < *worst {
+                *worst = item;
+            }
+        }
+    }
+    best.into_vec()
 }
 
 /// A candidate as [`Layout::ranked`] orders them, the best first: by the largest share of the

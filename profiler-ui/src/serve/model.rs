@@ -205,7 +205,7 @@ impl TraceModel {
             devices.push(model);
         }
         let contexts = context_texts(&snapshot);
-        let default_device = default_device(&snapshot, &snapshot.devices());
+        let default_device = default_device(&snapshot, &model_devices(&devices));
         let summary = SummaryReport {
             file: file.display().to_string(),
             format,
@@ -220,6 +220,11 @@ impl TraceModel {
             summary,
             default_device,
         })
+    }
+
+    /// The devices, as the snapshot lists them (without a pass over its events).
+    pub fn device_ids(&self) -> Vec<u32> {
+        model_devices(&self.devices)
     }
 
     /// The device `device`, or the default one when `None`.
@@ -318,6 +323,11 @@ fn context_texts(snapshot: &Snapshot) -> Vec<ContextText> {
         });
     }
     texts
+}
+
+/// The devices of `models`, in order.
+fn model_devices(models: &[DeviceModel]) -> Vec<u32> {
+    models.iter().map(|m| m.device).collect()
 }
 
 /// What a device's model takes from its events alone.

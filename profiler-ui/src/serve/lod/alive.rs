@@ -15,8 +15,7 @@ pub(super) fn alive_in<'a>(
     last: usize,
     delta: &mut Vec<u64>,
 ) {
-    prepare(delta, last - first + 1);
-    delta.fill(0);
+    zeroed(delta, last - first + 1);
     for a in spans {
         let (lo, hi) = bounds(a, first, last);
         delta[lo] = delta[lo].wrapping_add(a.size);
@@ -56,8 +55,7 @@ pub(super) fn kept_and_alive(
     // A part of the lifetimes from `offset`: the ids it keeps, its sizes added where they
     // start and taken off where they end in `delta`, and its bytes alive across the middle.
     let sum_part = |offset: usize, part: &[Allocation], delta: &mut Vec<u64>| {
-        prepare(delta, len);
-        delta.fill(0);
+        zeroed(delta, len);
         // Room for every lifetime: only the pages written are ever mapped.
         let mut kept = Vec::with_capacity(part.len());
         let mut across = 0u64;
@@ -105,17 +103,16 @@ pub fn alive_bytes(spans: &[Allocation], states: usize) -> Series {
     Series::from(alive)
 }
 
-/// Makes `buffer` `len` long, its values left as they are (the caller sets them). A buffer
-/// that must grow is allocated anew, and on Linux the kernel is asked to back it with huge
-/// pages where it can: the sums write to random states of tens of megabytes, and with small
-/// pages nearly every write misses the address cache.
-fn prepare(buffer: &mut Vec<u64>, len: usize) {
+/// Makes `buffer` `len` zeros. A buffer that must grow is allocated anew, and on Linux the
+/// kernel is asked to back it with huge pages where it can: the sums write to random states
+/// of tens of megabytes, and with small pages nearly every write misses the address cache.
+fn zeroed(buffer: &mut Vec<u64>, len: usize) {
     if buffer.capacity() < len {
         *buffer = Vec::with_capacity(len);
         advise_huge_pages(buffer.as_ptr(), len);
     }
+    buffer.clear();
     buffer.resize(len, 0);
-    buffer.truncate(len);
 }
 
 /// Asks the kernel to back the `len` values from `start`, allocated and not yet touched, with
