@@ -267,6 +267,16 @@ pub enum Command {
     /// Run the trace's allocation stream through blockpool's allocator on a simulated device,
     /// from the trace's first state, and set what it did beside what the trace's allocator did.
     Replay(ReplayArgs),
+    /// Which allocator settings would have served the trace best: its allocation stream
+    /// replayed (as `replay` does) under the recorded settings and under each of
+    /// `expandable_segments`, `max_split_size_mb` (64 to 512), `roundup_power2_divisions` (2,
+    /// 4, 8), a combination, and where the device's memory is known
+    /// `garbage_collection_threshold` (0.6, 0.8), within the recorded device's memory, ranked
+    /// by out-of-memory errors, peak reserved memory and segment allocations; prints the
+    /// `PYTORCH_CUDA_ALLOC_CONF` line to use and how closely the replay under the recorded
+    /// settings reproduced the recorded peak.
+    #[command(after_help = TUNE_HELP)]
+    Tune(TuneArgs),
     /// Plan activation checkpointing for a chain of stages from its per-stage costs (a JSON
     /// chain file, its format in `memtrace plan --help`): the activations the plan keeps, its forward calls, predicted
     /// peak memory and time, set against keeping every activation (store-all).
@@ -456,6 +466,45 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// What `memtrace tune` costs, after its options in `--help`.
+const TUNE_HELP: &str = "Cost: one replay per setting (11, or 13 where the device's memory \
+is known, plus each --try), --jobs at once. Its time is about the settings / jobs times one \
+`memtrace replay` of the file; its memory the trace's as `replay` holds it, plus one \
+replay's allocator state (its live blocks and cached segments) per job.";
+
+/// The arguments of `memtrace tune`.
+#[derive(Debug, clap::Args)]
+pub struct TuneArgs {
+    /// The trace file.
+    pub file: PathBuf,
+    /// The settings the recording ran under, in `PYTORCH_CUDA_ALLOC_CONF` syntax, when the
+    /// trace does not record them (default: the trace's own, else PyTorch's defaults).
+    #[arg(long, value_name = "STR", value_parser = parse_config)]
+    pub config: Option<AllocatorConfig>,
+    /// Capacity of the simulated device, as `replay --capacity` takes it (default: the
+    /// recorded device's memory when the trace ran out of memory, else 1T).
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub capacity: Option<u64>,
+    /// Replay from the live blocks alone instead of the trace's segments, so that the settings
+    /// shape every segment.
+    #[arg(long)]
+    pub fresh: bool,
+    /// More settings to try, in `PYTORCH_CUDA_ALLOC_CONF` syntax (repeatable); each is tried
+    /// as written, not on top of the recorded settings.
+    #[arg(long = "try", value_name = "STR", value_parser = parse_config)]
+    pub tries: Vec<AllocatorConfig>,
+    /// Replays run at once (default: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub jobs: Option<usize>,
+    /// The device of the trace to replay (default: its first out-of-memory event's, else the
+    /// busiest).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The arguments of `memtrace replay`.

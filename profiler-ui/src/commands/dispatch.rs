@@ -4,7 +4,7 @@
 
 use super::{
     convert, demo, diff, doctor, info, leaks, plan, rank_summary, replay, segments, serve, summary,
-    timeline, top,
+    timeline, top, tune,
 };
 use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::Point;
@@ -117,6 +117,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
         }
         Command::Doctor { json } => doctor::run(json, out),
         Command::Replay(args) => replay::run(args, out),
+        Command::Tune(args) => tune::run(args, out),
         Command::Plan(args) => plan::run(&args, out),
         Command::Serve(args) => {
             let limits = Limits {

@@ -18,5 +18,6 @@ mod serve;
 mod summary;
 mod timeline;
 mod top;
+mod tune;
 
 pub use dispatch::run;

@@ -4,19 +4,21 @@
 //! first event (or, with `--fresh`, from its live blocks alone), and the report sets what
 //! blockpool did beside what the trace's own allocator did.
 //!
-//! `start.rs` turns the starting state into segments to adopt, `engine.rs` runs one replay,
+//! `prepare.rs` picks the device and settings and readies its events, `start.rs` turns the
+//! starting state into segments to adopt, `engine.rs` runs one replay,
 //! `recorded.rs` rebuilds the trace allocator's own figures, `capacity.rs` holds the default
 //! capacity and searches the smallest capacity that suffices. The arguments are
 //! [`ReplayArgs`], defined with the rest of the command line in `cli.rs`.
 
 mod capacity;
-mod engine;
-mod recorded;
+pub(crate) mod engine;
+pub(crate) mod prepare;
+pub(crate) mod recorded;
 mod start;
 
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::cli::ReplayArgs;
-use crate::format::{count, device_list, format_size};
+use crate::format::{count, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -24,8 +26,9 @@ use blockpool::trace::file::TraceFormat;
 use blockpool::trace::{Action, Snapshot};
 use blockpool::AllocatorConfig;
 use capacity::{CapacitySearch, DEFAULT_CAPACITY};
-use engine::{Outcome, Settings, Workload};
+use engine::{Outcome, Settings};
 use indicatif::{ProgressBar, ProgressStyle};
+use prepare::Prepared;
 use recorded::Recorded;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -88,51 +91,21 @@ pub fn replay(
     snapshot: &Snapshot,
     format: TraceFormat,
 ) -> anyhow::Result<ReplayReport> {
-    let devices = snapshot.devices();
-    let device = match args.device {
-        Some(device) if devices.contains(&device) || devices.is_empty() && device == 0 => device,
-        Some(device) => anyhow::bail!(
-            "device {device} has no events or segments in this trace (it has: {})",
-            device_list(&devices)
-        ),
-        None => default_device(snapshot, &devices),
-    };
-    let (config, config_source, config_note) = choose_config(args, snapshot);
-    let mut walker = snapshot
-        .state_walker(device)
-        .with_context(|| format!("cannot rebuild the memory of device {device}"))?;
-    let start_state = walker.state();
-    // RMM logs and traces without segment information say nothing about reserved memory.
-    let has_segments = snapshot.has_segment_information(device);
-    let recorded =
-        (format != TraceFormat::RmmCsv && has_segments).then(|| recorded::walk(&mut walker));
-    let events = walker.events();
-    let free_on = if events.iter().any(|e| e.action == Action::FreeCompleted) {
-        Action::FreeCompleted
-    } else {
-        Action::FreeRequested
-    };
-    let trace_span = span(&start_state.segments, events);
-    let workload = Workload {
-        start: start::plan(&start_state, &config, args.fresh),
-        events,
-        numbers: snapshot.event_numbers(device),
-        free_on,
-        trace_span,
-    };
-    let recorded_memory = recorded.as_ref().and_then(|r| r.device_memory_bytes);
-    let (capacity_bytes, capacity_source) = match (args.capacity, recorded_memory) {
-        (Some(bytes), _) => (bytes, "--capacity"),
-        (None, Some(bytes)) => (bytes, "trace"),
-        (None, None) => (DEFAULT_CAPACITY, "default"),
-    };
+    let device = prepare::pick_device(snapshot, args.device)?;
+    let (config, config_source, config_note) =
+        prepare::choose_config(args.config.as_ref(), snapshot);
+    let prepared = Prepared::new(snapshot, format, device)?;
+    let workload = prepared.workload(&config, args.fresh);
+    let (capacity_bytes, capacity_source) = prepared.capacity(args.capacity);
     let settings = Settings {
         config: config.clone(),
         capacity_bytes,
         exact: args.exact,
     };
     let event_count = workload.events.len() as u64;
-    let progress = progress_bar(event_count, args.find_capacity);
+    // A search runs about 20 replays more.
+    let replays = if args.find_capacity { 21 } else { 1 };
+    let progress = progress_bar(event_count.saturating_mul(replays));
     let outcome = engine::run(&workload, &settings, &progress)?;
     let capacity_search = if args.find_capacity {
         let unconstrained = if settings.capacity_bytes == DEFAULT_CAPACITY {
@@ -160,14 +133,12 @@ pub fn replay(
         None
     };
     progress.finish_and_clear();
-    let notes = notes(
-        args,
-        &config,
-        capacity_source,
-        &start_state,
-        events,
-        &outcome,
-    );
+    let asked = Asked {
+        exact: args.exact,
+        config: args.config.is_some(),
+    };
+    let notes = notes(asked, &config, capacity_source, &prepared, &outcome);
+    let recorded = prepared.recorded.clone();
     let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
     Ok(ReplayReport {
         file: args.file.display().to_string(),
@@ -194,18 +165,27 @@ pub fn replay(
     })
 }
 
+/// What the command line asked of a replay, for its notes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Asked {
+    /// `--exact`.
+    pub exact: bool,
+    /// The settings came from `--config` (or a candidate of `tune`), not the trace.
+    pub config: bool,
+}
+
 /// What the replay's settings could not act on: expandable segments on a start state of
 /// adopted fixed-size segments, `--exact` on mapped ranges of expandable segments, a garbage
 /// collection threshold without a memory fraction, and an assumed capacity the replay never
 /// came near.
-fn notes(
-    args: &ReplayArgs,
+pub(crate) fn notes(
+    asked: Asked,
     config: &AllocatorConfig,
     capacity_source: &str,
-    start_state: &blockpool::trace::DeviceState,
-    events: &[blockpool::trace::TraceEvent],
+    prepared: &Prepared,
     outcome: &Outcome,
 ) -> Vec<String> {
+    let (start_state, events) = (prepared.start_state(), prepared.events());
     let mut notes = Vec::new();
     if config.garbage_collection_threshold() > 0.0 && config.per_process_memory_fraction().is_none()
     {
@@ -246,7 +226,7 @@ fn notes(
         .filter(|e| e.action == Action::SegmentMap)
         .count();
     let expandable_start = start_state.segments.iter().any(|s| s.expandable);
-    if args.exact && (maps > 0 || expandable_start) {
+    if asked.exact && (maps > 0 || expandable_start) {
         notes.push(format!(
             "--exact: the trace was recorded with expandable segments ({} segment_map events{}): \
              PyTorch maps pages into one reserved address range per stream and pool, which the \
@@ -272,8 +252,7 @@ fn notes(
             count(outcome.recorded_oom_failed)
         ));
     }
-    if args.config.is_some() && capacity_source == "default" && outcome.out_of_memory_events() == 0
-    {
+    if asked.config && capacity_source == "default" && outcome.out_of_memory_events() == 0 {
         notes.push(format!(
             "the capacity of {} is assumed (the trace records no out-of-memory event, so it \
              does not tell the device's memory) and the replay never ran short of it, so what \
@@ -285,62 +264,9 @@ fn notes(
     notes
 }
 
-/// The device every command opens when not told (its first out-of-memory event's, else the
-/// busiest), else 0.
-fn default_device(snapshot: &Snapshot, devices: &[u32]) -> u32 {
-    crate::analysis::timeline::default_device(snapshot, devices).unwrap_or(0)
-}
-
-/// The settings to replay with: `--config`, else the trace's own when blockpool understands
-/// them, else the defaults (saying why).
-fn choose_config(
-    args: &ReplayArgs,
-    snapshot: &Snapshot,
-) -> (AllocatorConfig, &'static str, Option<String>) {
-    if let Some(config) = &args.config {
-        return (config.clone(), "--config", None);
-    }
-    match snapshot.allocator_config.as_deref().map(str::trim) {
-        Some(text) if !text.is_empty() => match AllocatorConfig::parse(text) {
-            Ok(config) => (config, "trace", None),
-            Err(e) => {
-                let note = format!("the trace's settings `{text}` were not understood ({e})");
-                (AllocatorConfig::default(), "default", Some(note))
-            }
-        },
-        _ => (AllocatorConfig::default(), "default", None),
-    }
-}
-
-/// The addresses the trace's segments cover: the starting ones and every `segment_alloc`.
-fn span(
-    segments: &[blockpool::trace::snapshot::Segment],
-    events: &[blockpool::trace::TraceEvent],
-) -> Option<std::ops::Range<u64>> {
-    let starting = segments.iter().map(|s| (s.address, s.size));
-    let allocated = events
-        .iter()
-        .filter(|e| matches!(e.action, Action::SegmentAlloc | Action::SegmentMap))
-        .map(|e| (e.addr, e.size));
-    starting
-        .chain(allocated)
-        .fold(None, |range, (address, size)| {
-            let end = address.saturating_add(size);
-            Some(match range {
-                None => address..end,
-                Some(r) => r.start.min(address)..r.end.max(end),
-            })
-        })
-}
-
-/// A bar on stderr for replays long enough to wait for; hidden when stderr is not a terminal.
-fn progress_bar(events: u64, searching: bool) -> ProgressBar {
-    // A search runs about 20 replays more.
-    let work = if searching {
-        events.saturating_mul(21)
-    } else {
-        events
-    };
+/// A bar on stderr for replays of `work` events in all, when that is long enough to wait for;
+/// hidden when stderr is not a terminal.
+pub(crate) fn progress_bar(work: u64) -> ProgressBar {
     if work < PROGRESS_MIN_EVENTS || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
