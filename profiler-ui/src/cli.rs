@@ -101,6 +101,10 @@ pub enum Command {
         /// the allocator itself) instead of the user's own code.
         #[arg(long)]
         all_frames: bool,
+        /// Print every recorded frame of a failing request's stack, the stack capture and the
+        /// allocator included (by default they are left out, so the user's code comes first).
+        #[arg(long)]
+        full_stack: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -277,6 +281,13 @@ pub enum Command {
     /// settings reproduced the recorded peak.
     #[command(after_help = TUNE_HELP)]
     Tune(TuneArgs),
+    /// Why a device ran out of memory: at its first out-of-memory event (or the reserved peak
+    /// when it has none), its reserved memory split so the parts add up (live allocations by
+    /// category and site, rounding, blocks waiting on record_stream, free blocks by why they
+    /// could not serve the request), the device's free memory, fragmentation, the failing
+    /// request and its stack.
+    #[command(visible_alias = "oom")]
+    Explain(ExplainArgs),
     /// Plan activation checkpointing for a chain of stages from its per-stage costs (a JSON
     /// chain file, its format in `memtrace plan --help`): the activations the plan keeps, its forward calls, predicted
     /// peak memory and time, set against keeping every activation (store-all).
@@ -466,6 +477,41 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(seconds))
+}
+
+/// The arguments of `memtrace explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The trace file.
+    pub file: PathBuf,
+    /// The device (default: its first out-of-memory event's, else the busiest).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Explain the device's K-th out-of-memory event (1 is the first).
+    #[arg(long, value_name = "K", value_parser = parse_positive, conflicts_with = "peak")]
+    pub oom: Option<usize>,
+    /// Explain the reserved peak, even when the device ran out of memory.
+    #[arg(long)]
+    pub peak: bool,
+    /// The GPU's total memory, as `replay --capacity` takes sizes (`80G`): with it the report
+    /// gives the memory outside the allocator (CUDA context, libraries' workspaces, other
+    /// processes), which the trace does not record.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub device_memory: Option<u64>,
+    /// The allocator settings the recording ran under, in `PYTORCH_CUDA_ALLOC_CONF` syntax,
+    /// when the trace does not record them (they decide rounding and oversize blocks).
+    #[arg(long, value_name = "STR", value_parser = parse_config)]
+    pub config: Option<AllocatorConfig>,
+    /// Name sites by every frame memory_viz shows instead of the user's own code.
+    #[arg(long)]
+    pub all_frames: bool,
+    /// Print every recorded frame of the request's stack, the stack capture and the allocator
+    /// included.
+    #[arg(long)]
+    pub full_stack: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What `memtrace tune` costs, after its options in `--help`.

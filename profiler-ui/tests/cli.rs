@@ -347,8 +347,9 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
     assert_eq!(device["peak_allocated"]["time_us"], 4);
     assert_eq!(device["peak_reserved"]["bytes"], 20_971_520);
     assert_eq!(device["peak_reserved"]["after_event"], 0);
-    // At the reserved peak (the segment, taken with the 8 MiB block it was made for).
-    assert_eq!(device["fragmentation_at_reserved_peak"], 0.6);
+    // At the reserved peak where it is fullest: the three blocks fill the segment after event 3.
+    assert_eq!(device["fragmentation_at_reserved_peak"], 0.0);
+    assert_eq!(device["fragmentation_after_event"], 3);
     assert_eq!(device["free_bytes"], 0);
     assert_eq!(device["top_sites"][0]["site"], "weights");
     assert_eq!(device["top_sites"][0]["bytes"], 16_777_216);
@@ -365,8 +366,10 @@ fn summary_finds_the_peak_the_sites_and_explains_the_oom() {
     assert_eq!(oom["allocated_bytes"], 16_777_216);
     assert_eq!(
         oom["explanation"],
-        "6.00 MiB requested: only 4.00 MiB was cached (largest block 4.00 MiB) and the device \
-         had 2.00 MiB free; the program needs more memory than the device has"
+        "6.00 MiB requested with 2.00 MiB free on the device: 4.00 MiB of the 20.00 MiB \
+         reserved were fragmented into free blocks too small for it (the largest free block on \
+         its stream and in its pool: 4.00 MiB); expandable_segments or max_split_size_mb can \
+         avoid it: `memtrace tune` replays them"
     );
 
     let text = stdout(&memtrace(&["summary", path.to_str().unwrap()]));
@@ -502,7 +505,7 @@ fn summary_of_a_made_file_without_times_says_so_once() {
     );
     assert!(!text.contains("0.000000 s"), "{text}");
     assert!(
-        text.contains("  out of memory: no out-of-memory event was recorded\n"),
+        text.contains("  out of memory: no out-of-memory event was recorded on this device\n"),
         "a file without an oom event says so: {text}"
     );
     // `info` says it the same way, not "over 0.000000 s".

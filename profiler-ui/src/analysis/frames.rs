@@ -66,6 +66,22 @@ pub fn is_hidden(frame: &Frame) -> bool {
         || HIDDEN_FILES.iter().any(|f| frame.filename.contains(f))
 }
 
+/// The frames of a stack a report shows, innermost first: every one with `full`, else all but
+/// those memory_viz hides and the allocator's and dispatcher's plumbing ([`is_plumbing`]), so
+/// that the operator and the user's code come first rather than the stack capture and the
+/// caching allocator.
+pub fn shown_frames(frames: &[Frame], full: bool) -> Vec<&Frame> {
+    frames
+        .iter()
+        .filter(|frame| full || !is_plumbing(frame))
+        .collect()
+}
+
+/// A frame as stacks print it: `file:line:function`.
+pub fn stack_line(frame: &Frame) -> String {
+    format!("{}:{}:{}", frame.filename, frame.line_text(), frame.name)
+}
+
 /// Whether `frame` is a Python frame: a `.py` file, or a pseudo-file such as
 /// `<frozen importlib._bootstrap>` or `<ipython-input-3-...>`.
 pub fn is_python(frame: &Frame) -> bool {

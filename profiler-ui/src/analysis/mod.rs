@@ -2,10 +2,13 @@
 //! ([`sites`], named from whose code each frame is, [`frames`]; as a stack tree, [`tree`]), how
 //! it moved over time ([`timeline`]), what was never given back or grows step after step ([`leaks`], steps as [`steps`] finds them), the peaks,
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
-//! ([`summary`]), two traces site by site ([`diff`]), and a figure across several files
+//! ([`summary`]), where a device's memory was at an out-of-memory event, split so the parts add
+//! up ([`explain`], live memory by what it holds, [`category`]), two traces site by site ([`diff`]), and a figure across several files
 //! ([`spread`]).
 
+pub mod category;
 pub mod diff;
+pub mod explain;
 pub mod fragmentation;
 pub mod frames;
 pub mod leaks;

@@ -9,11 +9,12 @@
 //! its request rounded as the allocator rounds it (the import does this), the least it took.
 //! Requested bytes add up requests.
 
+use super::explain::{explain, request_of, Context, Explanation};
 use super::fragmentation::ReservedPeak;
 use super::frames::FrameView;
-use super::sites::{site_of, sites_at, Site};
+use super::frames::{shown_frames, stack_line};
+use super::sites::{site_of, sites_at, Site, SiteNames};
 use super::timeline::{walker, walker_taking};
-use crate::format::format_size;
 use blockpool::trace::{
     Action, BlockState, ContextId, DeviceState, EventNumbers, Snapshot, StateWalker,
 };
@@ -58,8 +59,12 @@ pub struct DeviceSummary {
     /// Segments at the end of the trace.
     pub segments_at_end: u64,
     /// Fragmentation, one definition for every command ([`super::fragmentation`]):
-    /// (reserved - allocated) / reserved at the reserved peak; 0 with nothing reserved.
+    /// (reserved - allocated) / reserved at the reserved peak, in its state where allocated is
+    /// highest; 0 with nothing reserved.
     pub fragmentation_at_reserved_peak: f64,
+    /// The event after which that state holds (`None`: before the first event); the memory
+    /// at the reserved peak is split there too.
+    pub fragmentation_after_event: Option<usize>,
     /// How scattered the free memory is at the allocated peak: 1 - largest free block / all
     /// free bytes, 0 when the free memory is one block, near 1 when it is many small ones (a
     /// large request finds no room although much is free); 0 with nothing free.
@@ -72,6 +77,8 @@ pub struct DeviceSummary {
     pub top_sites: Vec<Site>,
     /// Every out-of-memory event.
     pub out_of_memory: Vec<OomExplained>,
+    /// Without one, the device's memory at the reserved peak, split so the parts add up.
+    pub at_reserved_peak: Option<Explanation>,
 }
 
 /// A peak: its value and the first state reaching it.
@@ -112,6 +119,9 @@ pub struct OomExplained {
     /// The failing request's call stack, innermost first, one `file:line:function` per frame,
     /// as recorded (empty when not recorded).
     pub stack: Vec<String>,
+    /// The frames of `stack` text shows: without those memory_viz hides and the allocator's and
+    /// dispatcher's plumbing ([`super::frames::shown_frames`]), so the user's code comes first.
+    pub shown_stack: Vec<String>,
     /// Bytes the device said were free (as the trace records it).
     pub device_free_bytes: u64,
     /// `device_free_bytes + reserved_bytes`: the memory this allocator could have had then.
@@ -127,6 +137,9 @@ pub struct OomExplained {
     pub largest_free_block: u64,
     /// Why it failed, in words.
     pub explanation: String,
+    /// The device's memory at that moment, split so the parts add up (as `memtrace explain`
+    /// prints it).
+    pub memory: Explanation,
 }
 
 /// Builds the summary of `snapshot`, sites named in `view`.
@@ -229,7 +242,7 @@ fn summarize_walk(
         let (stream, context) = (event.stream.0, event.context);
         let index = i + 1;
         end = totals;
-        fragmentation.note(index, action, totals.reserved_bytes, totals.allocated_bytes);
+        fragmentation.note(index, totals.reserved_bytes, totals.allocated_bytes);
         for (peak, value) in [
             (&mut allocated, totals.allocated_bytes),
             (&mut reserved, totals.reserved_bytes),
@@ -252,6 +265,14 @@ fn summarize_walk(
         peak.time_us = time_of(peak.index, &walker);
         peak.after_event = numbers.state(peak.index);
     }
+    let (config, _, _) = crate::commands::replay::prepare::choose_config(None, snapshot);
+    let names = SiteNames::new(snapshot, view);
+    let ctx = Context {
+        snapshot,
+        names: &names,
+        config: &config,
+        device_total: None,
+    };
     let out_of_memory = ooms
         .into_iter()
         .map(
@@ -261,6 +282,13 @@ fn summarize_walk(
                 let totals = walker.totals();
                 let (free_bytes, largest) = free_space(&state);
                 let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
+                let request = request_of(
+                    requested_bytes,
+                    blockpool::StreamId(stream),
+                    device_free_bytes,
+                    &config,
+                );
+                let memory = explain(&ctx, &walker, Some(&request));
                 Ok(OomExplained {
                     event: numbers.number(index),
                     label: numbers.label(index),
@@ -268,23 +296,26 @@ fn summarize_walk(
                     requested_bytes,
                     stream,
                     site: site_of(snapshot.contexts.get(context), view).label(),
-                    stack: stack_of(snapshot, context),
+                    stack: stack_of(snapshot, context, true),
+                    shown_stack: stack_of(snapshot, context, false),
                     device_free_bytes,
                     device_memory_bytes: device_free_bytes.saturating_add(totals.reserved_bytes),
                     reserved_bytes: totals.reserved_bytes,
                     allocated_bytes: totals.allocated_bytes,
                     cached_free_bytes: free_bytes,
                     largest_free_block: largest,
-                    explanation: explain_oom(
-                        requested_bytes,
-                        device_free_bytes,
-                        free_bytes,
-                        largest,
-                    ),
+                    explanation: memory.why.clone(),
+                    memory,
                 })
             },
         )
         .collect::<Result<Vec<_>, blockpool::trace::StateError>>()?;
+    let at_reserved_peak = if out_of_memory.is_empty() {
+        walker.seek(fragmentation.fullest_index)?;
+        Some(explain(&ctx, &walker, None))
+    } else {
+        None
+    };
     walker.seek(allocated.index)?;
     let state = walker.state();
     let totals = walker.totals();
@@ -309,6 +340,7 @@ fn summarize_walk(
         segments_at_peak: totals.segments,
         segments_at_end,
         fragmentation_at_reserved_peak: fragmentation.fragmentation,
+        fragmentation_after_event: numbers.state(fragmentation.fullest_index),
         free_scattered: if free_bytes == 0 {
             0.0
         } else {
@@ -318,18 +350,20 @@ fn summarize_walk(
         free_bytes,
         top_sites: top_sites(snapshot, &walker, view),
         out_of_memory,
+        at_reserved_peak,
         peak_allocated: allocated,
         peak_reserved: reserved,
         peak_requested: requested,
     })
 }
 
-/// The frames of `context`, innermost first, as `file:line:function`.
-fn stack_of(snapshot: &Snapshot, context: ContextId) -> Vec<String> {
+/// The frames of `context` a report shows, innermost first, as `file:line:function`
+/// ([`shown_frames`]: all of them with `full`).
+fn stack_of(snapshot: &Snapshot, context: ContextId, full: bool) -> Vec<String> {
     snapshot.contexts.get(context).map_or_else(Vec::new, |c| {
-        c.frames
-            .iter()
-            .map(|f| format!("{}:{}:{}", f.filename, f.line_text(), f.name))
+        shown_frames(&c.frames, full)
+            .into_iter()
+            .map(stack_line)
             .collect()
     })
 }
@@ -351,33 +385,4 @@ fn top_sites(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> Vec<
     let mut sites = sites_at(snapshot, walker, view);
     sites.truncate(TOP_SITES);
     sites
-}
-
-/// Why a request of `requested` bytes failed, from what was free.
-fn explain_oom(requested: u64, device_free: u64, cached_free: u64, largest: u64) -> String {
-    let request = format_size(requested);
-    if cached_free >= requested && largest < requested {
-        format!(
-            "{request} requested: {} was cached but scattered (largest free block {}), and \
-             the device had only {} free; fragmentation (try max_split_size_mb or \
-             expandable_segments)",
-            format_size(cached_free),
-            format_size(largest),
-            format_size(device_free)
-        )
-    } else if largest >= requested {
-        format!(
-            "{request} requested: a free block of {} was cached, but on another stream or \
-             pool (blocks are reused only on the stream that freed them)",
-            format_size(largest)
-        )
-    } else {
-        format!(
-            "{request} requested: only {} was cached (largest block {}) and the device had \
-             {} free; the program needs more memory than the device has",
-            format_size(cached_free),
-            format_size(largest),
-            format_size(device_free)
-        )
-    }
 }

@@ -3,8 +3,8 @@
 //! it; `demo --serve` runs the demo and then the viewer on the trace it wrote.
 
 use super::{
-    convert, demo, diff, doctor, info, leaks, plan, rank_summary, replay, segments, serve, summary,
-    timeline, top, tune,
+    convert, demo, diff, doctor, explain, info, leaks, plan, rank_summary, replay, segments, serve,
+    summary, timeline, top, tune,
 };
 use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::Point;
@@ -20,11 +20,16 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
         Command::Summary {
             files,
             all_frames,
+            full_stack,
             json,
         } => match files.as_slice() {
-            [file] if !rank_summary::is_several(&files) => {
-                summary::run(file, FrameView::from_flag(all_frames), json, out)
-            }
+            [file] if !rank_summary::is_several(&files) => summary::run(
+                file,
+                FrameView::from_flag(all_frames),
+                full_stack,
+                json,
+                out,
+            ),
             _ => rank_summary::run(&files, json, out),
         },
         Command::Leaks {
@@ -118,6 +123,7 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
         Command::Doctor { json } => doctor::run(json, out),
         Command::Replay(args) => replay::run(args, out),
         Command::Tune(args) => tune::run(args, out),
+        Command::Explain(args) => explain::run(args, out),
         Command::Plan(args) => plan::run(&args, out),
         Command::Serve(args) => {
             let limits = Limits {

@@ -6,6 +6,7 @@
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
 use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
+use crate::commands::explain::{frames, render_parts};
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -13,8 +14,8 @@ use anyhow::Context as _;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The report as text.
-pub fn render(report: &SummaryReport) -> String {
+/// The report as text; `full_stack` prints every recorded frame of a failing request's stack.
+pub fn render(report: &SummaryReport, full_stack: bool) -> String {
     let mut text = String::new();
     let _ = writeln!(text, "file:      {} ({})", report.file, report.format);
     if report.devices.is_empty() {
@@ -102,10 +103,21 @@ pub fn render(report: &SummaryReport) -> String {
             }
         }
         if d.out_of_memory.is_empty() {
-            let _ = writeln!(text, "  out of memory: no out-of-memory event was recorded");
+            let _ = writeln!(
+                text,
+                "  out of memory: no out-of-memory event was recorded on this device"
+            );
+        }
+        if let Some(memory) = &d.at_reserved_peak {
+            let _ = writeln!(
+                text,
+                "  memory at the reserved peak ({}):",
+                after(&d.peak_reserved)
+            );
+            render_parts(&mut text, memory, "    ");
         }
         for oom in &d.out_of_memory {
-            render_oom(&mut text, oom, &at(oom.time_us));
+            render_oom(&mut text, oom, &at(oom.time_us), full_stack);
         }
     }
     text
@@ -122,9 +134,9 @@ fn event_label(oom: &OomExplained) -> String {
 /// Frames of a failing request's stack printed before the rest is counted.
 const OOM_STACK_FRAMES: usize = 12;
 
-/// One out-of-memory event: the failing request (size, stream, site), why it failed, what the
-/// device had, and the request's stack.
-fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
+/// One out-of-memory event: the failing request (size, stream, site), why it failed, the
+/// device's memory split, and the request's stack.
+fn render_oom(text: &mut String, oom: &OomExplained, at: &str, full_stack: bool) {
     let _ = writeln!(
         text,
         "  out of memory at {}{}: {} requested on stream {} at {}",
@@ -134,35 +146,51 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str) {
         oom.stream,
         oom.site
     );
-    let _ = writeln!(text, "    {}", oom.explanation);
-    let _ = writeln!(
-        text,
-        "    device: {} free + {} reserved by this allocator = {} (other processes' memory is \
-         in neither)",
-        format_size(oom.device_free_bytes),
-        format_size(oom.reserved_bytes),
-        format_size(oom.device_memory_bytes)
-    );
+    let _ = writeln!(text, "    why: {}", oom.explanation);
+    render_parts(text, &oom.memory, "    ");
+    let stack = if full_stack {
+        &oom.stack
+    } else {
+        &oom.shown_stack
+    };
     if oom.stack.is_empty() {
         let _ = writeln!(text, "    stack: not recorded");
         return;
     }
-    let _ = writeln!(text, "    stack of the request (innermost first):");
-    for frame in oom.stack.iter().take(OOM_STACK_FRAMES) {
+    let left_out = oom.stack.len() - stack.len();
+    let left_out = match left_out {
+        0 => String::new(),
+        n => format!(
+            "; {} of the stack capture and the allocator left out: --full-stack prints {}",
+            frames(n),
+            if n == 1 { "it" } else { "them" }
+        ),
+    };
+    let _ = writeln!(
+        text,
+        "    stack of the request (innermost first{left_out}):"
+    );
+    for frame in stack.iter().take(OOM_STACK_FRAMES) {
         let _ = writeln!(text, "      {frame}");
     }
-    if oom.stack.len() > OOM_STACK_FRAMES {
+    if stack.len() > OOM_STACK_FRAMES {
         let _ = writeln!(
             text,
             "      ... {} more frames (--json has them all)",
-            count((oom.stack.len() - OOM_STACK_FRAMES) as u64)
+            count((stack.len() - OOM_STACK_FRAMES) as u64)
         );
     }
 }
 
 /// Runs `memtrace summary`.
-pub fn run(file: &Path, view: FrameView, json: bool, out: &mut Output) -> anyhow::Result<()> {
+pub fn run(
+    file: &Path,
+    view: FrameView,
+    full_stack: bool,
+    json: bool,
+    out: &mut Output,
+) -> anyhow::Result<()> {
     let trace = load_trace(file).context("cannot read the trace")?;
     let report = summarize_owned(file, trace.format.as_str(), trace.snapshot, view)?;
-    out.report(&report, json, render)
+    out.report(&report, json, |report| render(report, full_stack))
 }

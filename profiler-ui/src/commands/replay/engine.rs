@@ -387,10 +387,13 @@ impl Replay {
         let totals = self.allocator.device_totals(DEVICE)?;
         let outcome = &mut self.outcome;
         outcome.peak_allocated_bytes = outcome.peak_allocated_bytes.max(totals.allocated_bytes);
+        // As `fragmentation` defines it: at the reserved peak, where allocated is highest.
+        let share = unallocated_share(totals.reserved_bytes, totals.allocated_bytes);
         if totals.reserved_bytes > outcome.peak_reserved_bytes {
             outcome.peak_reserved_bytes = totals.reserved_bytes;
-            outcome.fragmentation_at_peak =
-                unallocated_share(totals.reserved_bytes, totals.allocated_bytes);
+            outcome.fragmentation_at_peak = share;
+        } else if totals.reserved_bytes == outcome.peak_reserved_bytes {
+            outcome.fragmentation_at_peak = outcome.fragmentation_at_peak.min(share);
         }
         Ok(())
     }

@@ -59,7 +59,7 @@ pub fn walk(walker: &mut StateWalker) -> Recorded {
             recorded.device_memory_bytes = recorded.device_memory_bytes.max(Some(memory));
         }
         recorded.peak_allocated_bytes = recorded.peak_allocated_bytes.max(allocated);
-        peak.note(walker.position(), action, reserved, allocated);
+        peak.note(walker.position(), reserved, allocated);
     }
     recorded.peak_reserved_bytes = peak.reserved_bytes;
     recorded.fragmentation_at_peak = peak.fragmentation;
