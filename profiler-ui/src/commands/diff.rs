@@ -1,6 +1,7 @@
 //! `memtrace diff A B [--device N | --device-a N --device-b M] [--all-frames] [--json]`: per allocation site,
 //! the live bytes at the allocated peak and at the end of each trace (each on its own device if
-//! asked: one rank against another), and the differences, largest change first. The analysis
+//! asked: one rank against another), and the differences, largest change first, after the
+//! allocated and reserved peaks. The analysis
 //! is [`crate::analysis::diff`]; this prints it.
 
 use crate::analysis::diff::diff;
@@ -41,6 +42,13 @@ pub fn run(
         format_size(report.peak_a),
         format_size(report.peak_b),
         signed_size(report.peak_b as i128 - report.peak_a as i128)
+    );
+    let _ = writeln!(
+        text,
+        "reserved peak: {} -> {} ({})",
+        format_size(report.peak_reserved_a),
+        format_size(report.peak_reserved_b),
+        signed_size(report.peak_reserved_b as i128 - report.peak_reserved_a as i128)
     );
     let _ = writeln!(
         text,
