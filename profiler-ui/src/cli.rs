@@ -2,6 +2,7 @@
 //! cannot read itself (`replay --config`, `--depth`, `--max-connections`; byte sizes are
 //! [`parse_bytes`]'s, in `format`), and how usage errors exit.
 
+use crate::analysis::gate::Rule;
 use crate::analysis::sites::SiteOrder;
 use crate::analysis::timeline::EventPoint;
 use crate::format::parse_bytes;
@@ -30,7 +31,9 @@ use std::time::Duration;
                   a trace's call stacks and tags may spell out (default 1 GiB; a file that \
                   names one frame millions of times is refused above it); \
                   BLOCKPOOL_MAX_DECOMPRESSION_RATIO=<ratio> raises how many times its size a \
-                  .gz trace may decompress to (default 200, and at least 1 GiB)."
+                  .gz trace may decompress to (default 200, and at least 1 GiB).\n\nExit \
+                  status: 0 on success, 1 when a rule of `memtrace diff --fail-if` failed, 2 \
+                  on bad input or usage."
 )]
 pub struct Cli {
     /// What to do.
@@ -50,6 +53,24 @@ wrappers and the allocator can name sites (the innermost Python frame, else the 
 memory_viz shows). A block with no recorded stack alive before the first event is `<allocated
 before _record_memory_history was enabled>`; one allocated later without a stack is `<no stack
 recorded>`.";
+
+/// `memtrace diff --help`'s epilogue: the gate's rules and exit status, then sites.
+pub const DIFF_HELP: &str = "\
+--fail-if METRIC:LIMIT fails (exit status 1) when B grew more than LIMIT from A; a growth of
+exactly LIMIT passes. METRIC (`-` and `_` alike):
+  peak_allocated  the allocated peak of each trace's device
+  peak_reserved   the reserved peak (bytes in segments) of each trace's device
+  site-growth     any one site's live bytes, at the allocated peak or at the end of each trace,
+                  whichever grew more; in percent of that site's bytes in A, so a site new in B
+                  fails any percentage
+LIMIT is a percentage of A (+5%, 2.5%) or a size (+64MiB, 1.5G, 4096), the `+` optional.
+Every rule is judged; the report is printed as usual, and each failed rule is one line on
+standard error: the rule, what it measured, and the limit. Exit status: 0 when every rule passed,
+1 when one failed, 2 on bad input or usage (an unreadable rule included).
+
+A site is where a block was allocated: its annotation tags joined by `/`; else the innermost
+frame of the user's own code (see `memtrace top --help`). With --all-frames, torch's wrappers and
+the allocator can name sites.";
 
 /// `memtrace leaks --help`'s epilogue: what a step is, growing, persistent, then sites.
 pub const LEAKS_HELP: &str = "\
@@ -210,8 +231,9 @@ pub enum Command {
         #[arg(long)]
         device: Option<u32>,
     },
-    /// Per-site differences in live bytes at the allocated peak and at the end of two traces.
-    #[command(after_help = SITE_HELP)]
+    /// Per-site differences in live bytes at the allocated peak and at the end of two traces,
+    /// and the allocated and reserved peaks of each; with `--fail-if`, a gate for CI.
+    #[command(after_help = DIFF_HELP)]
     Diff {
         /// The first trace.
         a: PathBuf,
@@ -232,7 +254,12 @@ pub enum Command {
         /// the allocator itself) instead of the user's own code.
         #[arg(long)]
         all_frames: bool,
-        /// Print the report as JSON.
+        /// Exit with status 1 when B grew more than LIMIT from A: METRIC:LIMIT, the metric
+        /// peak_allocated, peak_reserved or site-growth, the limit a percentage of A (+5%) or a
+        /// size (+64MiB); repeatable, every rule is judged (see below).
+        #[arg(long = "fail-if", value_name = "RULE", value_parser = Rule::parse)]
+        fail_if: Vec<Rule>,
+        /// Print the report as JSON (with `--fail-if`, a `gate` object: each rule's verdict).
         #[arg(long)]
         json: bool,
     },

@@ -1,7 +1,7 @@
 //! Two traces compared site by site: the live bytes of each allocation site at the allocated
 //! peak and at the end of each (each on its own device if asked: one rank against another),
 //! and the differences, largest change first, beside each device's allocated and reserved
-//! peaks. `memtrace diff` prints it; the viewer's
+//! peaks. `memtrace diff` prints it (and gates on it, [`super::gate`]); the viewer's
 //! multi-file page shows it for two files.
 
 use super::frames::FrameView;
@@ -25,6 +25,16 @@ pub struct SiteDiff {
     pub end_a: u64,
     /// At the end of B.
     pub end_b: u64,
+}
+
+/// How much `b` is above `a`, in percent of `a`: negative when it is below, `None` when `a` is
+/// 0 and `b` is not (growth from nothing has no percentage).
+pub fn percent_change(a: u64, b: u64) -> Option<f64> {
+    match (a, b) {
+        (0, 0) => Some(0.0),
+        (0, _) => None,
+        _ => Some((b as f64 - a as f64) / a as f64 * 100.0),
+    }
 }
 
 impl SiteDiff {
@@ -132,4 +142,26 @@ pub fn diff(
         peak_reserved_b: side_b.peak_reserved,
         sites,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_change_is_of_the_first_and_undefined_from_nothing() {
+        assert_eq!(percent_change(200, 250), Some(25.0));
+        assert_eq!(percent_change(200, 150), Some(-25.0), "a fall is negative");
+        assert_eq!(percent_change(7, 7), Some(0.0));
+        assert_eq!(
+            percent_change(0, 0),
+            Some(0.0),
+            "nothing to nothing is no change"
+        );
+        assert_eq!(
+            percent_change(0, 1),
+            None,
+            "growth from nothing has no percentage"
+        );
+    }
 }

@@ -2,12 +2,13 @@
 //! ([`sites`], named from whose code each frame is, [`frames`]; as a stack tree, [`tree`]), how
 //! it moved over time ([`timeline`]), what was never given back or grows step after step ([`leaks`], steps as [`steps`] finds them), the peaks,
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
-//! ([`summary`]), two traces site by site ([`diff`]), and a figure across several files
-//! ([`spread`]).
+//! ([`summary`]), two traces site by site ([`diff`]) and the CI gate on them ([`gate`]), and a
+//! figure across several files ([`spread`]).
 
 pub mod diff;
 pub mod fragmentation;
 pub mod frames;
+pub mod gate;
 pub mod leaks;
 pub mod sites;
 pub mod spread;

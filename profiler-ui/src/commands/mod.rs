@@ -19,4 +19,4 @@ mod summary;
 mod timeline;
 mod top;
 
-pub use dispatch::run;
+pub use dispatch::{run, Status};
