@@ -262,6 +262,14 @@ pub enum Command {
         /// Print the report as JSON (with `--fail-if`, a `gate` object: each rule's verdict).
         #[arg(long)]
         json: bool,
+        /// Print the report as GitHub-flavoured Markdown, for a CI job to post on a pull
+        /// request: the gate's verdicts, the peaks, and a table of the sites that changed.
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+        /// List at most N changed sites, the rest counted (default: all; 30 with
+        /// `--markdown`; JSON lists every site).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
     /// Format, devices, events per device by action, segments and time span of a trace.
     Info {

@@ -1,6 +1,6 @@
 //! `memtrace diff` as a CI job runs it: `--fail-if` rules and their exit statuses, the failed
-//! rules on standard error and the `gate` in JSON, on a pair of traces made here with exact
-//! sizes.
+//! rules on standard error, the `gate` in JSON, and the Markdown report, on a pair of traces
+//! made here with exact sizes.
 
 mod common;
 
@@ -245,6 +245,14 @@ fn malformed_rules_are_bad_input_with_exit_2() {
         );
         assert_eq!(stdout(&output), "", "{rule}: nothing is compared");
     }
+    let both = diff(&["--json", "--markdown"]);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(
+        stderr(&both)
+            .starts_with("memtrace: the argument '--json' cannot be used with '--markdown'"),
+        "{}",
+        stderr(&both)
+    );
 }
 
 #[test]
@@ -288,6 +296,87 @@ fn json_lists_every_rule_with_what_it_measured() {
     );
     let plain: Value = serde_json::from_slice(&diff(&["--json"]).stdout).expect("JSON");
     assert_eq!(plain.get("gate"), None, "no rules, no gate");
+}
+
+const MARKDOWN: &str = "\
+| | A | B | change |
+|---|---:|---:|---:|
+| allocated peak | 16.00 MiB | 20.00 MiB | +4.00 MiB (+25.00 %) |
+| reserved peak | 16.00 MiB | 22.00 MiB | +6.00 MiB (+37.50 %) |
+
+| site | peak A | peak B | change | end A | end B | change |
+|---|---:|---:|---:|---:|---:|---:|
+| `act` | 6.00 MiB | 8.00 MiB | +2.00 MiB | 0 bytes | 0 bytes | 0 |
+| `cache` | 2.00 MiB | 3.00 MiB | +1024.00 KiB | 2.00 MiB | 3.00 MiB | +1024.00 KiB |
+| `new\\|site` | 0 bytes | 1024.00 KiB | +1024.00 KiB | 0 bytes | 1024.00 KiB | +1024.00 KiB |
+
+1 site unchanged.
+";
+
+#[test]
+fn markdown_shows_the_gate_the_peaks_and_the_changed_sites() {
+    let (a, b) = pair();
+    let heading = format!("### memtrace diff: `{a}` -> `{b}`\n\n");
+    let output = diff(&["--markdown"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(stdout(&output), format!("{heading}{MARKDOWN}"));
+    let gated = diff(&[
+        "--markdown",
+        "--fail-if",
+        "peak_allocated:+25%",
+        "--fail-if",
+        "site-growth:+40%",
+    ]);
+    assert_eq!(gated.status.code(), Some(1));
+    assert_eq!(
+        stdout(&gated),
+        format!(
+            "{heading}**Gate: failed** (1 of 2 rules)\n\n\
+             - passed `peak_allocated:+25%`: peak allocated grew 25.00 % (16.00 MiB -> \
+             20.00 MiB), within 25 %\n\
+             - **failed** `site-growth:+40%`: site `new|site` grew at the peak from 0 bytes to \
+             1024.00 KiB, more than 40 %; 2 sites over the limit\n\n{MARKDOWN}"
+        )
+    );
+}
+
+#[test]
+fn limit_caps_the_sites_listed_and_counts_the_rest() {
+    let output = diff(&["--markdown", "--limit", "1"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let page = stdout(&output);
+    assert!(
+        page.ends_with(
+            "|---|---:|---:|---:|---:|---:|---:|\n\
+             | `act` | 6.00 MiB | 8.00 MiB | +2.00 MiB | 0 bytes | 0 bytes | 0 |\n\n\
+             2 more changed sites not listed (`--limit`); 1 site unchanged.\n"
+        ),
+        "{page}"
+    );
+    let none = diff(&["--markdown", "--limit", "0"]);
+    assert!(
+        stdout(&none).ends_with(
+            "+6.00 MiB (+37.50 %) |\n\n3 more changed sites not listed (`--limit`); 1 site \
+             unchanged.\n"
+        ),
+        "{}",
+        stdout(&none)
+    );
+    let text = stdout(&diff(&["--limit", "2"]));
+    assert!(
+        text.ends_with("   cache\n1 more changed site (--limit)\n1 sites unchanged\n"),
+        "{text}"
+    );
+    let (a, _) = pair();
+    let same = memtrace(&["diff", &a, &a, "--markdown"]);
+    assert!(
+        stdout(&same).ends_with(
+            "| reserved peak | 16.00 MiB | 16.00 MiB | 0 |\n\nNo site changed; 3 sites \
+             unchanged.\n"
+        ),
+        "{}",
+        stdout(&same)
+    );
 }
 
 #[test]

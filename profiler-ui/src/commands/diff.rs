@@ -1,14 +1,15 @@
 //! `memtrace diff A B [--device N | --device-a N --device-b M] [--all-frames] [--fail-if RULE]...
-//! [--json]`: per allocation site, the live bytes at the allocated peak
+//! [--json | --markdown] [--limit N]`: per allocation site, the live bytes at the allocated peak
 //! and at the end of each trace (each on its own device if asked: one rank against another),
 //! and the differences, largest change first, beside the allocated and reserved peaks. The
 //! analysis is [`crate::analysis::diff`], the rules [`crate::analysis::gate`]; this prints the
-//! report (`text.rs` for people, or JSON), then each
+//! report (`text.rs` for people, `markdown.rs` for a pull-request comment, or JSON), then each
 //! failed rule on standard error, and says whether the gate failed.
 //!
 //! `--json` prints the [`DiffReport`], and with rules a `gate` object: `passed` and `rules`, one
 //! [`Verdict`](crate::analysis::gate::Verdict) per rule.
 
+mod markdown;
 mod text;
 
 use super::dispatch::Status;
@@ -22,6 +23,21 @@ use serde::Serialize;
 use std::io::Write as _;
 use std::path::Path;
 
+/// The most changed sites the Markdown table lists unless `--limit` says otherwise: a pull
+/// request comment stays readable.
+pub const MARKDOWN_SITES: usize = 30;
+
+/// How the report is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Columns for people.
+    Text,
+    /// The report as data (`--json`).
+    Json,
+    /// GitHub-flavoured Markdown (`--markdown`).
+    Markdown,
+}
+
 /// What `memtrace diff` compares and how it reports.
 #[derive(Debug)]
 pub struct DiffOptions {
@@ -31,8 +47,11 @@ pub struct DiffOptions {
     pub view: FrameView,
     /// The `--fail-if` rules, in order.
     pub rules: Vec<Rule>,
-    /// Print the report as JSON.
-    pub json: bool,
+    /// How the report is printed.
+    pub format: Format,
+    /// The most changed sites listed (`None`: every one in text, [`MARKDOWN_SITES`] in
+    /// Markdown; JSON lists every site).
+    pub limit: Option<usize>,
 }
 
 /// What `--json` prints: the report, and with rules their verdicts.
@@ -55,13 +74,18 @@ pub fn run(a: &Path, b: &Path, options: &DiffOptions, out: &mut Output) -> anyho
         options.view,
     )?;
     let gate = (!options.rules.is_empty()).then(|| judge(&options.rules, &report));
-    let printed = if options.json {
-        out.json(&JsonReport {
+    let printed = match options.format {
+        Format::Json => out.json(&JsonReport {
             report: &report,
             gate: gate.as_ref(),
-        })
-    } else {
-        print(out, &text::render(&report))
+        }),
+        Format::Text => print(out, &text::render(&report, options.limit)),
+        Format::Markdown => {
+            let files = (a.to_string_lossy(), b.to_string_lossy());
+            let limit = options.limit.unwrap_or(MARKDOWN_SITES);
+            let page = markdown::render((&files.0, &files.1), &report, gate.as_ref(), limit);
+            print(out, &page)
+        }
     };
     match printed {
         // A reader that went away does not decide the gate: its verdict still sets the status.

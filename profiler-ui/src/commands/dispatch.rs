@@ -108,12 +108,19 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<Status> {
             all_frames,
             fail_if,
             json,
+            markdown,
+            limit,
         } => {
             let options = diff::DiffOptions {
                 devices: (device_a.or(device), device_b.or(device)),
                 view: FrameView::from_flag(all_frames),
                 rules: fail_if,
-                json,
+                format: match (json, markdown) {
+                    (true, _) => diff::Format::Json,
+                    (_, true) => diff::Format::Markdown,
+                    _ => diff::Format::Text,
+                },
+                limit,
             };
             return diff::run(&a, &b, &options, out);
         }

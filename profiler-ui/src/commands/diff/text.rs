@@ -1,12 +1,12 @@
 //! `memtrace diff`'s report for people: the peaks, then one row per changed site in columns,
-//! then how many sites are unchanged.
+//! then how many sites are not listed.
 
 use crate::analysis::diff::DiffReport;
 use crate::format::{format_size, signed_size};
 use std::fmt::Write as _;
 
-/// The report as text.
-pub fn render(report: &DiffReport) -> String {
+/// The report as text, at most `limit` changed sites listed (`None`: all).
+pub fn render(report: &DiffReport, limit: Option<usize>) -> String {
     let mut text = String::new();
     if report.device_a != report.device_b {
         let _ = writeln!(
@@ -37,7 +37,8 @@ pub fn render(report: &DiffReport) -> String {
         .iter()
         .filter(|d| d.peak_change() != 0 || d.end_change() != 0)
         .collect();
-    for d in &changed {
+    let shown = limit.unwrap_or(usize::MAX).min(changed.len());
+    for d in &changed[..shown] {
         let _ = writeln!(
             text,
             "{:>11} {:>11} {:>12}   {:>11} {:>11} {:>12}   {}",
@@ -48,6 +49,14 @@ pub fn render(report: &DiffReport) -> String {
             format_size(d.end_b),
             signed_size(d.end_change()),
             d.site
+        );
+    }
+    let hidden = changed.len() - shown;
+    if hidden > 0 {
+        let _ = writeln!(
+            text,
+            "{hidden} more changed site{} (--limit)",
+            if hidden == 1 { "" } else { "s" }
         );
     }
     let _ = writeln!(
