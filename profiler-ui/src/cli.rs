@@ -1,16 +1,26 @@
-//! The command line: subcommands and their arguments (clap), the readers of the values clap
-//! cannot read itself (`replay --config`, `--capacity`, `plan --budget`), and how usage errors
-//! exit.
+//! The command line: subcommands and their arguments (clap; `plan`'s in `cli/plan.rs`, those of
+//! `explain`, `tune` and `replay` in `cli/what_if.rs`), the readers of the values clap cannot
+//! read itself (`cli/values.rs`; byte sizes are
+//! [`parse_bytes`](crate::format::parse_bytes)'s, in `format`), and how usage
+//! errors exit.
 
+use crate::analysis::gate::Rule;
 use crate::analysis::sites::SiteOrder;
 use crate::analysis::timeline::EventPoint;
 use crate::serve::server::DEFAULT_MAX_CONNECTIONS;
-use blockpool::AllocatorConfig;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use values::{parse_connections, parse_depth, parse_percent, parse_seconds};
+
+mod plan;
+mod values;
+mod what_if;
+
+pub use plan::{PlanArgs, PlannerName, PLAN_HELP};
+pub use what_if::{ExplainArgs, ReplayArgs, TuneArgs, TUNE_HELP};
 
 /// Look at GPU memory traces: blockpool's JSON Lines files (`.jsonl`, `.jsonl.gz`), PyTorch's
 /// memory snapshots (`torch.cuda.memory._dump_snapshot` pickles) and RMM's CSV logs. The format
@@ -29,7 +39,9 @@ use std::time::Duration;
                   a trace's call stacks and tags may spell out (default 1 GiB; a file that \
                   names one frame millions of times is refused above it); \
                   BLOCKPOOL_MAX_DECOMPRESSION_RATIO=<ratio> raises how many times its size a \
-                  .gz trace may decompress to (default 200, and at least 1 GiB)."
+                  .gz trace may decompress to (default 200, and at least 1 GiB).\n\nExit \
+                  status: 0 on success, 1 when a rule of `memtrace diff --fail-if` failed, 2 \
+                  on bad input or usage."
 )]
 pub struct Cli {
     /// What to do.
@@ -49,6 +61,24 @@ wrappers and the allocator can name sites (the innermost Python frame, else the 
 memory_viz shows). A block with no recorded stack alive before the first event is `<allocated
 before _record_memory_history was enabled>`; one allocated later without a stack is `<no stack
 recorded>`.";
+
+/// `memtrace diff --help`'s epilogue: the gate's rules and exit status, then sites.
+pub const DIFF_HELP: &str = "\
+--fail-if METRIC:LIMIT fails (exit status 1) when B grew more than LIMIT from A; a growth of
+exactly LIMIT passes. METRIC (`-` and `_` alike):
+  peak_allocated  the allocated peak of each trace's device
+  peak_reserved   the reserved peak (bytes in segments) of each trace's device
+  site-growth     any one site's live bytes, at the allocated peak or at the end of each trace,
+                  whichever grew more; in percent of that site's bytes in A, so a site new in B
+                  fails any percentage
+LIMIT is a percentage of A (+5%, 2.5%) or a size (+64MiB, 1.5G, 4096), the `+` optional.
+Every rule is judged; the report is printed as usual, and each failed rule is one line on
+standard error: the rule, what it measured, and the limit. Exit status: 0 when every rule passed,
+1 when one failed, 2 on bad input or usage (an unreadable rule included).
+
+A site is where a block was allocated: its annotation tags joined by `/`; else the innermost
+frame of the user's own code (see `memtrace top --help`). With --all-frames, torch's wrappers and
+the allocator can name sites.";
 
 /// `memtrace leaks --help`'s epilogue: what a step is, growing, persistent, then sites.
 pub const LEAKS_HELP: &str = "\
@@ -213,8 +243,9 @@ pub enum Command {
         #[arg(long)]
         device: Option<u32>,
     },
-    /// Per-site differences in live bytes at the allocated peak and at the end of two traces.
-    #[command(after_help = SITE_HELP)]
+    /// Per-site differences in live bytes at the allocated peak and at the end of two traces,
+    /// and the allocated and reserved peaks of each; with `--fail-if`, a gate for CI.
+    #[command(after_help = DIFF_HELP)]
     Diff {
         /// The first trace.
         a: PathBuf,
@@ -235,9 +266,22 @@ pub enum Command {
         /// the allocator itself) instead of the user's own code.
         #[arg(long)]
         all_frames: bool,
-        /// Print the report as JSON.
+        /// Exit with status 1 when B grew more than LIMIT from A: METRIC:LIMIT, the metric
+        /// peak_allocated, peak_reserved or site-growth, the limit a percentage of A (+5%) or a
+        /// size (+64MiB); repeatable, every rule is judged (see below).
+        #[arg(long = "fail-if", value_name = "RULE", value_parser = Rule::parse)]
+        fail_if: Vec<Rule>,
+        /// Print the report as JSON (with `--fail-if`, a `gate` object: each rule's verdict).
         #[arg(long)]
         json: bool,
+        /// Print the report as GitHub-flavoured Markdown, for a CI job to post on a pull
+        /// request: the gate's verdicts, the peaks, and a table of the sites that changed.
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+        /// List at most N changed sites, the rest counted (default: all; 30 with
+        /// `--markdown`; JSON lists every site).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
     },
     /// Format, devices, events per device by action, segments and time span of a trace.
     Info {
@@ -335,334 +379,6 @@ pub struct ServeArgs {
     pub request_timeout: Duration,
 }
 
-/// The arguments of `memtrace plan`.
-#[derive(Debug, clap::Args)]
-pub struct PlanArgs {
-    /// The chain file: per stage, output bytes, forward and backward times and workspaces.
-    #[arg(value_name = "CHAIN.json")]
-    pub chain: PathBuf,
-    /// The most bytes the plan may hold at once: bytes, or with a K, M, G or T suffix, decimals
-    /// allowed (`78.5G`). Selects the budget planner; with another `--planner`, the plan is
-    /// checked against it.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
-    pub budget: Option<u64>,
-    /// Snapshots Revolve may hold, the one holding the chain's input included (at least 1).
-    /// Selects the revolve planner.
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    pub slots: Option<usize>,
-    /// The planner: budget (the fastest plan within --budget; default with --budget), revolve
-    /// (binomial checkpointing with --slots; default with --slots), store-all (no recompute),
-    /// uniform (--segments N segments cut as torch's checkpoint_sequential cuts them), sqrt
-    /// (Chen et al.: ceil(sqrt(stages)) balanced segments).
-    #[arg(long, value_enum, value_name = "NAME")]
-    pub planner: Option<PlannerName>,
-    /// With `--planner uniform`: the number of segments (1 to the number of stages).
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    pub segments: Option<usize>,
-    /// Also print the plan's schedule, the operations in order: `F3` (stage 3's forward), `S3`
-    /// / `D3` (store / drop activation x_3), `B3` (stage 3's backward step).
-    #[arg(long)]
-    pub schedule: bool,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// The planners `memtrace plan` runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PlannerName {
-    /// The fastest plan whose peak fits `--budget`.
-    Budget,
-    /// Binomial checkpointing with `--slots` snapshots.
-    Revolve,
-    /// Keep every activation: no recompute.
-    StoreAll,
-    /// `--segments` segments cut as `checkpoint_sequential` cuts them.
-    Uniform,
-    /// `ceil(sqrt(stages))` balanced segments.
-    Sqrt,
-}
-
-impl PlannerName {
-    /// The name as the command line spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PlannerName::Budget => "budget",
-            PlannerName::Revolve => "revolve",
-            PlannerName::StoreAll => "store-all",
-            PlannerName::Uniform => "uniform",
-            PlannerName::Sqrt => "sqrt",
-        }
-    }
-}
-
-/// `memtrace plan --help`'s epilogue: the chain file's format and what the numbers mean.
-pub const PLAN_HELP: &str = concat!(
-    "The memory model: blockpool::checkpoint's (README, Checkpointing). A plan's peak counts the \
-     chain's input, the activations alive, the gradients of the stage being reversed and its \
-     workspace, as the caching allocator would hold them; forward calls count stage forwards \
-     outside backward steps (store-all makes stages - 1); time adds every forward call, the last \
-     stage's forward before the loss and every backward step, in the file's time_unit. Limits: \
-     at most 100000 stages, at most 2048 for the budget planner, at most 2000000 forward calls \
-     in a plan.\n\n",
-    "Chain file: JSON, one object:\n\n",
-    "  {\n",
-    "    \"time_unit\": \"us\",\n",
-    "    \"input_bytes\": \"8MiB\",\n",
-    "    \"stages\": [\n",
-    "      {\"name\": \"embed\", \"output_bytes\": 50331648, \"forward_time\": 120, \"backward_time\": 260},\n",
-    "      {\"name\": \"block0\", \"output_bytes\": \"48MiB\", \"forward_time\": 850, \"backward_time\": 1900,\n",
-    "       \"forward_workspace_bytes\": \"192MiB\", \"backward_workspace_bytes\": \"384MiB\"}\n",
-    "    ]\n",
-    "  }\n\n",
-    "Stage i maps activation x_i to x_{i+1}; x_0 is the chain's input.\n",
-    "  input_bytes                 bytes of x_0 (required)\n",
-    "  stages                      the stages in order, 1 to 100000 (required), each with:\n",
-    "    output_bytes              bytes of its output x_{i+1}, also its gradient's (required)\n",
-    "    forward_time              time of one forward call (required)\n",
-    "    backward_time             time of its backward step, with whatever of the forward it\n",
-    "                              re-runs itself (required)\n",
-    "    forward_workspace_bytes   scratch memory its forward allocates and frees (default 0)\n",
-    "    backward_workspace_bytes  scratch memory its backward allocates and frees (default 0)\n",
-    "    name                      a label for reports (optional)\n",
-    "  time_unit                   the label of every time (optional); times are whole\n",
-    "                              numbers, so pick a unit fine enough (\"us\" rather than \"ms\")\n\n",
-    "Bytes are whole numbers or strings with a K, M, G or T suffix (powers of 1024: \"64MiB\", \
-     \"1.5G\"), rounded as the caching allocator rounds them (to multiples of 512; 0 stays 0). \
-     Parameters and their gradients are not counted. Any other field is refused; a file is at \
-     most 64 MiB. Example: examples/chain.json."
-);
-
-/// Reads a count of 1 or more (`--slots`, `--segments`).
-fn parse_positive(text: &str) -> Result<usize, String> {
-    match text.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("`{text}` is not a whole number of 1 or more")),
-    }
-}
-
-/// Most `--max-connections`: each is a thread and a socket.
-const MOST_CONNECTIONS: usize = 4096;
-
-/// Reads `--depth`: 1 to [`MAX_DEPTH`](crate::analysis::tree::MAX_DEPTH).
-fn parse_depth(text: &str) -> Result<usize, String> {
-    let most = crate::analysis::tree::MAX_DEPTH;
-    match text.trim().parse::<usize>() {
-        Ok(n) if (1..=most).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "`{text}` is not a number of levels from 1 to {most}"
-        )),
-    }
-}
-
-/// Reads `--max-connections`: 1 to [`MOST_CONNECTIONS`].
-fn parse_connections(text: &str) -> Result<usize, String> {
-    match text.trim().parse::<usize>() {
-        Ok(n) if (1..=MOST_CONNECTIONS).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "`{text}` is not a number of connections from 1 to {MOST_CONNECTIONS}"
-        )),
-    }
-}
-
-/// Reads a positive number of seconds, decimals allowed, at most a day.
-fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let seconds: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of seconds, e.g. 30 or 0.5"))?;
-    if !(seconds > 0.0 && seconds <= 86_400.0) {
-        return Err(format!(
-            "`{text}` is out of range: give more than 0 and at most 86400 seconds"
-        ));
-    }
-    Ok(Duration::from_secs_f64(seconds))
-}
-
-/// The arguments of `memtrace explain`.
-#[derive(Debug, clap::Args)]
-pub struct ExplainArgs {
-    /// The trace file.
-    pub file: PathBuf,
-    /// The device (default: its first out-of-memory event's, else the busiest).
-    #[arg(long, value_name = "N")]
-    pub device: Option<u32>,
-    /// Explain the device's K-th out-of-memory event (1 is the first).
-    #[arg(long, value_name = "K", value_parser = parse_positive, conflicts_with = "peak")]
-    pub oom: Option<usize>,
-    /// Explain the reserved peak, even when the device ran out of memory.
-    #[arg(long)]
-    pub peak: bool,
-    /// The GPU's total memory, as `replay --capacity` takes sizes (`80G`): with it the report
-    /// gives the memory outside the allocator (CUDA context, libraries' workspaces, other
-    /// processes), which the trace does not record.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
-    pub device_memory: Option<u64>,
-    /// The allocator settings the recording ran under, in `PYTORCH_CUDA_ALLOC_CONF` syntax,
-    /// when the trace does not record them (they decide rounding and oversize blocks).
-    #[arg(long, value_name = "STR", value_parser = parse_config)]
-    pub config: Option<AllocatorConfig>,
-    /// Name sites by every frame memory_viz shows instead of the user's own code.
-    #[arg(long)]
-    pub all_frames: bool,
-    /// Print every recorded frame of the request's stack, the stack capture and the allocator
-    /// included.
-    #[arg(long)]
-    pub full_stack: bool,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// What `memtrace tune` costs, after its options in `--help`.
-const TUNE_HELP: &str = "Cost: one replay per setting (11, or 13 where the device's memory \
-is known, plus each --try), --jobs at once. Its time is about the settings / jobs times one \
-`memtrace replay` of the file; its memory the trace's as `replay` holds it, plus one \
-replay's allocator state (its live blocks and cached segments) per job.";
-
-/// The arguments of `memtrace tune`.
-#[derive(Debug, clap::Args)]
-pub struct TuneArgs {
-    /// The trace file.
-    pub file: PathBuf,
-    /// The settings the recording ran under, in `PYTORCH_CUDA_ALLOC_CONF` syntax, when the
-    /// trace does not record them (default: the trace's own, else PyTorch's defaults).
-    #[arg(long, value_name = "STR", value_parser = parse_config)]
-    pub config: Option<AllocatorConfig>,
-    /// Capacity of the simulated device, as `replay --capacity` takes it (default: the
-    /// recorded device's memory when the trace ran out of memory, else 1T).
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
-    pub capacity: Option<u64>,
-    /// Replay from the live blocks alone instead of the trace's segments, so that the settings
-    /// shape every segment.
-    #[arg(long)]
-    pub fresh: bool,
-    /// More settings to try, in `PYTORCH_CUDA_ALLOC_CONF` syntax (repeatable); each is tried
-    /// as written, not on top of the recorded settings.
-    #[arg(long = "try", value_name = "STR", value_parser = parse_config)]
-    pub tries: Vec<AllocatorConfig>,
-    /// Replays run at once (default: the number of CPUs).
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    pub jobs: Option<usize>,
-    /// The device of the trace to replay (default: its first out-of-memory event's, else the
-    /// busiest).
-    #[arg(long, value_name = "N")]
-    pub device: Option<u32>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// The arguments of `memtrace replay`.
-#[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
-    /// The trace file.
-    pub file: PathBuf,
-    /// Allocator settings in `PYTORCH_CUDA_ALLOC_CONF` syntax (default: the trace's own, else
-    /// PyTorch's defaults).
-    #[arg(long, value_name = "STR", value_parser = parse_config)]
-    pub config: Option<AllocatorConfig>,
-    /// Capacity of the simulated device: bytes, or with a K, M, G or T suffix, decimals allowed
-    /// (`78.5G`). Default: the recorded device's memory when the trace ran out of memory
-    /// (`device_free` plus the bytes reserved then), else 1T; the report says which.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
-    pub capacity: Option<u64>,
-    /// Start from the live blocks alone, allocated first in address order, instead of the
-    /// trace's segments.
-    #[arg(long)]
-    pub fresh: bool,
-    /// Also search the smallest capacity (on 2 MiB steps) that replays without out-of-memory,
-    /// the requests the recording failed (its `oom` events) included.
-    #[arg(long)]
-    pub find_capacity: bool,
-    /// Put each segment where the trace had it and report how many allocations got the very
-    /// address the trace shows (not possible in mapped ranges of expandable segments; the
-    /// report says so).
-    #[arg(long)]
-    pub exact: bool,
-    /// The device of the trace to replay (default: its first out-of-memory event's, else the
-    /// busiest, with the most events).
-    #[arg(long, value_name = "N")]
-    pub device: Option<u32>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Reads a percentage from 0 to 100 (`--min-share`).
-fn parse_percent(text: &str) -> Result<f64, String> {
-    match text.trim().trim_end_matches('%').parse::<f64>() {
-        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
-        _ => Err(format!("`{text}` is not a percentage from 0 to 100")),
-    }
-}
-
-fn parse_config(text: &str) -> Result<AllocatorConfig, String> {
-    AllocatorConfig::parse(text).map_err(|e| e.to_string())
-}
-
-/// Reads a byte count: a number, optionally with a decimal fraction, optionally followed by
-/// `K`, `M`, `G` or `T` (powers of 1024, with or without `iB` or `B`), as `--capacity` takes
-/// it: `80G`, `78.5G`, `0.5T`. The value must be a whole number of bytes (`1.5` alone is
-/// refused; `1.5K` is 1,536 bytes).
-pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
-    /// Enough fractional digits for any power-of-two unit's exact fractions of interest; more
-    /// would only risk overflow.
-    const MAX_FRACTION_DIGITS: usize = 12;
-    let text = text.trim();
-    let number_len = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(number_len);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => {
-            return Err(format!(
-                "`{text}` is not a byte count: use digits with an optional K, M, G or T suffix \
-                 (powers of 1024), e.g. 80G"
-            ))
-        }
-    };
-    let not_a_number = || format!("`{text}` is not a byte count: it needs digits, e.g. 80G");
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
-        return Err(not_a_number());
-    }
-    if fraction.len() > MAX_FRACTION_DIGITS {
-        return Err(format!(
-            "`{text}` has more than {MAX_FRACTION_DIGITS} digits after the decimal point"
-        ));
-    }
-    let too_large = || format!("`{text}` is more bytes than 2^64");
-    let whole: u128 = if whole.is_empty() {
-        0
-    } else {
-        whole.parse().map_err(|_| too_large())?
-    };
-    let fraction_value: u128 = if fraction.is_empty() {
-        0
-    } else {
-        fraction.parse().map_err(|_| not_a_number())?
-    };
-    // (whole + fraction / 10^n) * 2^shift, exactly, in integers.
-    let scale = 10u128.pow(fraction.len() as u32);
-    let scaled = whole
-        .checked_mul(scale)
-        .and_then(|w| w.checked_add(fraction_value))
-        .and_then(|v| v.checked_mul(1u128 << shift))
-        .ok_or_else(too_large)?;
-    if scaled % scale != 0 {
-        return Err(format!(
-            "`{text}` is not a whole number of bytes; use a larger unit or fewer decimals"
-        ));
-    }
-    u64::try_from(scaled / scale).map_err(|_| too_large())
-}
-
 /// `--at EVENT` or `--peak`: a point of the trace.
 #[derive(Debug, clap::Args)]
 #[group(multiple = false)]
@@ -721,57 +437,5 @@ pub fn usage_exit(error: clap::Error) -> ExitCode {
             eprintln!("memtrace: {first} (see memtrace --help)");
             ExitCode::from(2)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn byte_counts_read_with_binary_suffixes() {
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("80G"), Ok(80 << 30));
-        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
-        assert_eq!(parse_bytes("2kb"), Ok(2048));
-        assert_eq!(parse_bytes("1T"), Ok(1 << 40));
-        assert!(parse_bytes("").is_err());
-        assert!(parse_bytes("G").is_err());
-        assert!(parse_bytes("-1").is_err());
-        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
-        assert_eq!(parse_bytes("78.5G"), Ok(157 << 29));
-        assert_eq!(parse_bytes("0.5T"), Ok(1 << 39));
-        assert_eq!(parse_bytes(".25K"), Ok(256));
-        assert_eq!(parse_bytes("2."), Ok(2));
-        assert_eq!(
-            parse_bytes("1.5"),
-            Err("`1.5` is not a whole number of bytes; use a larger unit or fewer decimals".into())
-        );
-        assert_eq!(
-            parse_bytes("1.2.3G"),
-            Err("`1.2.3G` is not a byte count: it needs digits, e.g. 80G".into())
-        );
-        assert!(parse_bytes(".").is_err());
-        assert!(parse_bytes("0.0000000000001G").is_err(), "13 decimals");
-        assert_eq!(
-            parse_bytes("16383.9999999T"),
-            Err("`16383.9999999T` is not a whole number of bytes; use a larger unit or fewer decimals".into())
-        );
-        assert_eq!(
-            parse_bytes("16777216T"),
-            Err("`16777216T` is more bytes than 2^64".to_string())
-        );
-        assert_eq!(
-            parse_bytes("12 parsecs"),
-            Err(
-                "`12 parsecs` is not a byte count: use digits with an optional K, M, G or T \
-                 suffix (powers of 1024), e.g. 80G"
-                    .to_string()
-            )
-        );
-        assert_eq!(
-            parse_bytes("99999999999T"),
-            Err("`99999999999T` is more bytes than 2^64".to_string())
-        );
     }
 }

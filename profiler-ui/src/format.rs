@@ -1,7 +1,9 @@
 //! Numbers as the reports print them for people: counts with thousands separators, times in
 //! seconds or in the unit that suits them, byte changes with their sign, lists of devices.
 //! Byte sizes are blockpool's own [`format_size`] (`1.50 GiB`, PyTorch's units), re-exported
-//! here so that every command and analysis takes its formatters from one place.
+//! here so that every command and analysis takes its formatters from one place; and the one
+//! reader of byte sizes as people write them ([`parse_bytes`]: `80G`, `64MiB`), for the
+//! command line and the files and rules that name sizes.
 
 pub use blockpool::format_size;
 
@@ -43,6 +45,68 @@ pub fn signed_size(change: i128) -> String {
         c if c > 0 => format!("+{magnitude}"),
         _ => format!("-{magnitude}"),
     }
+}
+
+/// Reads a byte count: a number, optionally with a decimal fraction, optionally followed by
+/// `K`, `M`, `G` or `T` (powers of 1024, with or without `iB` or `B`), as `--capacity` takes
+/// it: `80G`, `78.5G`, `0.5T`. The value must be a whole number of bytes (`1.5` alone is
+/// refused; `1.5K` is 1,536 bytes).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    /// Enough fractional digits for any power-of-two unit's exact fractions of interest; more
+    /// would only risk overflow.
+    const MAX_FRACTION_DIGITS: usize = 12;
+    let text = text.trim();
+    let number_len = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(number_len);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "`{text}` is not a byte count: use digits with an optional K, M, G or T suffix \
+                 (powers of 1024), e.g. 80G"
+            ))
+        }
+    };
+    let not_a_number = || format!("`{text}` is not a byte count: it needs digits, e.g. 80G");
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return Err(not_a_number());
+    }
+    if fraction.len() > MAX_FRACTION_DIGITS {
+        return Err(format!(
+            "`{text}` has more than {MAX_FRACTION_DIGITS} digits after the decimal point"
+        ));
+    }
+    let too_large = || format!("`{text}` is more bytes than 2^64");
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| too_large())?
+    };
+    let fraction_value: u128 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().map_err(|_| not_a_number())?
+    };
+    // (whole + fraction / 10^n) * 2^shift, exactly, in integers.
+    let scale = 10u128.pow(fraction.len() as u32);
+    let scaled = whole
+        .checked_mul(scale)
+        .and_then(|w| w.checked_add(fraction_value))
+        .and_then(|v| v.checked_mul(1u128 << shift))
+        .ok_or_else(too_large)?;
+    if scaled % scale != 0 {
+        return Err(format!(
+            "`{text}` is not a whole number of bytes; use a larger unit or fewer decimals"
+        ));
+    }
+    u64::try_from(scaled / scale).map_err(|_| too_large())
 }
 
 /// Device indices as an error message lists them: `0, 1, 3`, or `none`.
@@ -96,5 +160,52 @@ mod tests {
         assert_eq!(device_list(&[]), "none");
         assert_eq!(device_list(&[0]), "0");
         assert_eq!(device_list(&[0, 1, 3]), "0, 1, 3");
+    }
+
+    #[test]
+    fn byte_counts_read_with_binary_suffixes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("80G"), Ok(80 << 30));
+        assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2kb"), Ok(2048));
+        assert_eq!(parse_bytes("1T"), Ok(1 << 40));
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("G").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert_eq!(parse_bytes("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_bytes("78.5G"), Ok(157 << 29));
+        assert_eq!(parse_bytes("0.5T"), Ok(1 << 39));
+        assert_eq!(parse_bytes(".25K"), Ok(256));
+        assert_eq!(parse_bytes("2."), Ok(2));
+        assert_eq!(
+            parse_bytes("1.5"),
+            Err("`1.5` is not a whole number of bytes; use a larger unit or fewer decimals".into())
+        );
+        assert_eq!(
+            parse_bytes("1.2.3G"),
+            Err("`1.2.3G` is not a byte count: it needs digits, e.g. 80G".into())
+        );
+        assert!(parse_bytes(".").is_err());
+        assert!(parse_bytes("0.0000000000001G").is_err(), "13 decimals");
+        assert_eq!(
+            parse_bytes("16383.9999999T"),
+            Err("`16383.9999999T` is not a whole number of bytes; use a larger unit or fewer decimals".into())
+        );
+        assert_eq!(
+            parse_bytes("16777216T"),
+            Err("`16777216T` is more bytes than 2^64".to_string())
+        );
+        assert_eq!(
+            parse_bytes("12 parsecs"),
+            Err(
+                "`12 parsecs` is not a byte count: use digits with an optional K, M, G or T \
+                 suffix (powers of 1024), e.g. 80G"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            parse_bytes("99999999999T"),
+            Err("`99999999999T` is more bytes than 2^64".to_string())
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! `memtrace`: look at GPU memory traces — blockpool's JSON Lines files, PyTorch's memory
 //! snapshot pickles and RMM's CSV logs.
 //!
-//! Exit status: 0 on success (also when the reader of our output goes away early), 2 with a
-//! one-line message on bad input or usage.
+//! Exit status: 0 on success (also when the reader of our output goes away early), 1 when a
+//! rule of `memtrace diff --fail-if` failed (each said on standard error), 2 with a one-line
+//! message on bad input or usage.
 //!
 //! | module | what lives there |
 //! |---|---|
@@ -37,7 +38,8 @@ fn main() -> ExitCode {
     };
     let mut out = output::Output::stdout();
     match commands::run(cli.command, &mut out) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(commands::Status::Done) => ExitCode::SUCCESS,
+        Ok(commands::Status::GateFailed) => ExitCode::from(1),
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("memtrace: {}", one_line(&e));

@@ -1,6 +1,7 @@
 //! Two traces compared site by site: the live bytes of each allocation site at the allocated
 //! peak and at the end of each (each on its own device if asked: one rank against another),
-//! and the differences, largest change first. `memtrace diff` prints it; the viewer's
+//! and the differences, largest change first, beside each device's allocated and reserved
+//! peaks. `memtrace diff` prints it (and gates on it, [`super::gate`]); the viewer's
 //! multi-file page shows it for two files.
 
 use super::frames::FrameView;
@@ -26,6 +27,16 @@ pub struct SiteDiff {
     pub end_b: u64,
 }
 
+/// How much `b` is above `a`, in percent of `a`: negative when it is below, `None` when `a` is
+/// 0 and `b` is not (growth from nothing has no percentage).
+pub fn percent_change(a: u64, b: u64) -> Option<f64> {
+    match (a, b) {
+        (0, 0) => Some(0.0),
+        (0, _) => None,
+        _ => Some((b as f64 - a as f64) / a as f64 * 100.0),
+    }
+}
+
 impl SiteDiff {
     /// B's peak bytes minus A's.
     pub fn peak_change(&self) -> i128 {
@@ -49,25 +60,45 @@ pub struct DiffReport {
     pub peak_a: u64,
     /// Allocated bytes at B's peak.
     pub peak_b: u64,
+    /// The most bytes A's device held in segments (reserved), at any point.
+    pub peak_reserved_a: u64,
+    /// The most bytes B's device held in segments (reserved), at any point.
+    pub peak_reserved_b: u64,
     /// Every site of either trace, largest change (peak, then end) first.
     pub sites: Vec<SiteDiff>,
 }
 
-/// Sites at the allocated peak and at the end of `device`.
-fn peak_and_end(
-    snapshot: &Snapshot,
-    device: u32,
-    view: FrameView,
-) -> anyhow::Result<(u64, Vec<Site>, Vec<Site>)> {
+/// One side of the comparison: a device's peaks and its sites at the allocated peak and at
+/// the end.
+struct Side {
+    /// Allocated bytes at the allocated peak.
+    peak_allocated: u64,
+    /// The most reserved bytes at any point.
+    peak_reserved: u64,
+    /// The sites live at the allocated peak.
+    at_peak: Vec<Site>,
+    /// The sites live at the end.
+    at_end: Vec<Site>,
+}
+
+/// The peaks of `device`, and its sites at the allocated peak and at the end.
+fn peak_and_end(snapshot: &Snapshot, device: u32, view: FrameView) -> anyhow::Result<Side> {
     let names = SiteNames::new(snapshot, view);
-    let peak = allocated_peak(&memory_series(snapshot, device)?);
+    let series = memory_series(snapshot, device)?;
+    let peak = allocated_peak(&series);
+    let peak_reserved = series.iter().map(|s| s.reserved).max().unwrap_or(0);
     let mut walker = walker(snapshot, device)?;
     walker.seek(peak.index)?;
     let at_peak = sites_named_by(&names, &walker);
     let len = walker.len();
     walker.seek(len)?;
     let at_end = sites_named_by(&names, &walker);
-    Ok((peak.allocated, at_peak, at_end))
+    Ok(Side {
+        peak_allocated: peak.allocated,
+        peak_reserved,
+        at_peak,
+        at_end,
+    })
 }
 
 /// Compares device `devices.0` of `a` with device `devices.1` of `b` (each, when `None`, the
@@ -80,8 +111,8 @@ pub fn diff(
 ) -> anyhow::Result<DiffReport> {
     let device_a = pick_device(a, devices.0).context("first trace")?;
     let device_b = pick_device(b, devices.1).context("second trace")?;
-    let (peak_a, a_peak, a_end) = peak_and_end(a, device_a, view)?;
-    let (peak_b, b_peak, b_end) = peak_and_end(b, device_b, view)?;
+    let side_a = peak_and_end(a, device_a, view)?;
+    let side_b = peak_and_end(b, device_b, view)?;
     let mut sites: BTreeMap<String, SiteDiff> = BTreeMap::new();
     let mut put = |list: Vec<Site>, set: fn(&mut SiteDiff, u64)| {
         for site in list {
@@ -92,10 +123,10 @@ pub fn diff(
             set(entry, site.bytes);
         }
     };
-    put(a_peak, |d, v| d.peak_a = v);
-    put(b_peak, |d, v| d.peak_b = v);
-    put(a_end, |d, v| d.end_a = v);
-    put(b_end, |d, v| d.end_b = v);
+    put(side_a.at_peak, |d, v| d.peak_a = v);
+    put(side_b.at_peak, |d, v| d.peak_b = v);
+    put(side_a.at_end, |d, v| d.end_a = v);
+    put(side_b.at_end, |d, v| d.end_b = v);
     let mut sites: Vec<SiteDiff> = sites.into_values().collect();
     sites.sort_by(|x, y| {
         (y.peak_change().abs(), y.end_change().abs())
@@ -105,8 +136,32 @@ pub fn diff(
     Ok(DiffReport {
         device_a,
         device_b,
-        peak_a,
-        peak_b,
+        peak_a: side_a.peak_allocated,
+        peak_b: side_b.peak_allocated,
+        peak_reserved_a: side_a.peak_reserved,
+        peak_reserved_b: side_b.peak_reserved,
         sites,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_change_is_of_the_first_and_undefined_from_nothing() {
+        assert_eq!(percent_change(200, 250), Some(25.0));
+        assert_eq!(percent_change(200, 150), Some(-25.0), "a fall is negative");
+        assert_eq!(percent_change(7, 7), Some(0.0));
+        assert_eq!(
+            percent_change(0, 0),
+            Some(0.0),
+            "nothing to nothing is no change"
+        );
+        assert_eq!(
+            percent_change(0, 1),
+            None,
+            "growth from nothing has no percentage"
+        );
+    }
 }

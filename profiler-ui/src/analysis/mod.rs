@@ -3,7 +3,8 @@
 //! it moved over time ([`timeline`]), what was never given back or grows step after step ([`leaks`], steps as [`steps`] finds them), the peaks,
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
 //! ([`summary`]), where a device's memory was at an out-of-memory event, split so the parts add
-//! up ([`explain`], live memory by what it holds, [`category`]), two traces site by site ([`diff`]), and a figure across several files
+//! up ([`explain`], live memory by what it holds, [`category`]), two traces site by site
+//! ([`diff`]) and the CI gate on them ([`gate`]), and a figure across several files
 //! ([`spread`]).
 
 pub mod category;
@@ -11,6 +12,7 @@ pub mod diff;
 pub mod explain;
 pub mod fragmentation;
 pub mod frames;
+pub mod gate;
 pub mod leaks;
 pub mod sites;
 pub mod spread;

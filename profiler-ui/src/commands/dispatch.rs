@@ -1,6 +1,7 @@
 //! From a parsed command line to the command that runs it: [`run`] turns each subcommand's
 //! arguments into the options its module takes (`--at` / `--peak` into a [`Point`]) and calls
-//! it; `demo --serve` runs the demo and then the viewer on the trace it wrote.
+//! it; `demo --serve` runs the demo and then the viewer on the trace it wrote. Every command
+//! that ends is [`Status::Done`] but `diff` with a failed `--fail-if` rule.
 
 use super::{
     convert, demo, diff, doctor, explain, info, leaks, plan, rank_summary, replay, segments, serve,
@@ -13,8 +14,17 @@ use crate::cli::Command;
 use crate::output::Output;
 use crate::serve::Limits;
 
+/// How a command that ran to its end came out, for the exit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// It did what was asked: exit status 0.
+    Done,
+    /// `diff --fail-if`: a rule failed, each said on standard error: exit status 1.
+    GateFailed,
+}
+
 /// Runs `command`, writing its report to `out`.
-pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
+pub fn run(command: Command, out: &mut Output) -> anyhow::Result<Status> {
     match command {
         Command::Info { file, json } => info::run(&file, json, out),
         Command::Summary {
@@ -101,10 +111,23 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             device_a,
             device_b,
             all_frames,
+            fail_if,
             json,
+            markdown,
+            limit,
         } => {
-            let devices = (device_a.or(device), device_b.or(device));
-            diff::run(&a, &b, devices, FrameView::from_flag(all_frames), json, out)
+            let options = diff::DiffOptions {
+                devices: (device_a.or(device), device_b.or(device)),
+                view: FrameView::from_flag(all_frames),
+                rules: fail_if,
+                format: match (json, markdown) {
+                    (true, _) => diff::Format::Json,
+                    (_, true) => diff::Format::Markdown,
+                    _ => diff::Format::Text,
+                },
+                limit,
+            };
+            return diff::run(&a, &b, &options, out);
         }
         Command::Convert { input, output, to } => convert::run(&input, &output, to, out),
         Command::Demo {
@@ -133,5 +156,6 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<()> {
             };
             serve::run(&args.files, args.port, args.open, limits, out)
         }
-    }
+    }?;
+    Ok(Status::Done)
 }

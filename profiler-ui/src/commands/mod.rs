@@ -21,4 +21,4 @@ mod timeline;
 mod top;
 mod tune;
 
-pub use dispatch::run;
+pub use dispatch::{run, Status};

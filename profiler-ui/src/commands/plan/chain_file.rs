@@ -4,7 +4,7 @@
 //! refusing anything else with the file's name and the JSON path of the bad value, and bounds
 //! the work a hostile file can cause before the planners see it.
 
-use crate::cli::parse_bytes;
+use crate::format::parse_bytes;
 use anyhow::Context as _;
 use blockpool::checkpoint::StageCost;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
