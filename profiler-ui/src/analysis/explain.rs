@@ -16,6 +16,8 @@
 //! given the GPU's total (`--device-memory`), the memory outside this allocator (the CUDA
 //! context, cuBLAS and NCCL workspaces, other processes): total - reserved - free.
 
+pub mod moment;
+
 use super::category::{categorize, Category};
 use super::fragmentation::{unallocated_share, FORMULA};
 use super::sites::{Site, SiteNames};

@@ -14,6 +14,7 @@ pub mod fragmentation;
 pub mod frames;
 pub mod gate;
 pub mod leaks;
+pub mod settings;
 pub mod sites;
 pub mod spread;
 pub mod steps;

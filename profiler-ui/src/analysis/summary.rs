@@ -265,7 +265,7 @@ fn summarize_walk(
         peak.time_us = time_of(peak.index, &walker);
         peak.after_event = numbers.state(peak.index);
     }
-    let (config, _, _) = crate::commands::replay::prepare::choose_config(None, snapshot);
+    let (config, _, _) = super::settings::recorded_config(None, snapshot);
     let names = SiteNames::new(snapshot, view);
     let ctx = Context {
         snapshot,

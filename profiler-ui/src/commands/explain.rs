@@ -4,18 +4,15 @@
 //! when it has none (or with `--peak`), the device's memory split so the parts add up
 //! ([`crate::analysis::explain`]), the failing request and its stack, and why it failed.
 
-use crate::analysis::explain::{explain, percent, request_of, Context, Explanation, Request};
-use crate::analysis::fragmentation::ReservedPeak;
-use crate::analysis::frames::{shown_frames, stack_line, FrameView};
-use crate::analysis::sites::SiteNames;
+use crate::analysis::explain::moment::{explain_moment, MomentReport, Options, RequestReport};
+use crate::analysis::explain::{percent, Explanation};
+use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker};
 use crate::cli::ExplainArgs;
-use crate::commands::replay::prepare::choose_config;
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
-use blockpool::trace::{Action, Snapshot};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -26,164 +23,39 @@ pub struct ExplainReport {
     pub file: String,
     /// `jsonl`, `pytorch` or `rmm-csv`.
     pub format: &'static str,
-    /// The device.
-    pub device: u32,
-    /// `out_of_memory` (the state an out-of-memory event met) or `reserved_peak` (the first
-    /// state where reserved memory is highest).
-    pub moment: &'static str,
-    /// The out-of-memory event's number, or the event after which the peak first holds (`None`:
-    /// before the first event, or an event the import inserted).
-    pub event: Option<usize>,
-    /// How the moment is named in text.
-    pub label: String,
-    /// Its time, in microseconds since the origin.
-    pub time_us: u64,
-    /// Out-of-memory events on the device.
-    pub out_of_memory_events: usize,
-    /// Which of them this is, 1 for the first; `None` at the reserved peak.
-    pub out_of_memory_number: Option<usize>,
-    /// The allocator settings the split judges blocks by (rounding, `max_split_size_mb`), in
-    /// config syntax (empty: PyTorch's defaults).
-    pub config: String,
-    /// Where they came from: `--config`, `trace` or `default`.
-    pub config_source: &'static str,
-    /// The failing request, at an out-of-memory event.
-    pub request: Option<RequestReport>,
-    /// The device's memory, split.
-    pub explanation: Explanation,
-}
-
-/// The failing request.
-#[derive(Debug, Serialize)]
-pub struct RequestReport {
-    /// Its size, rounding, stream, pool and the device's free bytes.
+    /// The moment explained.
     #[serde(flatten)]
-    pub request: Request,
-    /// Its site, as `top` names sites.
-    pub site: String,
-    /// Its stack, innermost first, `file:line:function` per frame: every recorded frame with
-    /// `--full-stack`, else without those memory_viz hides and the allocator's plumbing.
-    pub stack: Vec<String>,
-    /// Recorded frames left out of `stack`.
-    pub frames_left_out: usize,
+    pub moment: MomentReport,
 }
 
 /// Runs `memtrace explain`.
 pub fn run(args: ExplainArgs, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(&args.file).context("cannot read the trace")?;
-    let report = report(&args, &trace.snapshot, trace.format.as_str())?;
-    if args.device.is_some() {
-        note_other_devices_out_of_memory(&trace.snapshot, report.device);
-    }
-    out.report(&report, args.json, render)
-}
-
-/// Explains the moment `args` name.
-pub fn report(
-    args: &ExplainArgs,
-    snapshot: &Snapshot,
-    format: &'static str,
-) -> anyhow::Result<ExplainReport> {
+    let snapshot = &trace.snapshot;
     let device = pick_device(snapshot, args.device)?;
-    let mut walker = walker(snapshot, device)?;
-    let numbers = snapshot.event_numbers(device);
-    let ooms: Vec<usize> = walker
-        .events()
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.action == Action::Oom)
-        .map(|(i, _)| i)
-        .collect();
-    let (config, config_source, _) = choose_config(args.config.as_ref(), snapshot);
-    let view = FrameView::from_flag(args.all_frames);
-    let names = SiteNames::new(snapshot, view);
-    let ctx = Context {
-        snapshot,
-        names: &names,
-        config: &config,
+    let options = Options {
+        oom: args.oom,
+        peak: args.peak,
         device_total: args.device_memory,
+        config: args.config.clone(),
+        view: FrameView::from_flag(args.all_frames),
+        full_stack: args.full_stack,
     };
-    let chosen = match (args.peak, args.oom) {
-        (true, _) => None,
-        (false, Some(k)) => Some(*ooms.get(k.saturating_sub(1)).with_context(|| match ooms.len() {
-            0 => format!("--oom {k}: device {device} has no out-of-memory event (--peak explains its reserved peak)"),
-            n => format!("--oom {k}: device {device} has {n} out-of-memory event{} (--oom 1 to {n})", if n == 1 { "" } else { "s" }),
-        })?),
-        (false, None) => ooms.first().copied(),
-    };
-    let (moment, index, request, request_report) = match chosen {
-        Some(index) => {
-            let event = &walker.events()[index];
-            let request = request_of(event.size, event.stream, event.addr, &config);
-            let frames = snapshot
-                .contexts
-                .get(event.context)
-                .map_or(&[][..], |c| &c.frames[..]);
-            let stack: Vec<String> = shown_frames(frames, args.full_stack)
-                .into_iter()
-                .map(stack_line)
-                .collect();
-            let report = RequestReport {
-                request: request.clone(),
-                site: names.of_allocation(event.context, false).label(),
-                frames_left_out: frames.len() - stack.len(),
-                stack,
-            };
-            ("out_of_memory", index, Some(request), Some(report))
-        }
-        None => ("reserved_peak", reserved_peak(&mut walker)?, None, None),
-    };
-    // An out-of-memory event met the state before it; a peak holds after its event.
-    walker.seek(index)?;
-    let explanation = explain(&ctx, &walker, request.as_ref());
-    let (event, label, time_us) = if moment == "out_of_memory" {
-        let time = walker.events().get(index).map_or(0, |e| e.time_us);
-        (numbers.number(index), numbers.label(index), time)
-    } else {
-        let time = index
-            .checked_sub(1)
-            .and_then(|i| walker.events().get(i))
-            .map_or(0, |e| e.time_us);
-        let label = match numbers.state(index) {
-            Some(number) => format!("after event {}", count(number as u64)),
-            None => "before the first event".to_string(),
-        };
-        (numbers.state(index), label, time)
-    };
-    Ok(ExplainReport {
-        file: args.file.display().to_string(),
-        format,
-        device,
-        moment,
-        event,
-        label,
-        time_us,
-        out_of_memory_events: ooms.len(),
-        out_of_memory_number: chosen
-            .and_then(|i| ooms.iter().position(|&o| o == i))
-            .map(|k| k + 1),
-        config: config.to_string(),
-        config_source,
-        request: request_report,
-        explanation,
-    })
-}
-
-/// The state index of the walker's device's reserved peak where allocated memory is highest,
-/// as `summary` takes fragmentation there.
-fn reserved_peak(walker: &mut blockpool::trace::StateWalker) -> anyhow::Result<usize> {
-    walker.seek(0)?;
-    let start = walker.totals();
-    let mut peak = ReservedPeak::start(start.reserved_bytes, start.allocated_bytes);
-    for (i, totals) in walker.totals_ahead().enumerate() {
-        peak.note(i + 1, totals.reserved_bytes, totals.allocated_bytes);
+    let moment = explain_moment(snapshot, device, &mut walker(snapshot, device)?, &options)?;
+    if args.device.is_some() {
+        note_other_devices_out_of_memory(snapshot, device);
     }
-    // Where the peak is fullest: the moment the reservation was most needed.
-    Ok(peak.fullest_index)
+    let report = ExplainReport {
+        file: args.file.display().to_string(),
+        format: trace.format.as_str(),
+        moment,
+    };
+    out.report(&report, args.json, render)
 }
 
 /// The report as text.
 pub fn render(report: &ExplainReport) -> String {
+    let report = &report.moment;
     let mut text = String::new();
     let at = if report.time_us > 0 {
         format!(" ({})", seconds(report.time_us))

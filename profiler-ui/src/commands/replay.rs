@@ -17,6 +17,7 @@ pub(crate) mod recorded;
 mod start;
 
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
+use crate::analysis::settings::recorded_config;
 use crate::cli::ReplayArgs;
 use crate::format::{count, format_size};
 use crate::load::load_trace;
@@ -92,8 +93,7 @@ pub fn replay(
     format: TraceFormat,
 ) -> anyhow::Result<ReplayReport> {
     let device = prepare::pick_device(snapshot, args.device)?;
-    let (config, config_source, config_note) =
-        prepare::choose_config(args.config.as_ref(), snapshot);
+    let (config, config_source, config_note) = recorded_config(args.config.as_ref(), snapshot);
     let prepared = Prepared::new(snapshot, format, device)?;
     let workload = prepared.workload(&config, args.fresh);
     let (capacity_bytes, capacity_source) = prepared.capacity(args.capacity);

@@ -14,6 +14,7 @@ mod render;
 use super::replay::engine::{self, Outcome, Settings};
 use super::replay::prepare::{self, Prepared};
 use super::replay::{notes, progress_bar, Asked};
+use crate::analysis::settings::recorded_config;
 use crate::cli::TuneArgs;
 use crate::load::load_trace;
 use crate::output::Output;
@@ -143,7 +144,7 @@ pub fn tune(
 ) -> anyhow::Result<TuneReport> {
     let device = prepare::pick_device(snapshot, args.device)?;
     let (recorded_config, config_source, config_note) =
-        prepare::choose_config(args.config.as_ref(), snapshot);
+        recorded_config(args.config.as_ref(), snapshot);
     let prepared = Prepared::new(snapshot, format, device)?;
     let (capacity_bytes, capacity_source) = prepared.capacity(args.capacity);
     let candidates = candidates::grid(&recorded_config, capacity_source != "default", &args.tries);

@@ -1,6 +1,6 @@
 //! One device of a trace made ready to replay under any settings: the device (asked for, else
-//! the one every command opens), the settings the recording used, its events and starting
-//! state, and what its own allocator did. `memtrace replay` runs it once; `memtrace tune` runs
+//! the one every command opens), its events and starting state, and what its own allocator
+//! did (the settings it ran under are [`crate::analysis::settings`]'s). `memtrace replay` runs it once; `memtrace tune` runs
 //! it under many settings.
 
 use super::capacity::DEFAULT_CAPACITY;
@@ -13,6 +13,7 @@ use blockpool::trace::file::TraceFormat;
 use blockpool::trace::snapshot::Segment;
 use blockpool::trace::{Action, DeviceState, Snapshot, StateWalker, TraceEvent};
 use blockpool::AllocatorConfig;
+
 use std::ops::Range;
 
 /// A device of a trace, ready to replay.
@@ -110,28 +111,6 @@ pub fn pick_device(snapshot: &Snapshot, asked: Option<u32>) -> anyhow::Result<u3
             device_list(&devices)
         ),
         None => Ok(crate::analysis::timeline::default_device(snapshot, &devices).unwrap_or(0)),
-    }
-}
-
-/// The settings the recording used, as far as the trace tells them: `given` (`--config`),
-/// else the trace's own when blockpool understands them, else the defaults (saying why).
-/// Returns the settings, where they came from (`--config`, `trace` or `default`) and the note.
-pub fn choose_config(
-    given: Option<&AllocatorConfig>,
-    snapshot: &Snapshot,
-) -> (AllocatorConfig, &'static str, Option<String>) {
-    if let Some(config) = given {
-        return (config.clone(), "--config", None);
-    }
-    match snapshot.allocator_config.as_deref().map(str::trim) {
-        Some(text) if !text.is_empty() => match AllocatorConfig::parse(text) {
-            Ok(config) => (config, "trace", None),
-            Err(e) => {
-                let note = format!("the trace's settings `{text}` were not understood ({e})");
-                (AllocatorConfig::default(), "default", Some(note))
-            }
-        },
-        _ => (AllocatorConfig::default(), "default", None),
     }
 }
 
