@@ -278,27 +278,6 @@ async function loadState(index) {
 
 // ---- context pane -----------------------------------------------------------------------
 
-function showContext(title, facts, context) {
-  const body = $('context-body');
-  body.replaceChildren();
-  body.append(el('h3', title));
-  const dl = el('dl');
-  for (const [k, v] of facts) { dl.append(el('dt', k), el('dd', v)); }
-  body.append(dl);
-  body.append(el('div', 'site: ' + context.site));
-  body.append(el('div', context.tags.length ? 'tags: ' + context.tags.join(' / ') : 'no tags', 'tags'));
-  if (context.frames.length) {
-    const ol = el('ol');
-    for (const [name, file, line] of context.frames) {
-      // Line 0 is an unknown line (C++ frames without one).
-      ol.append(el('li', file ? `${name}  ${file}:${line || '?'}` : name));
-    }
-    body.append(el('div', 'stack, innermost first:'), ol);
-  } else {
-    body.append(el('div', 'no stack recorded'));
-  }
-}
-
 async function showAllocation(id) {
   const a = await getJSON(`/api/allocation?device=${view.device}&id=${id}`);
   const end = a.end === null || a.end > deviceMeta().events

@@ -258,7 +258,10 @@ const MAX_ROWS = 1000;
 
 function drawState() {
   const s = view.state;
-  const ev = s.event ? `${s.event.action} ${fmtBytes(s.event.size)} at ${s.event.addr} (${s.event.site})` : 'before the first event';
+  // An out-of-memory event's address is the device's free memory, not an address.
+  const where = (e) => (e.action === 'oom'
+    ? `requested with ${fmtBytes(Number(BigInt(e.addr)))} free on the device` : `at ${e.addr}`);
+  const ev = s.event ? `${s.event.action} ${fmtBytes(s.event.size)} ${where(s.event)} (${s.event.site})` : 'before the first event';
   $('state-summary').textContent = `${s.label}: ${ev}. allocated ${fmtBytes(s.allocated_bytes)}, ` +
     `active ${fmtBytes(s.active_bytes)}, reserved ${fmtBytes(s.reserved_bytes)} in ${s.segments.length} segments` +
     (s.unsegmented.length ? `, ${s.unsegmented.length} blocks in no known segment` : '');

@@ -57,7 +57,10 @@ async function selectEvent(e) {
   else facts.push(['address', e.addr]);
   if (deviceMeta().has_times) facts.push(['time', fmtTime(e.time_us)]);
   showContext(`${e.label}: ${e.action}`, facts, context);
-  await loadState(e.index);
+  const k = e.action === 'oom' ? view.ooms.findIndex((o) => o.index === e.index) + 1 : 0;
+  const [explained] = await Promise.all([
+    k ? getJSON(`/api/explain?device=${view.device}&oom=${k}`) : null, loadState(e.index)]);
+  if (explained && view.selectedEvent === e.index) showExplanation(explained);
 }
 
 function oomText(o) {
@@ -73,14 +76,24 @@ async function showOom(o) {
   if (deviceMeta().has_times) facts.push(['time', fmtTime(o.time_us)]);
   showContext(`out of memory at ${o.label}`, facts, context);
   view.selectedEvent = o.index;
-  await loadState(o.index);
+  const k = view.ooms.indexOf(o) + 1;
+  const [explained] = await Promise.all([
+    getJSON(`/api/explain?device=${view.device}&oom=${k}`), loadState(o.index)]);
+  showExplanation(explained);
 }
 
 async function loadOoms() {
   view.ooms = await getJSON(`/api/ooms?device=${view.device}`);
-  $('oom-note').textContent = view.ooms.length
-    ? `${view.ooms.length} out-of-memory event${view.ooms.length === 1 ? '' : 's'} recorded`
-    : 'no out-of-memory event was recorded';
+  const n = view.ooms.length;
+  // A device without one says which others ran out of memory.
+  const others = view.meta.summary.devices
+    .filter((d) => d.device !== view.device && d.out_of_memory.length)
+    .map((d) => `device ${d.device} (${d.out_of_memory.length})`);
+  $('oom-note').textContent = n
+    ? `${n} out-of-memory event${n === 1 ? '' : 's'} recorded`
+    : others.length
+      ? `none on this device; out of memory on ${others.join(', ')}: choose it above`
+      : 'no out-of-memory event was recorded';
 }
 
 // ---- tables -----------------------------------------------------------------------------

@@ -227,6 +227,17 @@ try {
     await page.waitForFunction(() => /out of memory at event/.test(document.getElementById('context-body').textContent), null, { timeout: 10000 });
     const pane = await page.textContent('#context-body');
     check('clicking the marker shows its stack', pane.includes('Model.grow  model.py:99') && pane.includes('1.50 GiB'), pane.slice(0, 300));
+    // Where the device's memory was: the parts of reserved memory add up to it, and why.
+    await page.waitForSelector('#context-body .explain', { timeout: 10000 });
+    const explained = await page.evaluate(async (device) => {
+      const r = await (await fetch(`/api/explain?device=${device}&oom=1`)).json();
+      const rows = [...document.querySelectorAll('#context-body .explain tr[data-part]')].map((tr) => tr.dataset.part);
+      return { rows, keys: r.explanation.parts.map((p) => p.key), sum: r.explanation.parts.reduce((a, p) => a + p.bytes, 0),
+        reserved: r.explanation.reserved_bytes, why: document.querySelector('#context-body .explain p').textContent };
+    }, await page.evaluate(() => window.memtrace.view.device));
+    check('the marker explains where the memory was, in parts that add up',
+      explained.rows.join() === explained.keys.join() && explained.sum === explained.reserved && explained.reserved > 0 &&
+        explained.why.startsWith('6.00 GiB requested'), JSON.stringify(explained));
   }
 
   // 8. The segment timeline: the main segment and the four 512 MiB workspaces.
@@ -258,6 +269,11 @@ try {
   const stateIndex = await page.inputValue('#state-index');
   check('selecting an event shows its stack and the state after it',
     eventPane.includes('Model.grow  model.py:99') && ooms.length > 0 && stateIndex === String(ooms[0].index), `${eventPane.slice(0, 200)}; state ${stateIndex}`);
+  const explainedRow = await page.waitForSelector('#context-body .explain', { timeout: 10000 }).then(() => true, () => false);
+  check('selecting an out-of-memory event explains it too', explainedRow, 'no explanation in the context panel');
+  const stateLine = await page.textContent('#state-summary');
+  check("an out-of-memory event's state line gives the device's free memory, not an address",
+    /oom 6\.00 GiB requested with 1\.50 GiB free on the device/.test(stateLine) && !/oom [^.]* at 0x/.test(stateLine), stateLine);
   await page.selectOption('#history-action', '');
   const segmentsNote = await page.textContent('#segments-note');
   check('the segment map says how many segments it draws', /\d+ segments/.test(segmentsNote), segmentsNote);

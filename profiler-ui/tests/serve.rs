@@ -68,7 +68,16 @@ fn every_route_answers_with_exact_values() {
         .skip(1)
         .filter_map(|rest| rest.split('"').next())
         .collect();
-    assert_eq!(scripts, ["/tree.js", "/chart.js", "/panels.js", "/app.js"]);
+    assert_eq!(
+        scripts,
+        [
+            "/tree.js",
+            "/chart.js",
+            "/panels.js",
+            "/context.js",
+            "/app.js"
+        ]
+    );
     let kinds = scripts.iter().map(|&path| (path, "text/javascript"));
     for (path, kind) in kinds.chain([("/style.css", "text/css")]) {
         let asset = get(port, path);
@@ -174,6 +183,33 @@ fn every_route_answers_with_exact_values() {
         serde_json::json!([]),
         "an unknown context is empty"
     );
+    assert_eq!(context["plumbing"], serde_json::json!([]));
+
+    // No out-of-memory event: the reserved peak (a 2 MiB small segment and a 20 MiB large
+    // one) where it is fullest, 1000 bytes and 3 MiB live.
+    let explained = get(port, "/api/explain").json();
+    assert_eq!(explained["moment"], "reserved_peak");
+    assert_eq!(explained["request"], Value::Null);
+    let e = &explained["explanation"];
+    assert_eq!(e["reserved_bytes"], 22 << 20);
+    let parts: Vec<(String, u64)> = e["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .map(|p| {
+            (
+                p["key"].as_str().unwrap().to_string(),
+                p["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("live", 1000 + (3 << 20)),
+        ("rounding", 24),
+        ("free", (22 << 20) - 1024 - (3 << 20)),
+    ];
+    let expected: Vec<(String, u64)> = expected.iter().map(|&(k, b)| (k.into(), b)).collect();
+    assert_eq!(parts, expected);
 }
 
 #[test]
@@ -196,6 +232,10 @@ fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
         ("/api/leaks?growth_steps=0", 400),
         ("/api/leaks?growth_steps=4294967296", 400),
         (&long_step, 400),
+        ("/api/explain?oom=0", 400),
+        ("/api/explain?oom=1", 400),
+        ("/api/explain?peak=maybe", 400),
+        ("/api/explain?oom=1&peak=1", 400),
     ] {
         let reply = get(port, target);
         assert_eq!(

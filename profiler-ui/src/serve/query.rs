@@ -53,6 +53,18 @@ impl Target {
         }
     }
 
+    /// The parameter `name` as a switch: `1` or `true` on, `0`, `false` or absent off.
+    pub fn flag(&self, name: &'static str) -> Result<bool, RequestError> {
+        match self.text(name) {
+            None | Some("0") | Some("false") => Ok(false),
+            Some("1") | Some("true") => Ok(true),
+            Some(other) => Err(RequestError::BadParameter {
+                name,
+                reason: format!("{other:?} is neither 0 nor 1"),
+            }),
+        }
+    }
+
     /// The parameter `name` as a device index, `None` when absent.
     pub fn device(&self) -> Result<Option<u32>, RequestError> {
         match self.number("device")? {

@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
+//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/chart.js`, `/panels.js`, `/context.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
 //! | `/compare.html`, `/compare.js`, `/compare.css` | the page of several files side by side |
 //! | `/api/compare` | [`Comparison`](super::compare::Comparison): each file's peaks and sites, the imbalance, the sites of two files |
 //! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
@@ -12,6 +12,7 @@
 //! | `/api/segments?device&axis&from&to&width&limit` | [`Timeline`](super::lod::Timeline) of reserved segments |
 //! | `/api/events?device&offset&limit&action&q` | [`EventPage`](super::history::EventPage): the state history |
 //! | `/api/ooms?device` | [`OomMarker`](super::history::OomMarker)s, in trace order |
+//! | `/api/explain?device&oom&peak&all_frames` | [`MomentReport`](crate::analysis::explain::moment::MomentReport): the `oom`-th out-of-memory event (1 is the first; by default the first, else the reserved peak) or with `peak=1` the reserved peak, split as `memtrace explain` splits it |
 //! | `/api/curves?device&axis&from&to&width` | `CurvesWindow` ([`curves`](super::lod::curves)) |
 //! | `/api/state?device&index` | [`StateView`](super::tables::StateView) (index: the peak by default) |
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
@@ -36,6 +37,7 @@ use super::query::Target;
 use super::set::TraceSet;
 use super::tables;
 use super::tree;
+use crate::analysis::explain::moment::{explain_moment, Options};
 use crate::analysis::leaks::LeakOptions;
 use blockpool::trace::ContextId;
 use serde::Serialize;
@@ -294,6 +296,7 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
             Reply::json(&history::event_page(model, device, &filter, offset, limit))
         }
         "/api/ooms" => Reply::json(&history::ooms(model, device(model, target)?)),
+        "/api/explain" => explain(model, target)?,
         "/api/curves" => {
             let device = device(model, target)?;
             Reply::json(&lod::curves(device, window(device, target)?))
@@ -349,6 +352,34 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
         _ => return Ok(None),
     };
     Ok(Some(reply))
+}
+
+/// `/api/explain`: the device's `oom`-th out-of-memory event (1 is the first; by default the
+/// first, else the reserved peak), or with `peak=1` its reserved peak, split as `memtrace
+/// explain` splits it; `all_frames=1` names sites by every frame.
+fn explain(model: &TraceModel, target: &Target) -> Result<Reply, RequestError> {
+    let device = device(model, target)?;
+    let oom = target.number("oom")?;
+    let options = Options {
+        oom: oom.map(|k| usize::try_from(k).unwrap_or(usize::MAX)),
+        peak: target.flag("peak")?,
+        view: tree::view(target)?,
+        ..Options::default()
+    };
+    if oom == Some(0) || (options.peak && oom.is_some()) {
+        return Err(RequestError::BadParameter {
+            name: "oom",
+            reason: "give 1 for the first out-of-memory event, and not with peak=1".into(),
+        });
+    }
+    let mut walker = tables::lock(device);
+    match explain_moment(&model.snapshot, device.device, &mut walker, &options) {
+        Ok(report) => Ok(Reply::json(&report)),
+        Err(e) => Err(RequestError::BadParameter {
+            name: "oom",
+            reason: format!("{e:#}"),
+        }),
+    }
 }
 
 /// The longest `step` prefix `/api/leaks` takes.

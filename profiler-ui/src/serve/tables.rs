@@ -3,7 +3,7 @@
 
 use super::error::RequestError;
 use super::model::{DeviceModel, TraceModel};
-use crate::analysis::frames::FrameView;
+use crate::analysis::frames::{is_plumbing, FrameView};
 use crate::analysis::sites::{sites_named_by, Site, SiteNames};
 use blockpool::trace::snapshot::pool_name;
 use blockpool::trace::{ContextId, DeviceState, MemoryTotals};
@@ -182,6 +182,9 @@ pub struct ContextView {
     pub tags: Vec<String>,
     /// Frames, innermost first: `[function, file, line]` (line 0: unknown).
     pub frames: Vec<(String, String, u32)>,
+    /// For each frame, whether reports leave it out by default: memory_viz's hidden frames and
+    /// the allocator's and dispatcher's plumbing ([`crate::analysis::frames::shown_frames`]).
+    pub plumbing: Vec<bool>,
 }
 
 /// The context `id` of `model`'s trace.
@@ -197,6 +200,7 @@ pub fn context_view(model: &TraceModel, id: ContextId) -> ContextView {
                 .map(|f| (f.name.to_string(), f.filename.to_string(), f.line))
                 .collect()
         }),
+        plumbing: context.map_or_else(Vec::new, |c| c.frames.iter().map(is_plumbing).collect()),
     }
 }
 

@@ -43,14 +43,7 @@ pub struct TreeView {
 
 /// Whether the request asks for every frame (`all_frames=1` or `true`).
 pub fn view(target: &Target) -> Result<FrameView, RequestError> {
-    match target.text("all_frames") {
-        None | Some("0") | Some("false") => Ok(FrameView::User),
-        Some("1") | Some("true") => Ok(FrameView::All),
-        Some(other) => Err(RequestError::BadParameter {
-            name: "all_frames",
-            reason: format!("{other:?} is neither 0 nor 1"),
-        }),
-    }
+    Ok(FrameView::from_flag(target.flag("all_frames")?))
 }
 
 /// The limits of a request: `depth` (levels, default 12, at most [`MAX_DEPTH`]) and
