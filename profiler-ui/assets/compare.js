@@ -128,7 +128,10 @@ function drawFiles(c) {
     const others = f.devices.length > 1 ? ` of ${f.devices.map((d) => d.device).join(', ')}` : '';
     tr.append(el('td', `${f.device}${others}`), num(f.events.toLocaleString('en-US'), f.events));
     tr.append(peakCell(f.peak_allocated), peakCell(f.peak_reserved), peakCell(f.peak_requested));
-    tr.append(num(String(f.out_of_memory), f.out_of_memory));
+    // Other devices that ran out of memory are named beside the compared device's count.
+    const elsewhere = f.out_of_memory_elsewhere.map((d) => `device ${d.device}: ${d.events}`);
+    const ooms = num(elsewhere.length ? `${f.out_of_memory} (${elsewhere.join(', ')})` : String(f.out_of_memory), f.out_of_memory);
+    tr.append(ooms);
     body.append(tr);
   }
 }

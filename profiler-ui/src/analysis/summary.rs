@@ -81,6 +81,42 @@ pub struct DeviceSummary {
     pub at_reserved_peak: Option<Explanation>,
 }
 
+/// Out-of-memory events of one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceOoms {
+    /// Device index.
+    pub device: u32,
+    /// Its out-of-memory events.
+    pub events: usize,
+}
+
+impl SummaryReport {
+    /// The devices other than `device` that ran out of memory, lowest first: a report of one
+    /// device must not hide them.
+    pub fn out_of_memory_elsewhere(&self, device: Option<u32>) -> Vec<DeviceOoms> {
+        self.devices
+            .iter()
+            .filter(|d| Some(d.device) != device && !d.out_of_memory.is_empty())
+            .map(|d| DeviceOoms {
+                device: d.device,
+                events: d.out_of_memory.len(),
+            })
+            .collect()
+    }
+}
+
+/// `1 (device 1: 2)`: a device's out-of-memory events, and other devices' beside them.
+pub fn out_of_memory_text(events: usize, elsewhere: &[DeviceOoms]) -> String {
+    if elsewhere.is_empty() {
+        return events.to_string();
+    }
+    let others: Vec<String> = elsewhere
+        .iter()
+        .map(|d| format!("device {}: {}", d.device, d.events))
+        .collect();
+    format!("{events} ({})", others.join(", "))
+}
+
 /// A peak: its value and the first state reaching it.
 #[derive(Debug, Default, Serialize)]
 pub struct Peak {

@@ -8,7 +8,7 @@
 
 use crate::analysis::frames::FrameView;
 use crate::analysis::spread::{spread, Spread};
-use crate::analysis::summary::summarize_in;
+use crate::analysis::summary::{out_of_memory_text, summarize_in, DeviceOoms};
 use crate::analysis::timeline::busiest_device;
 use crate::format::{count, format_size};
 use crate::load::load_trace;
@@ -45,6 +45,9 @@ pub struct FileLine {
     pub peak_reserved: u64,
     /// Its out-of-memory events.
     pub out_of_memory: usize,
+    /// Other devices of the file that ran out of memory (the summarized one is the busiest,
+    /// not necessarily the one that ran out).
+    pub out_of_memory_elsewhere: Vec<DeviceOoms>,
 }
 
 /// What `memtrace summary` over several files reports.
@@ -103,6 +106,7 @@ pub fn summarize(files: &[PathBuf]) -> anyhow::Result<RankSummary> {
             peak_allocated: summary.map_or(0, |d| d.peak_allocated.bytes),
             peak_reserved: summary.map_or(0, |d| d.peak_reserved.bytes),
             out_of_memory: summary.map_or(0, |d| d.out_of_memory.len()),
+            out_of_memory_elsewhere: report.out_of_memory_elsewhere(device),
         });
     }
     let allocated = spread(&lines.iter().map(|l| l.peak_allocated).collect::<Vec<_>>());
@@ -143,7 +147,7 @@ pub fn render(report: &RankSummary) -> String {
             count(line.events as u64),
             format_size(line.peak_allocated),
             format_size(line.peak_reserved),
-            line.out_of_memory
+            out_of_memory_text(line.out_of_memory, &line.out_of_memory_elsewhere)
         );
     }
     let label = |i: usize| report.files.get(i).map_or("?", |l| l.label.as_str());

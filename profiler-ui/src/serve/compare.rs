@@ -16,7 +16,7 @@ use crate::analysis::diff::{diff, SiteDiff};
 use crate::analysis::frames::FrameView;
 use crate::analysis::sites::Site;
 use crate::analysis::spread::{spread, Spread};
-use crate::analysis::summary::{DeviceSummary, Peak};
+use crate::analysis::summary::{DeviceOoms, DeviceSummary, Peak};
 use crate::analysis::timeline::busiest_device;
 use serde::Serialize;
 
@@ -75,6 +75,9 @@ pub struct FileView {
     pub top_sites: Vec<Site>,
     /// Out-of-memory events recorded on the device.
     pub out_of_memory: usize,
+    /// Other devices of the file that ran out of memory (the compared one is the busiest, not
+    /// necessarily the one that ran out).
+    pub out_of_memory_elsewhere: Vec<DeviceOoms>,
 }
 
 /// A device of a file, in brief.
@@ -258,6 +261,7 @@ fn file_view(index: usize, entry: &FileEntry, trace: &TraceModel) -> Result<File
         peak_requested: peak(|s| &s.peak_requested),
         top_sites: summary.map(|s| s.top_sites.clone()).unwrap_or_default(),
         out_of_memory: summary.map_or(0, |s| s.out_of_memory.len()),
+        out_of_memory_elsewhere: trace.summary.out_of_memory_elsewhere(device),
     })
 }
 
