@@ -10,6 +10,7 @@
 pub mod category;
 pub mod diff;
 pub mod explain;
+pub mod forward;
 pub mod fragmentation;
 pub mod frames;
 pub mod gate;

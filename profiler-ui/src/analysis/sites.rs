@@ -9,8 +9,11 @@
 //! hides never name a site. With [`FrameView::All`] library and plumbing frames are not
 //! skipped: the innermost Python frame, else the innermost shown frame. A block with no
 //! recorded stack is [`BEFORE_RECORDING`] when it was alive before the trace's first event and
-//! has no `alloc` event since, else [`NO_STACK`].
+//! has no `alloc` event since, else [`NO_STACK`]. In the user's view an allocation of the
+//! backward pass, whose stack holds no Python frame, is named by the forward line that created
+//! its autograd node ([`super::forward`]), with the node beside it.
 
+use super::forward::ForwardLines;
 use super::frames::{self, FrameView};
 use blockpool::trace::{Action, BlockState, Context, ContextId, Snapshot, StateWalker};
 use serde::Serialize;
@@ -118,12 +121,21 @@ impl<'s> SiteNames<'s> {
     /// Names every context of `snapshot` in `view`.
     pub fn new(snapshot: &'s Snapshot, view: FrameView) -> SiteNames<'s> {
         let mut names = vec![SiteName::plain(NO_STACK)];
-        names.extend(
-            snapshot
-                .contexts
-                .iter()
-                .map(|(_, c)| site_of(Some(c), view)),
-        );
+        // In the user's view a backward allocation, whose stack has no Python frame, is named
+        // by the forward line that created its autograd node ([`super::forward`]).
+        let forward = (view == FrameView::User).then(|| ForwardLines::of(snapshot));
+        names.extend(snapshot.contexts.iter().map(|(_, c)| {
+            let mut name = site_of(Some(c), view);
+            let backward_only = c.tags.is_empty() && !c.frames.iter().any(frames::is_python);
+            if let (Some(forward), Some(node), true) =
+                (&forward, &name.autograd_node, backward_only)
+            {
+                if let Some(line) = forward.site_of_node(node) {
+                    name.site = line;
+                }
+            }
+            name
+        }));
         SiteNames {
             snapshot,
             view,
