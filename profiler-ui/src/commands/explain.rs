@@ -7,7 +7,7 @@
 use crate::analysis::explain::moment::{explain_moment, MomentReport, Options, RequestReport};
 use crate::analysis::explain::{percent, Explanation};
 use crate::analysis::frames::FrameView;
-use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker};
+use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker_taking};
 use crate::cli::ExplainArgs;
 use crate::format::{count, format_size, seconds};
 use crate::load::load_trace;
@@ -31,8 +31,9 @@ pub struct ExplainReport {
 /// Runs `memtrace explain`.
 pub fn run(args: ExplainArgs, out: &mut Output) -> anyhow::Result<()> {
     let trace = load_trace(&args.file).context("cannot read the trace")?;
-    let snapshot = &trace.snapshot;
-    let device = pick_device(snapshot, args.device)?;
+    let format = trace.format.as_str();
+    let mut snapshot = trace.snapshot;
+    let device = pick_device(&snapshot, args.device)?;
     let options = Options {
         oom: args.oom,
         peak: args.peak,
@@ -41,13 +42,16 @@ pub fn run(args: ExplainArgs, out: &mut Output) -> anyhow::Result<()> {
         view: FrameView::from_flag(args.all_frames),
         full_stack: args.full_stack,
     };
-    let moment = explain_moment(snapshot, device, &mut walker(snapshot, device)?, &options)?;
     if args.device.is_some() {
-        note_other_devices_out_of_memory(snapshot, device);
+        note_other_devices_out_of_memory(&snapshot, device);
     }
+    let numbers = snapshot.event_numbers(device);
+    // The events move into the walker, so a large trace holds them once.
+    let mut walker = walker_taking(&mut snapshot, device)?;
+    let moment = explain_moment(&snapshot, &numbers, device, &mut walker, &options)?;
     let report = ExplainReport {
         file: args.file.display().to_string(),
-        format: trace.format.as_str(),
+        format,
         moment,
     };
     out.report(&report, args.json, render)

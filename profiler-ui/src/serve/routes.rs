@@ -373,7 +373,13 @@ fn explain(model: &TraceModel, target: &Target) -> Result<Reply, RequestError> {
         });
     }
     let mut walker = tables::lock(device);
-    match explain_moment(&model.snapshot, device.device, &mut walker, &options) {
+    match explain_moment(
+        &model.snapshot,
+        &device.numbers,
+        device.device,
+        &mut walker,
+        &options,
+    ) {
         Ok(report) => Ok(Reply::json(&report)),
         Err(e) => Err(RequestError::BadParameter {
             name: "oom",

@@ -9,7 +9,7 @@ use crate::analysis::settings::recorded_config;
 use crate::analysis::sites::SiteNames;
 use crate::format::count;
 use anyhow::Context as _;
-use blockpool::trace::{Action, Snapshot, StateWalker};
+use blockpool::trace::{Action, EventNumbers, Snapshot, StateWalker};
 use blockpool::AllocatorConfig;
 use serde::Serialize;
 
@@ -76,14 +76,16 @@ pub struct RequestReport {
 }
 
 /// Explains the moment `options` name on `device` of `snapshot`, whose states `walker` walks
-/// (it is left anywhere).
+/// (it is left anywhere) and whose events are numbered by `numbers`. `snapshot` gives the
+/// contexts and the settings; its events may have moved into the walker
+/// ([`crate::analysis::timeline::walker_taking`]).
 pub fn explain_moment(
     snapshot: &Snapshot,
+    numbers: &EventNumbers,
     device: u32,
     walker: &mut StateWalker,
     options: &Options,
 ) -> anyhow::Result<MomentReport> {
-    let numbers = snapshot.event_numbers(device);
     let ooms: Vec<usize> = walker
         .events()
         .iter()
