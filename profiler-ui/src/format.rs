@@ -1,5 +1,6 @@
-//! Numbers as the reports print them for people: counts with thousands separators, times in
-//! seconds or in the unit that suits them, byte changes with their sign, lists of devices.
+//! Numbers as the reports print them for people: counts with thousands separators (with their
+//! noun, singular for one), times in seconds or in the unit that suits them, byte changes with
+//! their sign, lists of devices.
 //! Byte sizes are blockpool's own [`format_size`] (`1.50 GiB`, PyTorch's units), re-exported
 //! here so that every command and analysis takes its formatters from one place; and the one
 //! reader of byte sizes as people write them ([`parse_bytes`]: `80G`, `64MiB`), for the
@@ -18,6 +19,14 @@ pub fn count(n: u64) -> String {
         text.push(c);
     }
     text
+}
+
+/// `n` with its noun, in the singular for one: `1 block`, `0 blocks`, `2,048 blocks`. For
+/// nouns made plural by an `s` (`block`, `live block`, `segment_free event`), which are every
+/// noun the reports count.
+pub fn counted(n: u64, noun: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {noun}{s}", count(n))
 }
 
 /// Microseconds as seconds with six decimals.
@@ -130,6 +139,14 @@ mod tests {
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(seconds(12_345_678), "12.345678 s");
         assert_eq!(seconds(5), "0.000005 s");
+    }
+
+    #[test]
+    fn counted_nouns_are_singular_for_one_only() {
+        assert_eq!(counted(0, "block"), "0 blocks");
+        assert_eq!(counted(1, "block"), "1 block");
+        assert_eq!(counted(2, "live block"), "2 live blocks");
+        assert_eq!(counted(1_234, "segment"), "1,234 segments");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Memory over a device's events: allocated, reserved, requested and active bytes after each
 //! event, the peaks, and which state a `--at EVENT` / `--peak` option names.
 
-use crate::format::device_list;
+use crate::format::{counted, device_list};
 use anyhow::Context as _;
 use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
 use serde::Serialize;
@@ -213,7 +213,7 @@ pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<S
     let first = *counts.keys().next()?;
     let listed: Vec<String> = counts
         .iter()
-        .map(|(d, n)| format!("device {d} ({n} event{})", if *n == 1 { "" } else { "s" }))
+        .map(|(d, n)| format!("device {d} ({})", counted(*n as u64, "event")))
         .collect();
     Some(format!(
         "out of memory on {}, not on device {device}: --device {first} shows it",

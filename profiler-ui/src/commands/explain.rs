@@ -11,7 +11,7 @@ use crate::analysis::sites::SiteNames;
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker};
 use crate::cli::ExplainArgs;
 use crate::commands::replay::prepare::choose_config;
-use crate::format::{count, format_size, seconds};
+use crate::format::{count, counted, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -107,7 +107,7 @@ pub fn report(
         (true, _) => None,
         (false, Some(k)) => Some(*ooms.get(k.saturating_sub(1)).with_context(|| match ooms.len() {
             0 => format!("--oom {k}: device {device} has no out-of-memory event (--peak explains its reserved peak)"),
-            n => format!("--oom {k}: device {device} has {n} out-of-memory event{} (--oom 1 to {n})", if n == 1 { "" } else { "s" }),
+            n => format!("--oom {k}: device {device} has {} (--oom 1 to {n})", counted(n as u64, "out-of-memory event")),
         })?),
         (false, None) => ooms.first().copied(),
     };
@@ -294,7 +294,7 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
                 text,
                 "{indent}  {:>11} {:>14}  {}",
                 format_size(share.requested_bytes),
-                blocks(share.blocks),
+                counted(share.blocks, "block"),
                 share.name
             );
         }
@@ -306,16 +306,16 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
                 text,
                 "{indent}  {:>11} {:>14}  {}",
                 format_size(site.requested_bytes),
-                blocks(site.blocks),
+                counted(site.blocks, "block"),
                 site.label
             );
         }
         if e.other_sites > 0 {
             let _ = writeln!(
                 text,
-                "{indent}  {:>11} in {} other sites",
+                "{indent}  {:>11} in {}",
                 format_size(e.other_sites_requested_bytes),
-                count(e.other_sites)
+                counted(e.other_sites, "other site")
             );
         }
     }
@@ -334,16 +334,6 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
     );
 }
 
-/// `1 frame`, `12 frames`.
-pub fn frames(n: usize) -> String {
-    format!("{} frame{}", count(n as u64), if n == 1 { "" } else { "s" })
-}
-
-/// `1 block`, `2,048 blocks`.
-fn blocks(n: u64) -> String {
-    format!("{} block{}", count(n), if n == 1 { "" } else { "s" })
-}
-
 /// The failing request's stack.
 fn render_stack(text: &mut String, request: &RequestReport) {
     if request.stack.is_empty() && request.frames_left_out == 0 {
@@ -354,7 +344,7 @@ fn render_stack(text: &mut String, request: &RequestReport) {
         0 => String::new(),
         n => format!(
             "; {} of the stack capture and the allocator left out: --full-stack shows {}",
-            frames(n),
+            counted(n as u64, "frame"),
             if n == 1 { "it" } else { "them" }
         ),
     };

@@ -1,7 +1,7 @@
 //! `memtrace info FILE [--json]`: what a trace holds — its format, devices, events per device
 //! by action, segments and blocks at the end, and the time span.
 
-use crate::format::{count, format_size, seconds};
+use crate::format::{count, counted, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -241,10 +241,10 @@ pub fn render(report: &InfoReport) -> String {
         };
         let _ = writeln!(
             text,
-            "  segments:  {} ({} blocks{expandable}), {} reserved, {} allocated, {} pending free, \
+            "  segments:  {} ({}{expandable}), {} reserved, {} allocated, {} pending free, \
              {} requested",
             count(device.segments),
-            count(device.blocks),
+            counted(device.blocks, "block"),
             format_size(device.reserved_bytes),
             format_size(device.allocated_bytes),
             format_size(device.pending_free_bytes),
@@ -253,10 +253,10 @@ pub fn render(report: &InfoReport) -> String {
         for pool in &device.private_pools {
             let _ = writeln!(
                 text,
-                "  private pool ({}, {}): {} segments, {} reserved",
+                "  private pool ({}, {}): {}, {} reserved",
                 pool.pool_id.0,
                 pool.pool_id.1,
-                count(pool.segments),
+                counted(pool.segments, "segment"),
                 format_size(pool.reserved_bytes)
             );
         }

@@ -6,8 +6,8 @@
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
 use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
-use crate::commands::explain::{frames, render_parts};
-use crate::format::{count, format_size, seconds};
+use crate::commands::explain::render_parts;
+use crate::format::{count, counted, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -45,9 +45,14 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
         if d.inserted_annotations > 0 {
             let _ = writeln!(
                 text,
-                "             (events are numbered as in the file's device_traces; {} \
-                 annotations from external_annotations are among them without a number)",
-                count(d.inserted_annotations as u64)
+                "             (events are numbered as in the file's device_traces; {} from \
+                 external_annotations {} among them without a number)",
+                counted(d.inserted_annotations as u64, "annotation"),
+                if d.inserted_annotations == 1 {
+                    "is"
+                } else {
+                    "are"
+                }
             );
         }
         for (name, peak, kind) in [
@@ -95,9 +100,9 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
             for site in &d.top_sites {
                 let _ = writeln!(
                     text,
-                    "    {:>10}  {:>6} blocks  {}",
+                    "    {:>10}  {:>13}  {}",
                     format_size(site.bytes),
-                    count(site.blocks),
+                    counted(site.blocks, "block"),
                     site.label
                 );
             }
@@ -162,7 +167,7 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str, full_stack: bool)
         0 => String::new(),
         n => format!(
             "; {} of the stack capture and the allocator left out: --full-stack prints {}",
-            frames(n),
+            counted(n as u64, "frame"),
             if n == 1 { "it" } else { "them" }
         ),
     };
@@ -176,8 +181,8 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str, full_stack: bool)
     if stack.len() > OOM_STACK_FRAMES {
         let _ = writeln!(
             text,
-            "      ... {} more frames (--json has them all)",
-            count((stack.len() - OOM_STACK_FRAMES) as u64)
+            "      ... {} more (--json has them all)",
+            counted((stack.len() - OOM_STACK_FRAMES) as u64, "frame")
         );
     }
 }
