@@ -1,8 +1,11 @@
-//! Words and numbers a user can trust (issue 23, 4): every report counts one in the singular.
+//! Words and numbers a user can trust (issue 23, 4): replay names the release events the trace
+//! has, says when there was nothing to place, and counts in the singular for one, as every
+//! report does.
 
 mod common;
 
 use common::{memtrace, scratch, stderr, stdout};
+use serde_json::Value;
 
 /// Two devices that begin at different times (device 0 at 1 s, device 1 at 3 s); device 1
 /// ends with one block allocated (512 bytes for a request of 500) and one pending free (1 MiB).
@@ -18,6 +21,23 @@ const STAGGERED: &str = r#"{"blockpool_trace":1}
 {"end":{"events":6,"segments":2}}
 "#;
 
+/// Expandable segments: one range mapped, used once and unmapped.
+const UNMAPPED: &str = r#"{"blockpool_trace":1,"allocator_config":"expandable_segments:True"}
+{"event":"segment_map","device":0,"addr":1048576,"size":2097152,"time_us":1}
+{"event":"alloc","device":0,"addr":1048576,"size":1048576,"requested":1048576,"time_us":2}
+{"event":"free_requested","device":0,"addr":1048576,"size":1048576,"requested":1048576,"time_us":3}
+{"event":"free_completed","device":0,"addr":1048576,"size":1048576,"requested":1048576,"time_us":4}
+{"event":"segment_unmap","device":0,"addr":1048576,"size":2097152,"time_us":5}
+{"end":{"events":5,"segments":0}}
+"#;
+
+/// A segment allocated and freed, with no allocation in it.
+const NO_ALLOCATIONS: &str = r#"{"blockpool_trace":1}
+{"event":"segment_alloc","device":0,"addr":1048576,"size":2097152,"time_us":1}
+{"event":"segment_free","device":0,"addr":1048576,"size":2097152,"time_us":2}
+{"end":{"events":2,"segments":0}}
+"#;
+
 /// Writes `text` to a scratch file named `name` and gives its path.
 fn trace(name: &str, text: &str) -> String {
     let path = scratch(name);
@@ -30,6 +50,65 @@ fn run(args: &[&str]) -> (String, String) {
     let output = memtrace(args);
     assert!(output.status.success(), "{args:?}: {}", stderr(&output));
     (stdout(&output), stderr(&output))
+}
+
+/// Runs `memtrace` with `args` and `--json`, which must succeed: the report.
+fn json(args: &[&str]) -> Value {
+    let (out, _) = run(&[args, &["--json"]].concat());
+    serde_json::from_str(&out).expect("JSON")
+}
+
+#[test]
+fn replay_names_segment_unmap_and_counts_one_in_the_singular() {
+    let path = trace("unmapped.jsonl", UNMAPPED);
+    let (out, _) = run(&["replay", &path]);
+    for line in [
+        "replay of {path}, device 0: 5 events (1 allocation, 1 free)\n",
+        "start:     0 segments adopted (0 bytes, 0 live blocks), 0 blocks allocated afresh\n",
+        "empty_cache calls                  1  (one per run of segment_unmap in the trace)\n",
+    ] {
+        let line = line.replace("{path}", &path);
+        assert!(out.contains(&line), "missing {line:?} in:\n{out}");
+    }
+    assert_eq!(
+        json(&["replay", &path])["segment_releases"],
+        serde_json::json!(["segment_unmap"])
+    );
+    let (out, _) = run(&["replay", &path, "--exact"]);
+    assert!(
+        out.contains(
+            "exact addresses:      0 of 1 allocation (0.00 %); 0 segments placed as recorded, \
+             0 not\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("expandable segments (1 segment_map event)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn replay_without_allocations_says_there_were_none() {
+    let path = trace("no-allocations.jsonl", NO_ALLOCATIONS);
+    let (out, _) = run(&["replay", &path, "--exact"]);
+    assert!(
+        out.contains(
+            "exact addresses:      none: the replay made no allocation; 0 segments placed as \
+             recorded, 0 not\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "empty_cache calls                  1  (one per run of segment_free in the trace)\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(", device 0: 2 events (0 allocations, 0 frees)\n"),
+        "{out}"
+    );
 }
 
 #[test]

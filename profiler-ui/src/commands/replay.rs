@@ -18,7 +18,7 @@ mod start;
 
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::cli::ReplayArgs;
-use crate::format::{count, format_size};
+use crate::format::{count, counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -64,6 +64,9 @@ pub struct ReplayReport {
     pub capacity_source: &'static str,
     /// What the settings could not do in this replay, and what to try instead, in words.
     pub notes: Vec<String>,
+    /// The trace's events that release segments, whose runs are replayed as `empty_cache`
+    /// calls: `segment_free`, `segment_unmap` (expandable segments), both, or none.
+    pub segment_releases: Vec<&'static str>,
     /// `start` (the trace's first state) or `fresh` (its live blocks alone).
     pub mode: &'static str,
     /// What blockpool did.
@@ -152,6 +155,7 @@ pub fn replay(
         capacity_bytes: settings.capacity_bytes,
         capacity_source,
         notes,
+        segment_releases: prepared.segment_releases(),
         mode: if args.fresh { "fresh" } else { "start" },
         peak_reserved_ratio: recorded
             .as_ref()
@@ -201,9 +205,9 @@ pub(crate) fn notes(
     let start = &outcome.start;
     if config.expandable_segments() && start.adopted_segments > 0 {
         let adopted = format!(
-            "expandable_segments: the {} segments adopted from the start state ({}) keep their \
-             recorded sizes",
-            count(start.adopted_segments),
+            "expandable_segments: the {} adopted from the start state ({}) keep their recorded \
+             sizes",
+            counted(start.adopted_segments, "segment"),
             format_size(start.adopted_bytes)
         );
         let what = if outcome.device_allocs == 0 {
@@ -212,8 +216,8 @@ pub(crate) fn notes(
                 .to_string()
         } else {
             format!(
-                "and it acts only on the {} segments the replay created",
-                count(outcome.device_allocs)
+                "and it acts only on the {} the replay created",
+                counted(outcome.device_allocs, "segment")
             )
         };
         notes.push(format!(
@@ -228,11 +232,11 @@ pub(crate) fn notes(
     let expandable_start = start_state.segments.iter().any(|s| s.expandable);
     if asked.exact && (maps > 0 || expandable_start) {
         notes.push(format!(
-            "--exact: the trace was recorded with expandable segments ({} segment_map events{}): \
+            "--exact: the trace was recorded with expandable segments ({}{}): \
              PyTorch maps pages into one reserved address range per stream and pool, which the \
              simulated device does not reproduce, so allocations there cannot get their recorded \
              addresses; only segments of segment_alloc events are placed as recorded",
-            count(maps as u64),
+            counted(maps as u64, "segment_map event"),
             if expandable_start {
                 ", expandable segments at the start"
             } else {
@@ -285,12 +289,12 @@ pub fn render(report: &ReplayReport) -> String {
     let outcome = &report.blockpool;
     let _ = writeln!(
         text,
-        "replay of {}, device {}: {} events ({} allocations, {} frees)",
+        "replay of {}, device {}: {} ({}, {})",
         report.file,
         report.device,
-        count(report.numbered_events),
-        count(outcome.allocations),
-        count(outcome.frees)
+        counted(report.numbered_events, "event"),
+        counted(outcome.allocations, "allocation"),
+        counted(outcome.frees, "free")
     );
     let config = match report.config.as_str() {
         "" => "PyTorch's defaults".to_string(),
@@ -313,21 +317,21 @@ pub fn render(report: &ReplayReport) -> String {
     let start = &outcome.start;
     let _ = write!(
         text,
-        "start:     {} segments adopted ({}, {} live blocks)",
-        count(start.adopted_segments),
+        "start:     {} adopted ({}, {})",
+        counted(start.adopted_segments, "segment"),
         format_size(start.adopted_bytes),
-        count(start.adopted_blocks)
+        counted(start.adopted_blocks, "live block")
     );
     let _ = writeln!(
         text,
-        ", {} blocks allocated afresh",
-        count(start.fresh_blocks)
+        ", {} allocated afresh",
+        counted(start.fresh_blocks, "block")
     );
     if start.not_adoptable_segments > 0 {
         let _ = writeln!(
             text,
-            "           {} segments could not be adopted (layout off blockpool's 512-byte grid)",
-            count(start.not_adoptable_segments)
+            "           {} could not be adopted (layout off blockpool's 512-byte grid)",
+            counted(start.not_adoptable_segments, "segment")
         );
     }
     for note in &report.notes {
@@ -336,13 +340,19 @@ pub fn render(report: &ReplayReport) -> String {
     text.push('\n');
     render_table(&mut text, report);
     if let Some(exact) = &outcome.exact {
+        let allocations = match exact.allocations {
+            0 => "none: the replay made no allocation".to_string(),
+            n => format!(
+                "{} of {} ({:.2} %)",
+                count(exact.matched),
+                counted(n, "allocation"),
+                exact.share * 100.0
+            ),
+        };
         let _ = writeln!(
             text,
-            "exact addresses:      {} of {} allocations ({:.2} %); {} segments placed as recorded, {} not",
-            count(exact.matched),
-            count(exact.allocations),
-            exact.share * 100.0,
-            count(exact.segments_placed),
+            "exact addresses:      {allocations}; {} placed as recorded, {} not",
+            counted(exact.segments_placed, "segment"),
             count(exact.segments_missed)
         );
     }
@@ -350,10 +360,10 @@ pub fn render(report: &ReplayReport) -> String {
         let _ = match search.min_capacity_bytes {
             Some(bytes) => writeln!(
                 text,
-                "smallest capacity:    {} ({} bytes) replays without out-of-memory ({} replays)",
+                "smallest capacity:    {} ({} bytes) replays without out-of-memory ({})",
                 format_size(bytes),
                 bytes,
-                search.replays
+                counted(search.replays, "replay")
             ),
             None => writeln!(
                 text,
@@ -426,9 +436,10 @@ fn render_table(text: &mut String, report: &ReplayReport) {
     if ours.empty_cache_calls > 0 {
         let _ = writeln!(
             text,
-            "{:<22}{:>14}  (one per run of segment_free in the trace)",
+            "{:<22}{:>14}  (one per run of {} in the trace)",
             "empty_cache calls",
-            count(ours.empty_cache_calls)
+            count(ours.empty_cache_calls),
+            report.segment_releases.join(" or ")
         );
     }
     let _ = writeln!(

@@ -361,11 +361,11 @@ fn report_notes(
     let start = &baseline.start;
     if !fresh && start.adopted_segments > 0 && prepared.recorded.is_some() {
         notes.push(format!(
-            "every replay starts from the {} segments ({}) the trace began with, which keep \
-             their recorded sizes under every setting; --fresh starts from the live blocks \
+            "every replay starts from the {} ({}) the trace began with, which keep their \
+             recorded sizes under every setting; --fresh starts from the live blocks \
              alone, where the settings shape every segment (the recording's peak is then no \
              longer the yardstick)",
-            crate::format::count(start.adopted_segments),
+            crate::format::counted(start.adopted_segments, "segment"),
             crate::format::format_size(start.adopted_bytes)
         ));
     }

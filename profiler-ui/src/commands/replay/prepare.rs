@@ -83,6 +83,16 @@ impl Prepared {
         }
     }
 
+    /// The events whose runs the replay takes for `empty_cache` calls, as the trace has them:
+    /// `segment_free`, `segment_unmap` (expandable segments) or both; none when it has neither.
+    pub fn segment_releases(&self) -> Vec<&'static str> {
+        [Action::SegmentFree, Action::SegmentUnmap]
+            .into_iter()
+            .filter(|&action| self.events().iter().any(|e| e.action == action))
+            .map(Action::as_str)
+            .collect()
+    }
+
     /// The simulated device's capacity and where it came from: `given` (`--capacity`), else
     /// the recorded device's memory (`trace`: its out-of-memory events tell it), else
     /// [`DEFAULT_CAPACITY`] (`default`).
