@@ -1,11 +1,26 @@
-//! Words and numbers a user can trust (issue 23, 4): replay names the release events the trace
-//! has, says when there was nothing to place, and counts in the singular for one, as every
-//! report does.
+//! Words and numbers a user can trust (issue 23, 4): every command says when another device of
+//! the trace ran out of memory and the one it reports did not; replay names the release events
+//! the trace has, says when there was nothing to place, and counts in the singular for one, as
+//! every report does.
 
 mod common;
 
 use common::{memtrace, scratch, stderr, stdout};
 use serde_json::Value;
+
+/// Device 1 does the work; the idle device 0 runs out of memory at the end.
+const OOM_ON_DEVICE_0: &str = r#"{"blockpool_trace":1}
+{"event":"segment_alloc","device":1,"addr":139637976727552,"size":2097152,"time_us":1}
+{"event":"alloc","device":1,"addr":139637976727552,"size":512,"requested":500,"time_us":2}
+{"event":"alloc","device":1,"addr":139637976728064,"size":1024,"requested":1000,"time_us":3}
+{"event":"segment_alloc","device":1,"addr":139637978824704,"size":2097152,"time_us":4}
+{"event":"alloc","device":1,"addr":139637978824704,"size":1048576,"requested":1048576,"time_us":5}
+{"event":"oom","device":0,"addr":1048576,"size":33554432,"time_us":6}
+{"segment":139637976727552,"device":1,"size":2097152,"pool":"small","blocks":[[139637976727552,512,500,"active_allocated",0],[139637976728064,1024,1000,"active_allocated",0],[139637976729088,2095616,0,"inactive",0]]}
+{"segment":139637978824704,"device":1,"size":2097152,"pool":"small","blocks":[[139637978824704,1048576,1048576,"active_allocated",0],[139637979873280,1048576,0,"inactive",0]]}
+{"segment":139637000000000,"device":0,"size":20971520,"pool":"large","blocks":[[139637000000000,20971520,0,"inactive",0]]}
+{"end":{"events":6,"segments":3}}
+"#;
 
 /// Two devices that begin at different times (device 0 at 1 s, device 1 at 3 s); device 1
 /// ends with one block allocated (512 bytes for a request of 500) and one pending free (1 MiB).
@@ -56,6 +71,172 @@ fn run(args: &[&str]) -> (String, String) {
 fn json(args: &[&str]) -> Value {
     let (out, _) = run(&[args, &["--json"]].concat());
     serde_json::from_str(&out).expect("JSON")
+}
+
+/// The note `top`, `segments`, `timeline` and `leaks --device 1` print on standard error.
+const NOTE: &str =
+    "memtrace: out of memory on device 0 (1 event), not on device 1: --device 0 shows it\n";
+
+#[test]
+fn leaks_on_one_device_says_another_ran_out_of_memory() {
+    let path = trace("oom-on-0-leaks.jsonl", OOM_ON_DEVICE_0);
+    let (_, err) = run(&["leaks", &path, "--device", "1"]);
+    assert_eq!(err, NOTE);
+    // Every device is reported without --device, the one that ran out too: nothing to say.
+    let (out, err) = run(&["leaks", &path]);
+    assert_eq!(err, "", "{out}");
+    let (_, err) = run(&["leaks", &path, "--device", "0"]);
+    assert_eq!(err, "", "device 0 is the one that ran out of memory");
+}
+
+#[test]
+fn diff_says_it_for_each_trace_with_the_option_that_reaches_the_device() {
+    let path = trace("oom-on-0-diff.jsonl", OOM_ON_DEVICE_0);
+    let (_, err) = run(&["diff", &path, &path, "--device", "1"]);
+    assert_eq!(
+        err,
+        "memtrace: first trace: out of memory on device 0 (1 event), not on device 1: \
+         --device-a 0 shows it\n\
+         memtrace: second trace: out of memory on device 0 (1 event), not on device 1: \
+         --device-b 0 shows it\n"
+    );
+    let report = json(&["diff", &path, &path, "--device-a", "0", "--device-b", "1"]);
+    assert_eq!(
+        report["notes"],
+        serde_json::json!([
+            "second trace: out of memory on device 0 (1 event), not on device 1: --device-b 0 \
+             shows it"
+        ]),
+        "only B's device did not run out of memory"
+    );
+    let report = json(&["diff", &path, &path]);
+    assert_eq!(
+        report["notes"],
+        serde_json::json!([]),
+        "both open device 0, which ran out"
+    );
+}
+
+#[test]
+fn replay_says_why_the_capacity_is_not_known_when_another_device_ran_out() {
+    let path = trace("oom-on-0-replay.jsonl", OOM_ON_DEVICE_0);
+    let note = "out of memory on device 0 (1 event), not on device 1: --device 0 replays that \
+                device, within the memory its out-of-memory events tell";
+    let (out, err) = run(&["replay", &path, "--device", "1"]);
+    assert_eq!(err, "", "the report says it");
+    assert!(
+        out.contains(
+            "capacity:  1024.00 GiB (default: device 1 recorded no out-of-memory event to tell \
+             its memory)\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains(&format!("\nnote:      {note}\n")), "{out}");
+    let report = json(&["replay", &path, "--device", "1"]);
+    assert_eq!(report["notes"], serde_json::json!([note]));
+    assert_eq!(
+        report["out_of_memory_elsewhere"],
+        serde_json::json!({"0": 1})
+    );
+    assert_eq!(report["capacity_source"], "default");
+    // With --config the assumed capacity's note names the device too.
+    let report = json(&[
+        "replay",
+        &path,
+        "--device",
+        "1",
+        "--config",
+        "max_split_size_mb:64",
+    ]);
+    assert_eq!(
+        report["notes"][0],
+        "the capacity of 1024.00 GiB is assumed (device 1 recorded no out-of-memory event, so \
+         the trace does not tell its memory) and the replay never ran short of it, so what the \
+         config does under memory pressure (freeing cached blocks, retrying) never happened; \
+         give --capacity, e.g. the GPU's memory, to see it"
+    );
+    // A one-device trace without an out-of-memory event says it as before.
+    let (out, _) = run(&["replay", &trace("no-oom.jsonl", NO_ALLOCATIONS)]);
+    assert!(
+        out.contains(
+            "capacity:  1024.00 GiB (default: the trace does not tell the device's memory)\n"
+        ),
+        "{out}"
+    );
+    let report = json(&["replay", &path, "--device", "0"]);
+    assert_eq!(report["out_of_memory_elsewhere"], serde_json::json!({}));
+}
+
+#[test]
+fn tune_says_another_device_ran_out_of_memory() {
+    let path = trace("oom-on-0-tune.jsonl", OOM_ON_DEVICE_0);
+    let report = json(&["tune", &path, "--device", "1", "--jobs", "1"]);
+    assert_eq!(
+        report["out_of_memory_elsewhere"],
+        serde_json::json!({"0": 1})
+    );
+    assert_eq!(
+        report["notes"][0],
+        "device 1 recorded no out-of-memory event, so the trace does not tell its memory: every \
+         setting replays on an unbounded device, out-of-memory cannot be judged and \
+         garbage_collection_threshold is not tried; give --capacity (the GPU's memory) to rank \
+         them within it"
+    );
+    assert_eq!(
+        report["notes"][1],
+        "out of memory on device 0 (1 event), not on device 1: --device 0 tunes that device, \
+         within the memory its out-of-memory events tell"
+    );
+    let (out, _) = run(&["tune", &path, "--device", "1", "--jobs", "1"]);
+    assert!(
+        out.contains(
+            "capacity:   1024.00 GiB (default: device 1 recorded no out-of-memory event to tell \
+             its memory)\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nnote:       out of memory on device 0 (1 event), not on device 1: "),
+        "{out}"
+    );
+}
+
+#[test]
+fn summary_points_a_device_without_out_of_memory_to_the_one_that_ran_out() {
+    let path = trace("oom-on-0-summary.jsonl", OOM_ON_DEVICE_0);
+    let (out, _) = run(&["summary", &path]);
+    assert!(
+        out.contains(
+            "  out of memory: no out-of-memory event was recorded on this device; out of memory \
+             on device 0 (1 event): see its section above\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("  out of memory at event 0: 32.00 MiB requested"),
+        "{out}"
+    );
+    // Device 1 ran out instead: device 0's section comes first.
+    let on_1 = OOM_ON_DEVICE_0.replace(
+        r#"{"event":"oom","device":0"#,
+        r#"{"event":"oom","device":1"#,
+    );
+    let (out, _) = run(&["summary", &trace("oom-on-1-summary.jsonl", &on_1)]);
+    assert!(
+        out.contains(
+            "  out of memory: no out-of-memory event was recorded on this device; out of memory \
+             on device 1 (1 event): see its section below\n"
+        ),
+        "{out}"
+    );
+    // A trace where no device ran out keeps the line as it was.
+    let (out, _) = run(&["summary", &trace("staggered-summary.jsonl", STAGGERED)]);
+    assert_eq!(
+        out.matches("  out of memory: no out-of-memory event was recorded on this device\n")
+            .count(),
+        2,
+        "{out}"
+    );
 }
 
 #[test]

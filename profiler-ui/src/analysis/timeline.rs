@@ -199,10 +199,9 @@ pub fn default_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
     }
 }
 
-/// What a command looking at `device` says when other devices of the trace ran out of memory
-/// and `device` did not: the user reading one device's report would not know otherwise.
-/// `None` when no other device did, or `device` did too.
-pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<String> {
+/// The out-of-memory events of the devices other than `device`, counted per device, when
+/// `device` has none and another has some; `None` otherwise.
+pub fn out_of_memory_elsewhere(snapshot: &Snapshot, device: u32) -> Option<BTreeMap<u32, usize>> {
     let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
     for event in snapshot.events.iter().filter(|e| e.action == Action::Oom) {
         if event.device == device {
@@ -210,14 +209,38 @@ pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<S
         }
         *counts.entry(event.device).or_default() += 1;
     }
-    let first = *counts.keys().next()?;
+    (!counts.is_empty()).then_some(counts)
+}
+
+/// `device 1 (1 event), device 2 (2 events)`: devices and their out-of-memory events, as
+/// [`out_of_memory_elsewhere`] counts them.
+pub fn devices_and_events(counts: &BTreeMap<u32, usize>) -> String {
     let listed: Vec<String> = counts
         .iter()
         .map(|(d, n)| format!("device {d} ({})", counted(*n as u64, "event")))
         .collect();
+    listed.join(", ")
+}
+
+/// What a command looking at `device` says when other devices of the trace ran out of memory
+/// and `device` did not: the user reading one device's report would not know otherwise.
+/// `None` when no other device did, or `device` did too.
+pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<String> {
+    other_devices_out_of_memory_by(snapshot, device, "--device")
+}
+
+/// As [`other_devices_out_of_memory`], naming `option` as the way to the device that ran out
+/// of memory (`diff` names one trace's device with `--device-a` or `--device-b`).
+pub fn other_devices_out_of_memory_by(
+    snapshot: &Snapshot,
+    device: u32,
+    option: &str,
+) -> Option<String> {
+    let counts = out_of_memory_elsewhere(snapshot, device)?;
+    let first = *counts.keys().next()?;
     Some(format!(
-        "out of memory on {}, not on device {device}: --device {first} shows it",
-        listed.join(", ")
+        "out of memory on {}, not on device {device}: {option} {first} shows it",
+        devices_and_events(&counts)
     ))
 }
 

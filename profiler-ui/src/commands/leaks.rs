@@ -13,6 +13,7 @@
 //! them, persistent ones left out); `alive_from_before_bytes`.
 
 use crate::analysis::leaks::{find_leaks, LeakOptions, LeakReport};
+use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device};
 use crate::format::{counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -33,11 +34,12 @@ pub fn run(
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let reports: Vec<anyhow::Result<_>> = match device {
-        Some(_) => vec![find_leaks(
-            snapshot,
-            crate::analysis::timeline::pick_device(snapshot, device)?,
-            options,
-        )],
+        Some(_) => {
+            let device = pick_device(snapshot, device)?;
+            // Without --device every device is reported, the one that ran out of memory too.
+            note_other_devices_out_of_memory(snapshot, device);
+            vec![find_leaks(snapshot, device, options)]
+        }
         // Split once, so each device's pass reads its own events.
         None => snapshot
             .by_device()

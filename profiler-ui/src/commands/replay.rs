@@ -17,6 +17,7 @@ pub(crate) mod recorded;
 mod start;
 
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
+use crate::analysis::timeline::devices_and_events;
 use crate::cli::ReplayArgs;
 use crate::format::{count, counted, format_size};
 use crate::load::load_trace;
@@ -31,6 +32,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use prepare::Prepared;
 use recorded::Recorded;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 
@@ -62,6 +64,10 @@ pub struct ReplayReport {
     /// `device_free` plus the bytes reserved then) or `default` (1 TiB: the trace does not tell
     /// the device's memory, so nothing runs out of it).
     pub capacity_source: &'static str,
+    /// The other devices of the trace that ran out of memory when this one did not, with their
+    /// out-of-memory events (`{"0": 1}`); empty otherwise. Their memory is not this device's,
+    /// so it does not set the capacity.
+    pub out_of_memory_elsewhere: BTreeMap<u32, usize>,
     /// What the settings could not do in this replay, and what to try instead, in words.
     pub notes: Vec<String>,
     /// The trace's events that release segments, whose runs are replayed as `empty_cache`
@@ -140,7 +146,8 @@ pub fn replay(
         exact: args.exact,
         config: args.config.is_some(),
     };
-    let notes = notes(asked, &config, capacity_source, &prepared, &outcome);
+    let mut notes = notes(asked, &config, capacity_source, &prepared, &outcome);
+    notes.extend(out_of_memory_elsewhere_note(&prepared, "replays"));
     let recorded = prepared.recorded.clone();
     let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
     Ok(ReplayReport {
@@ -154,6 +161,7 @@ pub fn replay(
         config_note,
         capacity_bytes: settings.capacity_bytes,
         capacity_source,
+        out_of_memory_elsewhere: prepared.out_of_memory_elsewhere.clone(),
         notes,
         segment_releases: prepared.segment_releases(),
         mode: if args.fresh { "fresh" } else { "start" },
@@ -167,6 +175,21 @@ pub fn replay(
         recorded,
         capacity_search,
     })
+}
+
+/// Why the trace does not tell the prepared device's memory, for a note: `the trace records
+/// no out-of-memory event, so it does not tell the device's memory`, or, when another device
+/// has one, that this device has none.
+pub(crate) fn no_out_of_memory_event(prepared: &Prepared) -> String {
+    if prepared.out_of_memory_elsewhere.is_empty() {
+        "the trace records no out-of-memory event, so it does not tell the device's memory"
+            .to_string()
+    } else {
+        format!(
+            "device {} recorded no out-of-memory event, so the trace does not tell its memory",
+            prepared.device
+        )
+    }
 }
 
 /// What the command line asked of a replay, for its notes.
@@ -258,14 +281,28 @@ pub(crate) fn notes(
     }
     if asked.config && capacity_source == "default" && outcome.out_of_memory_events() == 0 {
         notes.push(format!(
-            "the capacity of {} is assumed (the trace records no out-of-memory event, so it \
-             does not tell the device's memory) and the replay never ran short of it, so what \
+            "the capacity of {} is assumed ({}) and the replay never ran short of it, so what \
              the config does under memory pressure (freeing cached blocks, retrying) never \
              happened; give --capacity, e.g. the GPU's memory, to see it",
-            format_size(DEFAULT_CAPACITY)
+            format_size(DEFAULT_CAPACITY),
+            no_out_of_memory_event(prepared)
         ));
     }
     notes
+}
+
+/// When another device of the trace ran out of memory and the prepared one did not: which,
+/// and that `--device` takes the command (`what` it does: `replays`, `tunes`) to the first
+/// of them, where its out-of-memory events tell the device's memory.
+pub(crate) fn out_of_memory_elsewhere_note(prepared: &Prepared, what: &str) -> Option<String> {
+    let elsewhere = &prepared.out_of_memory_elsewhere;
+    let first = elsewhere.keys().next()?;
+    Some(format!(
+        "out of memory on {}, not on device {}: --device {first} {what} that device, within \
+         the memory its out-of-memory events tell",
+        devices_and_events(elsewhere),
+        prepared.device
+    ))
 }
 
 /// A bar on stderr for replays of `work` events in all, when that is long enough to wait for;
@@ -304,11 +341,11 @@ pub fn render(report: &ReplayReport) -> String {
     if let Some(note) = &report.config_note {
         let _ = writeln!(text, "           {note}");
     }
-    let source = match report.capacity_source {
-        "trace" => "the recorded device: device_free + reserved at its out-of-memory event",
-        "default" => "default: the trace does not tell the device's memory",
-        other => other,
-    };
+    let source = prepare::capacity_words(
+        report.capacity_source,
+        report.device,
+        &report.out_of_memory_elsewhere,
+    );
     let _ = writeln!(
         text,
         "capacity:  {} ({source})",

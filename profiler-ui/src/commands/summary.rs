@@ -6,11 +6,13 @@
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
 use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
+use crate::analysis::timeline::devices_and_events;
 use crate::commands::explain::render_parts;
 use crate::format::{count, counted, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -110,7 +112,8 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
         if d.out_of_memory.is_empty() {
             let _ = writeln!(
                 text,
-                "  out of memory: no out-of-memory event was recorded on this device"
+                "  out of memory: no out-of-memory event was recorded on this device{}",
+                elsewhere(report, d.device)
             );
         }
         if let Some(memory) = &d.at_reserved_peak {
@@ -126,6 +129,40 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
         }
     }
     text
+}
+
+/// For a device without out-of-memory events, the other devices of `report` that ran out of
+/// memory and where their sections are: `; out of memory on device 0 (1 event): see its
+/// section above`; empty when none did.
+fn elsewhere(report: &SummaryReport, device: u32) -> String {
+    let position = |d: u32| report.devices.iter().position(|s| s.device == d);
+    let here = position(device);
+    let counts: BTreeMap<u32, usize> = report
+        .devices
+        .iter()
+        .filter(|d| d.device != device && !d.out_of_memory.is_empty())
+        .map(|d| (d.device, d.out_of_memory.len()))
+        .collect();
+    if counts.is_empty() {
+        return String::new();
+    }
+    let (whose, sections) = if counts.len() == 1 {
+        ("its", "section")
+    } else {
+        ("their", "sections")
+    };
+    let places: Vec<_> = counts.keys().map(|&d| position(d) > here).collect();
+    let place = if places.iter().all(|&below| below) {
+        " below"
+    } else if places.iter().all(|&below| !below) {
+        " above"
+    } else {
+        ""
+    };
+    format!(
+        "; out of memory on {}: see {whose} {sections}{place}",
+        devices_and_events(&counts)
+    )
 }
 
 /// `event 1,234`, or for an event the import inserted its label.

@@ -2,6 +2,7 @@
 //! the line to use.
 
 use super::{TuneReport, MIN_SAVING};
+use crate::commands::replay::prepare::capacity_words;
 use crate::format::{count, counted, format_size, signed_size};
 use std::fmt::Write as _;
 
@@ -35,11 +36,11 @@ pub fn render(report: &TuneReport) -> String {
     if let Some(note) = &report.config_note {
         let _ = writeln!(text, "            {note}");
     }
-    let source = match report.capacity_source {
-        "trace" => "the recorded device: device_free + reserved at its out-of-memory event",
-        "default" => "default: the trace does not tell the device's memory",
-        other => other,
-    };
+    let source = capacity_words(
+        report.capacity_source,
+        report.device,
+        &report.out_of_memory_elsewhere,
+    );
     let _ = writeln!(
         text,
         "capacity:   {} ({source})",
