@@ -34,6 +34,28 @@ pub fn seconds(us: u64) -> String {
     format!("{}.{:06} s", us / 1_000_000, us % 1_000_000)
 }
 
+/// A device's span as `info` and `summary` print it, from the times of its own first and last
+/// events (microseconds since the trace's origin, as [`crate::analysis::timeline::time_span`]
+/// gives them): `over 0.500000 s`, and where it lies when it does not begin at the origin,
+/// `over 0.500000 s (3.000000 s to 3.500000 s)`, on the clock of the times the reports give
+/// events; `at 3.000000 s` when every event has the same time, `(no times recorded)` when that
+/// time is the origin (PyTorch files from before `time_us` are read at 0); empty without
+/// events.
+pub fn span(times: Option<(u64, u64)>) -> String {
+    match times {
+        None => String::new(),
+        Some((0, 0)) => "(no times recorded)".to_string(),
+        Some((first, last)) if last <= first => format!("at {}", seconds(first)),
+        Some((0, last)) => format!("over {}", seconds(last)),
+        Some((first, last)) => format!(
+            "over {} ({} to {})",
+            seconds(last - first),
+            seconds(first),
+            seconds(last)
+        ),
+    }
+}
+
 /// Microseconds in the largest unit that keeps them at 1 or more: `s`, `ms` (three decimals)
 /// or `µs` (whole).
 pub fn duration(us: f64) -> String {
@@ -147,6 +169,22 @@ mod tests {
         assert_eq!(counted(1, "block"), "1 block");
         assert_eq!(counted(2, "live block"), "2 live blocks");
         assert_eq!(counted(1_234, "segment"), "1,234 segments");
+    }
+
+    #[test]
+    fn spans_say_where_they_lie_unless_they_begin_at_the_origin() {
+        assert_eq!(span(None), "", "no events, no span");
+        assert_eq!(span(Some((0, 0))), "(no times recorded)");
+        assert_eq!(
+            span(Some((7, 7))),
+            "at 0.000007 s",
+            "one time, not the origin's"
+        );
+        assert_eq!(span(Some((0, 1_500_000))), "over 1.500000 s");
+        assert_eq!(
+            span(Some((3_000_000, 3_500_000))),
+            "over 0.500000 s (3.000000 s to 3.500000 s)"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Words and numbers a user can trust (issue 23, 4): every command says when another device of
 //! the trace ran out of memory and the one it reports did not; replay names the release events
 //! the trace has, says when there was nothing to place, and counts in the singular for one, as
-//! every report does.
+//! every report does; `info` and `summary` give a device's span the same way.
 
 mod common;
 
@@ -290,6 +290,45 @@ fn replay_without_allocations_says_there_were_none() {
         out.contains(", device 0: 2 events (0 allocations, 0 frees)\n"),
         "{out}"
     );
+}
+
+#[test]
+fn info_and_summary_span_a_device_from_its_own_first_event_to_its_last() {
+    let path = trace("staggered.jsonl", STAGGERED);
+    let (info, _) = run(&["info", &path]);
+    let (summary, _) = run(&["summary", &path]);
+    for (device, events, span) in [
+        (0, 2, "over 0.500000 s (1.000000 s to 1.500000 s)"),
+        (1, 4, "over 0.500000 s (3.000000 s to 3.500000 s)"),
+    ] {
+        let numbered = format!(
+            "device {device}\n  events:    {events} {span}, numbered 0 to {}\n",
+            events - 1
+        );
+        assert!(info.contains(&numbered), "missing {numbered:?} in:\n{info}");
+        let line = format!("device {device}\n  events:    {events} {span}\n");
+        assert!(summary.contains(&line), "missing {line:?} in:\n{summary}");
+    }
+    // The peaks' times are on the same clock, within the device's span.
+    assert!(
+        summary.contains("  peak allocated   1.00 MiB after event 2 (3.250000 s) (block sizes)\n"),
+        "{summary}"
+    );
+    let info = json(&["info", &path]);
+    let summary = json(&["summary", &path]);
+    for (i, (first, last)) in [(1_000_000, 1_500_000), (3_000_000, 3_500_000)]
+        .into_iter()
+        .enumerate()
+    {
+        for report in [&info, &summary] {
+            let d = &report["devices"][i];
+            assert_eq!(
+                (&d["first_time_us"], &d["last_time_us"], &d["span_us"]),
+                (&first.into(), &last.into(), &500_000.into()),
+                "device {i}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use crate::format::{counted, device_list};
 use anyhow::Context as _;
-use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
+use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker, TraceEvent};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -76,6 +76,24 @@ pub fn series_of(mut walker: StateWalker) -> Vec<Sample> {
         series.push(Sample::new(index + 1, event.time_us, totals));
     }
     series
+}
+
+/// The earliest and the latest time of `events` (one device's), in microseconds since the
+/// trace's origin; `None` without events. A device's span is measured with it, from its own
+/// first event to its own last, wherever the other devices begin: `info` and `summary` both
+/// give it.
+pub fn time_span<'a>(events: impl IntoIterator<Item = &'a TraceEvent>) -> Option<(u64, u64)> {
+    events
+        .into_iter()
+        .fold(None, |span, event| widen_span(span, event.time_us))
+}
+
+/// `span` ([`time_span`]'s) with one more event's time, for a pass that reads the events for
+/// more than their times.
+pub fn widen_span(span: Option<(u64, u64)>, time_us: u64) -> Option<(u64, u64)> {
+    Some(span.map_or((time_us, time_us), |(first, last)| {
+        (first.min(time_us), last.max(time_us))
+    }))
 }
 
 /// The first index where allocated bytes are highest (0 for a device without events).

@@ -1,7 +1,8 @@
 //! `memtrace info FILE [--json]`: what a trace holds — its format, devices, events per device
 //! by action, segments and blocks at the end, and the time span.
 
-use crate::format::{count, counted, format_size, seconds};
+use crate::analysis::timeline::widen_span;
+use crate::format::{count, counted, format_size, span};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -55,6 +56,9 @@ pub struct DeviceInfo {
     pub first_time_us: Option<u64>,
     /// Time of the last event.
     pub last_time_us: Option<u64>,
+    /// From the device's own first event to its own last, in microseconds, as `summary`
+    /// measures it (0 without events or times).
+    pub span_us: u64,
     /// Segments at the end of the trace.
     pub segments: u64,
     /// Of them, runs of mapped memory of expandable segments.
@@ -102,6 +106,7 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 events_by_action: BTreeMap::new(),
                 first_time_us: None,
                 last_time_us: None,
+                span_us: 0,
                 segments: 0,
                 expandable_segments: 0,
                 blocks: 0,
@@ -111,21 +116,18 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 requested_bytes: 0,
                 private_pools: Vec::new(),
             };
+            let mut times = None;
             for event in snapshot.device_events(device) {
+                times = widen_span(times, event.time_us);
                 info.events = info.events.saturating_add(1);
                 *info
                     .events_by_action
                     .entry(event.action.as_str())
                     .or_default() += 1;
-                info.first_time_us = Some(
-                    info.first_time_us
-                        .map_or(event.time_us, |t| t.min(event.time_us)),
-                );
-                info.last_time_us = Some(
-                    info.last_time_us
-                        .map_or(event.time_us, |t| t.max(event.time_us)),
-                );
             }
+            info.first_time_us = times.map(|t| t.0);
+            info.last_time_us = times.map(|t| t.1);
+            info.span_us = times.map_or(0, |(first, last)| last - first);
             let numbers = snapshot.event_numbers(device);
             info.numbered_events = numbers.count() as u64;
             info.inserted_annotations = numbers.inserted().len() as u64;
@@ -212,12 +214,10 @@ pub fn render(report: &InfoReport) -> String {
     }
     for device in &report.devices {
         let _ = writeln!(text, "device {}", device.device);
-        // As `summary` says it: a trace whose events all carry the same time (PyTorch files
-        // from before `time_us`, imported at 0) has no times to span.
-        let span = match (device.first_time_us, device.last_time_us) {
-            (Some(first), Some(last)) if last > first => format!(" over {}", seconds(last - first)),
-            (Some(_), Some(_)) => " (no times recorded)".to_owned(),
-            _ => String::new(),
+        // As `summary` says it, from the device's own first event to its own last.
+        let span = match span(device.first_time_us.zip(device.last_time_us)) {
+            words if words.is_empty() => words,
+            words => format!(" {words}"),
         };
         let _ = writeln!(
             text,

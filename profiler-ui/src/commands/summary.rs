@@ -8,7 +8,7 @@ use crate::analysis::frames::FrameView;
 use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
 use crate::analysis::timeline::devices_and_events;
 use crate::commands::explain::render_parts;
-use crate::format::{count, counted, format_size, seconds};
+use crate::format::{count, counted, format_size, seconds, span};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -38,12 +38,11 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
             }
         };
         let _ = writeln!(text, "device {}", d.device);
-        let span = if timed {
-            format!("over {}", seconds(d.span_us))
-        } else {
-            "(no times recorded)".to_string()
+        let span = match span(d.first_time_us.zip(d.last_time_us)) {
+            words if words.is_empty() => words,
+            words => format!(" {words}"),
         };
-        let _ = writeln!(text, "  events:    {} {span}", count(d.events as u64));
+        let _ = writeln!(text, "  events:    {}{span}", count(d.events as u64));
         if d.inserted_annotations > 0 {
             let _ = writeln!(
                 text,
