@@ -1,7 +1,8 @@
 //! Words and numbers a user can trust (issue 23, 4): every command says when another device of
 //! the trace ran out of memory and the one it reports did not; replay names the release events
-//! the trace has, says when there was nothing to place, and counts in the singular for one, as
-//! every report does; `info` and `summary` give a device's span the same way.
+//! the trace has, says when there was nothing to place, and counts in the singular for one;
+//! `info` and `summary` give a device's span the same way; `info` sets requests beside the
+//! allocated blocks they are for, with blocks pending free apart.
 
 mod common;
 
@@ -329,6 +330,35 @@ fn info_and_summary_span_a_device_from_its_own_first_event_to_its_last() {
             );
         }
     }
+}
+
+#[test]
+fn info_sets_requests_beside_the_allocated_blocks_and_pending_free_apart() {
+    let path = trace("pending.jsonl", STAGGERED);
+    let (out, _) = run(&["info", &path]);
+    assert!(
+        out.contains(
+            "device 1\n  events:    4 over 0.500000 s (3.000000 s to 3.500000 s), numbered 0 to 3\n             \
+             alloc 2, free_requested 1, segment_alloc 1\n  segments:  1 (3 blocks), 2.00 MiB \
+             reserved, 512 bytes allocated (500 bytes requested), 1024.00 KiB pending free\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "  segments:  1 (2 blocks), 2.00 MiB reserved, 1024 bytes allocated (1000 bytes \
+             requested), 0 bytes pending free\n"
+        ),
+        "{out}"
+    );
+    let device = &json(&["info", &path])["devices"][1];
+    assert_eq!(device["allocated_bytes"], 512);
+    assert_eq!(device["allocated_requested_bytes"], 500);
+    assert_eq!(device["pending_free_bytes"], 1_048_576);
+    assert_eq!(
+        device["requested_bytes"], 1_049_076,
+        "requested_bytes keeps its meaning: allocated and pending free blocks' requests"
+    );
 }
 
 #[test]

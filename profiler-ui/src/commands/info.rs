@@ -69,9 +69,14 @@ pub struct DeviceInfo {
     pub reserved_bytes: u64,
     /// Bytes in allocated blocks at the end.
     pub allocated_bytes: u64,
+    /// Bytes the callers of the allocated blocks asked for: the requests behind
+    /// `allocated_bytes`, never more than it. The text report prints this one.
+    pub allocated_requested_bytes: u64,
     /// Bytes in blocks freed but waiting for streams at the end.
     pub pending_free_bytes: u64,
-    /// Bytes the callers of active blocks asked for.
+    /// Bytes the callers of active blocks asked for: allocated blocks and blocks pending free
+    /// alike, so it can be more than `allocated_bytes`, which leaves out the blocks pending
+    /// free (`allocated_requested_bytes` is the allocated blocks' alone).
     pub requested_bytes: u64,
     /// The private memory pools among the segments (PyTorch's `segment_pool_id` other than
     /// `(0, 0)`: CUDA graphs' pools, `torch.cuda.MemPool`s), lowest id first.
@@ -112,6 +117,7 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 blocks: 0,
                 reserved_bytes: 0,
                 allocated_bytes: 0,
+                allocated_requested_bytes: 0,
                 pending_free_bytes: 0,
                 requested_bytes: 0,
                 private_pools: Vec::new(),
@@ -141,6 +147,12 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 info.allocated_bytes = info
                     .allocated_bytes
                     .saturating_add(segment.bytes_in(BlockState::ActiveAllocated));
+                info.allocated_requested_bytes = segment
+                    .blocks
+                    .iter()
+                    .filter(|b| b.state == BlockState::ActiveAllocated)
+                    .map(|b| b.requested)
+                    .fold(info.allocated_requested_bytes, u64::saturating_add);
                 info.pending_free_bytes = info
                     .pending_free_bytes
                     .saturating_add(segment.bytes_in(BlockState::ActivePendingFree));
@@ -241,14 +253,14 @@ pub fn render(report: &InfoReport) -> String {
         };
         let _ = writeln!(
             text,
-            "  segments:  {} ({}{expandable}), {} reserved, {} allocated, {} pending free, \
-             {} requested",
+            "  segments:  {} ({}{expandable}), {} reserved, {} allocated ({} requested), {} \
+             pending free",
             count(device.segments),
             counted(device.blocks, "block"),
             format_size(device.reserved_bytes),
             format_size(device.allocated_bytes),
+            format_size(device.allocated_requested_bytes),
             format_size(device.pending_free_bytes),
-            format_size(device.requested_bytes),
         );
         for pool in &device.private_pools {
             let _ = writeln!(
