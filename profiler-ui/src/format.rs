@@ -1,5 +1,6 @@
-//! Numbers as the reports print them for people: counts with thousands separators, times in
-//! seconds or in the unit that suits them, byte changes with their sign, lists of devices.
+//! Numbers as the reports print them for people: counts with thousands separators (with their
+//! noun, singular for one), times in seconds or in the unit that suits them, byte changes with
+//! their sign, lists of devices.
 //! Byte sizes are blockpool's own [`format_size`] (`1.50 GiB`, PyTorch's units), re-exported
 //! here so that every command and analysis takes its formatters from one place; and the one
 //! reader of byte sizes as people write them ([`parse_bytes`]: `80G`, `64MiB`), for the
@@ -20,9 +21,39 @@ pub fn count(n: u64) -> String {
     text
 }
 
+/// `n` with its noun, in the singular for one: `1 block`, `0 blocks`, `2,048 blocks`. For
+/// nouns made plural by an `s` (`block`, `live block`, `segment_free event`), which are every
+/// noun the reports count.
+pub fn counted(n: u64, noun: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {noun}{s}", count(n))
+}
+
 /// Microseconds as seconds with six decimals.
 pub fn seconds(us: u64) -> String {
     format!("{}.{:06} s", us / 1_000_000, us % 1_000_000)
+}
+
+/// A device's span as `info` and `summary` print it, from the times of its own first and last
+/// events (microseconds since the trace's origin, as [`crate::analysis::timeline::time_span`]
+/// gives them): `over 0.500000 s`, and where it lies when it does not begin at the origin,
+/// `over 0.500000 s (3.000000 s to 3.500000 s)`, on the clock of the times the reports give
+/// events; `at 3.000000 s` when every event has the same time, `(no times recorded)` when that
+/// time is the origin (PyTorch files from before `time_us` are read at 0); empty without
+/// events.
+pub fn span(times: Option<(u64, u64)>) -> String {
+    match times {
+        None => String::new(),
+        Some((0, 0)) => "(no times recorded)".to_string(),
+        Some((first, last)) if last <= first => format!("at {}", seconds(first)),
+        Some((0, last)) => format!("over {}", seconds(last)),
+        Some((first, last)) => format!(
+            "over {} ({} to {})",
+            seconds(last - first),
+            seconds(first),
+            seconds(last)
+        ),
+    }
 }
 
 /// Microseconds in the largest unit that keeps them at 1 or more: `s`, `ms` (three decimals)
@@ -130,6 +161,30 @@ mod tests {
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(seconds(12_345_678), "12.345678 s");
         assert_eq!(seconds(5), "0.000005 s");
+    }
+
+    #[test]
+    fn counted_nouns_are_singular_for_one_only() {
+        assert_eq!(counted(0, "block"), "0 blocks");
+        assert_eq!(counted(1, "block"), "1 block");
+        assert_eq!(counted(2, "live block"), "2 live blocks");
+        assert_eq!(counted(1_234, "segment"), "1,234 segments");
+    }
+
+    #[test]
+    fn spans_say_where_they_lie_unless_they_begin_at_the_origin() {
+        assert_eq!(span(None), "", "no events, no span");
+        assert_eq!(span(Some((0, 0))), "(no times recorded)");
+        assert_eq!(
+            span(Some((7, 7))),
+            "at 0.000007 s",
+            "one time, not the origin's"
+        );
+        assert_eq!(span(Some((0, 1_500_000))), "over 1.500000 s");
+        assert_eq!(
+            span(Some((3_000_000, 3_500_000))),
+            "over 0.500000 s (3.000000 s to 3.500000 s)"
+        );
     }
 
     #[test]

@@ -145,7 +145,7 @@ fn leaks_lists_the_planted_leak_and_its_growth_across_steps() {
          outermost annotation ranges instead, 4 of them (step0 .. step3)\n  \
          measured: before step0, then at the end of each step\n  \
          growing (3 or more consecutive growing steps): 1 site\n    \
-         +1024.00 KiB +1 blocks per step over 4 steps since before step0: cache  (0 bytes -> \
+         +1024.00 KiB +1 block per step over 4 steps since before step0: cache  (0 bytes -> \
          1024.00 KiB -> 2.00 MiB -> 3.00 MiB -> 4.00 MiB)\n  \
          persistent (unchanged since one of the first 2 measurements): none\n  \
          alive at the end, allocated during the trace (persistent sites apart): 4.00 MiB in 4 \

@@ -446,7 +446,7 @@ fn info_and_segments_show_private_pools_and_the_settings_whole() {
         "  roundup_power2_divisions       {'1': 4, '2': 4, '4': 4, '8': 4, '16': 4, '32': 4, \
          '64': 4, '128': 4, '256': 4, '512': 8, '1024': 0, '2048': 0, '4096': 0, '8192': 0, \
          '16384': 0, '32768': 0}\n",
-        "  private pool (1, 5): 1 segments, 2.00 MiB reserved\n",
+        "  private pool (1, 5): 1 segment, 2.00 MiB reserved\n",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }

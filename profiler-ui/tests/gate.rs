@@ -164,7 +164,7 @@ fn rules_within_their_limits_exit_0_and_leave_the_report_as_it_was() {
          6.00 MiB    8.00 MiB    +2.00 MiB       0 bytes     0 bytes            0   act\n   \
          2.00 MiB    3.00 MiB +1024.00 KiB      2.00 MiB    3.00 MiB +1024.00 KiB   cache\n    \
          0 bytes 1024.00 KiB +1024.00 KiB       0 bytes 1024.00 KiB +1024.00 KiB   new|site\n\
-         1 sites unchanged\n"
+         1 site unchanged\n"
     );
 }
 
@@ -364,7 +364,7 @@ fn limit_caps_the_sites_listed_and_counts_the_rest() {
     );
     let text = stdout(&diff(&["--limit", "2"]));
     assert!(
-        text.ends_with("   cache\n1 more changed site (--limit)\n1 sites unchanged\n"),
+        text.ends_with("   cache\n1 more changed site (--limit)\n1 site unchanged\n"),
         "{text}"
     );
     let (a, _) = pair();

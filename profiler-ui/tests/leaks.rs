@@ -161,7 +161,7 @@ fn profiler_steps_are_the_steps_and_the_kept_buffer_grows_by_16_mib_a_step() {
          ProfilerStep#5)\n  \
          measured: before ProfilerStep#0, then at the end of each step\n  \
          growing (3 or more consecutive growing steps): 1 site\n    \
-         + 16.00 MiB +1 blocks per step over 6 steps since before ProfilerStep#0: history  \
+         + 16.00 MiB +1 block per step over 6 steps since before ProfilerStep#0: history  \
          (0 bytes -> 16.00 MiB -> 32.00 MiB -> 48.00 MiB -> 64.00 MiB -> 80.00 MiB -> 96.00 \
          MiB)\n  \
          persistent (unchanged since one of the first 2 measurements): 320.00 MiB in 2 sites\n    \

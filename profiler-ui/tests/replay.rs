@@ -117,7 +117,7 @@ fn the_text_report_sets_blockpool_beside_the_recording() {
     for line in [
         ", device 0: 9 events (4 allocations, 2 frees)\n",
         "config:    PyTorch's defaults (default)\n",
-        "start:     1 segments adopted (20.00 MiB, 2 live blocks), 0 blocks allocated afresh\n",
+        "start:     1 segment adopted (20.00 MiB, 2 live blocks), 0 blocks allocated afresh\n",
         "                           blockpool      recorded    ratio\n",
         "peak reserved              40.00 MiB     40.00 MiB    1.000\n",
         "segment allocations                1             1    1.000\n",

@@ -6,7 +6,9 @@
 
 use super::frames::FrameView;
 use super::sites::{sites_named_by, Site, SiteNames};
-use super::timeline::{allocated_peak, memory_series, pick_device, walker};
+use super::timeline::{
+    allocated_peak, memory_series, other_devices_out_of_memory_by, pick_device, walker,
+};
 use anyhow::Context as _;
 use blockpool::trace::Snapshot;
 use serde::Serialize;
@@ -66,6 +68,10 @@ pub struct DiffReport {
     pub peak_reserved_b: u64,
     /// Every site of either trace, largest change (peak, then end) first.
     pub sites: Vec<SiteDiff>,
+    /// For each trace whose compared device did not run out of memory while another of its
+    /// devices did, a line that says so: `first trace: out of memory on device 0 (1 event),
+    /// not on device 1: --device-a 0 shows it` (`second trace:` and `--device-b` for B).
+    pub notes: Vec<String>,
 }
 
 /// One side of the comparison: a device's peaks and its sites at the allocated peak and at
@@ -133,6 +139,16 @@ pub fn diff(
             .cmp(&(x.peak_change().abs(), x.end_change().abs()))
             .then_with(|| x.site.cmp(&y.site))
     });
+    let notes = [
+        ("first trace", a, device_a, "--device-a"),
+        ("second trace", b, device_b, "--device-b"),
+    ]
+    .into_iter()
+    .filter_map(|(which, snapshot, device, option)| {
+        other_devices_out_of_memory_by(snapshot, device, option)
+            .map(|note| format!("{which}: {note}"))
+    })
+    .collect();
     Ok(DiffReport {
         device_a,
         device_b,
@@ -141,6 +157,7 @@ pub fn diff(
         peak_reserved_a: side_a.peak_reserved,
         peak_reserved_b: side_b.peak_reserved,
         sites,
+        notes,
     })
 }
 

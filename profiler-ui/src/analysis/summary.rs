@@ -14,7 +14,7 @@ use super::fragmentation::ReservedPeak;
 use super::frames::FrameView;
 use super::frames::{shown_frames, stack_line};
 use super::sites::{site_of, sites_at, Site, SiteNames};
-use super::timeline::{walker, walker_taking};
+use super::timeline::{time_span, walker, walker_taking};
 use blockpool::trace::{
     Action, BlockState, ContextId, DeviceState, EventNumbers, Snapshot, StateWalker,
 };
@@ -45,8 +45,14 @@ pub struct DeviceSummary {
     /// Of those, the annotations the import inserted among the file's trace entries (PyTorch's
     /// `external_annotations`), which have no event number.
     pub inserted_annotations: usize,
-    /// Time from the first to the last event, in microseconds.
+    /// Time from the device's own first event to its own last, in microseconds, as `info`
+    /// measures it (0 without events or times).
     pub span_us: u64,
+    /// Time of the device's first event, in microseconds since the trace's origin (the clock of
+    /// the peaks' `time_us`); absent without events.
+    pub first_time_us: Option<u64>,
+    /// Time of its last event.
+    pub last_time_us: Option<u64>,
     /// Highest bytes in allocated blocks, by block size (see the module docs for blocks the
     /// trace knows only by request).
     pub peak_allocated: Peak,
@@ -364,15 +370,15 @@ fn summarize_walk(
         }
     };
     let events = walker.len();
-    let span_us = match (walker.events().first(), walker.events().last()) {
-        (Some(first), Some(last)) => last.time_us.saturating_sub(first.time_us),
-        _ => 0,
-    };
+    let times = time_span(walker.events());
+    let span_us = times.map_or(0, |(first, last)| last - first);
     Ok(DeviceSummary {
         device,
         events,
         inserted_annotations: numbers.len() - numbers.count(),
         span_us,
+        first_time_us: times.map(|t| t.0),
+        last_time_us: times.map(|t| t.1),
         segments_at_peak: totals.segments,
         segments_at_end,
         fragmentation_at_reserved_peak: fragmentation.fragmentation,

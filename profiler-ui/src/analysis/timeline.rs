@@ -1,9 +1,9 @@
 //! Memory over a device's events: allocated, reserved, requested and active bytes after each
 //! event, the peaks, and which state a `--at EVENT` / `--peak` option names.
 
-use crate::format::device_list;
+use crate::format::{counted, device_list};
 use anyhow::Context as _;
-use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker};
+use blockpool::trace::{Action, MemoryTotals, Snapshot, StateWalker, TraceEvent};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -76,6 +76,24 @@ pub fn series_of(mut walker: StateWalker) -> Vec<Sample> {
         series.push(Sample::new(index + 1, event.time_us, totals));
     }
     series
+}
+
+/// The earliest and the latest time of `events` (one device's), in microseconds since the
+/// trace's origin; `None` without events. A device's span is measured with it, from its own
+/// first event to its own last, wherever the other devices begin: `info` and `summary` both
+/// give it.
+pub fn time_span<'a>(events: impl IntoIterator<Item = &'a TraceEvent>) -> Option<(u64, u64)> {
+    events
+        .into_iter()
+        .fold(None, |span, event| widen_span(span, event.time_us))
+}
+
+/// `span` ([`time_span`]'s) with one more event's time, for a pass that reads the events for
+/// more than their times.
+pub fn widen_span(span: Option<(u64, u64)>, time_us: u64) -> Option<(u64, u64)> {
+    Some(span.map_or((time_us, time_us), |(first, last)| {
+        (first.min(time_us), last.max(time_us))
+    }))
 }
 
 /// The first index where allocated bytes are highest (0 for a device without events).
@@ -199,10 +217,9 @@ pub fn default_device(snapshot: &Snapshot, devices: &[u32]) -> Option<u32> {
     }
 }
 
-/// What a command looking at `device` says when other devices of the trace ran out of memory
-/// and `device` did not: the user reading one device's report would not know otherwise.
-/// `None` when no other device did, or `device` did too.
-pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<String> {
+/// The out-of-memory events of the devices other than `device`, counted per device, when
+/// `device` has none and another has some; `None` otherwise.
+pub fn out_of_memory_elsewhere(snapshot: &Snapshot, device: u32) -> Option<BTreeMap<u32, usize>> {
     let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
     for event in snapshot.events.iter().filter(|e| e.action == Action::Oom) {
         if event.device == device {
@@ -210,14 +227,38 @@ pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<S
         }
         *counts.entry(event.device).or_default() += 1;
     }
-    let first = *counts.keys().next()?;
+    (!counts.is_empty()).then_some(counts)
+}
+
+/// `device 1 (1 event), device 2 (2 events)`: devices and their out-of-memory events, as
+/// [`out_of_memory_elsewhere`] counts them.
+pub fn devices_and_events(counts: &BTreeMap<u32, usize>) -> String {
     let listed: Vec<String> = counts
         .iter()
-        .map(|(d, n)| format!("device {d} ({n} event{})", if *n == 1 { "" } else { "s" }))
+        .map(|(d, n)| format!("device {d} ({})", counted(*n as u64, "event")))
         .collect();
+    listed.join(", ")
+}
+
+/// What a command looking at `device` says when other devices of the trace ran out of memory
+/// and `device` did not: the user reading one device's report would not know otherwise.
+/// `None` when no other device did, or `device` did too.
+pub fn other_devices_out_of_memory(snapshot: &Snapshot, device: u32) -> Option<String> {
+    other_devices_out_of_memory_by(snapshot, device, "--device")
+}
+
+/// As [`other_devices_out_of_memory`], naming `option` as the way to the device that ran out
+/// of memory (`diff` names one trace's device with `--device-a` or `--device-b`).
+pub fn other_devices_out_of_memory_by(
+    snapshot: &Snapshot,
+    device: u32,
+    option: &str,
+) -> Option<String> {
+    let counts = out_of_memory_elsewhere(snapshot, device)?;
+    let first = *counts.keys().next()?;
     Some(format!(
-        "out of memory on {}, not on device {device}: --device {first} shows it",
-        listed.join(", ")
+        "out of memory on {}, not on device {device}: {option} {first} shows it",
+        devices_and_events(&counts)
     ))
 }
 

@@ -4,7 +4,7 @@
 
 use crate::cli::OutputFormat as CliFormat;
 use crate::export::{write_dataset, Input};
-use crate::format::count;
+use crate::format::counted;
 use crate::load::load_trace;
 use crate::output::Output;
 use crate::serve::files::{is_pattern, resolve_at_most};
@@ -54,11 +54,11 @@ pub fn run(
     let trace = load_trace(input).context("cannot read the trace")?;
     save_trace(&trace.snapshot, output, format).context("cannot write the converted trace")?;
     out.write(&format!(
-        "wrote {} ({}): {} events, {} segments\n",
+        "wrote {} ({}): {}, {}\n",
         output.display(),
         format.name(),
-        count(trace.snapshot.events.len() as u64),
-        count(trace.snapshot.segments.len() as u64),
+        counted(trace.snapshot.events.len() as u64, "event"),
+        counted(trace.snapshot.segments.len() as u64, "segment"),
     ))?;
     let times = trace.snapshot.events.iter().map(|e| e.time_us);
     let untimed = !trace.snapshot.events.is_empty() && times.clone().min() == times.max();
@@ -100,11 +100,10 @@ fn dataset(input: &Path, output: &Path, out: &mut Output) -> anyhow::Result<()> 
     let written = write_dataset(&inputs, output)?;
     let events: usize = written.iter().map(|w| w.events).sum();
     out.write(&format!(
-        "wrote {} (Parquet dataset): {} {}, {} events\n",
+        "wrote {} (Parquet dataset): {}, {}\n",
         output.display(),
-        count(written.len() as u64),
-        if written.len() == 1 { "rank" } else { "ranks" },
-        count(events as u64),
+        counted(written.len() as u64, "rank"),
+        counted(events as u64, "event"),
     ))?;
     for (name, _) in written.first().map_or(&[][..], |w| &w.rows[..]) {
         let rows: usize = written
@@ -112,7 +111,7 @@ fn dataset(input: &Path, output: &Path, out: &mut Output) -> anyhow::Result<()> 
             .flat_map(|w| w.rows.iter().filter(|(n, _)| n == name))
             .map(|(_, rows)| rows)
             .sum();
-        out.write(&format!("  {name}: {} rows\n", count(rows as u64)))?;
+        out.write(&format!("  {name}: {}\n", counted(rows as u64, "row")))?;
     }
     out.flush()?;
     Ok(())

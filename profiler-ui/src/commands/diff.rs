@@ -6,6 +6,9 @@
 //! report (`text.rs` for people, `markdown.rs` for a pull-request comment, or JSON), then each
 //! failed rule on standard error, and says whether the gate failed.
 //!
+//! When a trace's compared device did not run out of memory and another of its devices did,
+//! standard error says so, one line per trace (JSON: `notes`).
+//!
 //! `--json` prints the [`DiffReport`], and with rules a `gate` object: `passed` and `rules`, one
 //! [`Verdict`](crate::analysis::gate::Verdict) per rule.
 
@@ -73,6 +76,11 @@ pub fn run(a: &Path, b: &Path, options: &DiffOptions, out: &mut Output) -> anyho
         options.devices,
         options.view,
     )?;
+    // Standard error, as the one-device commands say it: the report on standard output stays
+    // the comparison (JSON has the notes too).
+    for note in &report.notes {
+        eprintln!("memtrace: {note}");
+    }
     let gate = (!options.rules.is_empty()).then(|| judge(&options.rules, &report));
     let printed = match options.format {
         Format::Json => out.json(&JsonReport {

@@ -9,7 +9,7 @@ use crate::analysis::explain::{percent, Explanation};
 use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker_taking};
 use crate::cli::ExplainArgs;
-use crate::format::{count, format_size, seconds};
+use crate::format::{count, counted, format_size, seconds};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -170,7 +170,7 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
                 text,
                 "{indent}  {:>11} {:>14}  {}",
                 format_size(share.requested_bytes),
-                blocks(share.blocks),
+                counted(share.blocks, "block"),
                 share.name
             );
         }
@@ -182,7 +182,7 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
                 text,
                 "{indent}  {:>11} {:>14}  {}",
                 format_size(site.requested_bytes),
-                blocks(site.blocks),
+                counted(site.blocks, "block"),
                 site.label
             );
         }
@@ -210,16 +210,6 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
     );
 }
 
-/// `1 frame`, `12 frames`.
-pub fn frames(n: usize) -> String {
-    format!("{} frame{}", count(n as u64), if n == 1 { "" } else { "s" })
-}
-
-/// `1 block`, `2,048 blocks`.
-fn blocks(n: u64) -> String {
-    format!("{} block{}", count(n), if n == 1 { "" } else { "s" })
-}
-
 /// The failing request's stack.
 fn render_stack(text: &mut String, request: &RequestReport) {
     if request.stack.is_empty() && request.frames_left_out == 0 {
@@ -230,7 +220,7 @@ fn render_stack(text: &mut String, request: &RequestReport) {
         0 => String::new(),
         n => format!(
             "; {} of the stack capture and the allocator left out: --full-stack shows {}",
-            frames(n),
+            counted(n as u64, "frame"),
             if n == 1 { "it" } else { "them" }
         ),
     };

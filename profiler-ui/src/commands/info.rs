@@ -1,7 +1,8 @@
 //! `memtrace info FILE [--json]`: what a trace holds — its format, devices, events per device
 //! by action, segments and blocks at the end, and the time span.
 
-use crate::format::{count, format_size, seconds};
+use crate::analysis::timeline::widen_span;
+use crate::format::{count, counted, format_size, span};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -55,6 +56,9 @@ pub struct DeviceInfo {
     pub first_time_us: Option<u64>,
     /// Time of the last event.
     pub last_time_us: Option<u64>,
+    /// From the device's own first event to its own last, in microseconds, as `summary`
+    /// measures it (0 without events or times).
+    pub span_us: u64,
     /// Segments at the end of the trace.
     pub segments: u64,
     /// Of them, runs of mapped memory of expandable segments.
@@ -65,9 +69,14 @@ pub struct DeviceInfo {
     pub reserved_bytes: u64,
     /// Bytes in allocated blocks at the end.
     pub allocated_bytes: u64,
+    /// Bytes the callers of the allocated blocks asked for: the requests behind
+    /// `allocated_bytes`, never more than it. The text report prints this one.
+    pub allocated_requested_bytes: u64,
     /// Bytes in blocks freed but waiting for streams at the end.
     pub pending_free_bytes: u64,
-    /// Bytes the callers of active blocks asked for.
+    /// Bytes the callers of active blocks asked for: allocated blocks and blocks pending free
+    /// alike, so it can be more than `allocated_bytes`, which leaves out the blocks pending
+    /// free (`allocated_requested_bytes` is the allocated blocks' alone).
     pub requested_bytes: u64,
     /// The private memory pools among the segments (PyTorch's `segment_pool_id` other than
     /// `(0, 0)`: CUDA graphs' pools, `torch.cuda.MemPool`s), lowest id first.
@@ -102,30 +111,29 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 events_by_action: BTreeMap::new(),
                 first_time_us: None,
                 last_time_us: None,
+                span_us: 0,
                 segments: 0,
                 expandable_segments: 0,
                 blocks: 0,
                 reserved_bytes: 0,
                 allocated_bytes: 0,
+                allocated_requested_bytes: 0,
                 pending_free_bytes: 0,
                 requested_bytes: 0,
                 private_pools: Vec::new(),
             };
+            let mut times = None;
             for event in snapshot.device_events(device) {
+                times = widen_span(times, event.time_us);
                 info.events = info.events.saturating_add(1);
                 *info
                     .events_by_action
                     .entry(event.action.as_str())
                     .or_default() += 1;
-                info.first_time_us = Some(
-                    info.first_time_us
-                        .map_or(event.time_us, |t| t.min(event.time_us)),
-                );
-                info.last_time_us = Some(
-                    info.last_time_us
-                        .map_or(event.time_us, |t| t.max(event.time_us)),
-                );
             }
+            info.first_time_us = times.map(|t| t.0);
+            info.last_time_us = times.map(|t| t.1);
+            info.span_us = times.map_or(0, |(first, last)| last - first);
             let numbers = snapshot.event_numbers(device);
             info.numbered_events = numbers.count() as u64;
             info.inserted_annotations = numbers.inserted().len() as u64;
@@ -139,6 +147,12 @@ pub fn report(file: &Path, trace: &LoadedTrace) -> InfoReport {
                 info.allocated_bytes = info
                     .allocated_bytes
                     .saturating_add(segment.bytes_in(BlockState::ActiveAllocated));
+                info.allocated_requested_bytes = segment
+                    .blocks
+                    .iter()
+                    .filter(|b| b.state == BlockState::ActiveAllocated)
+                    .map(|b| b.requested)
+                    .fold(info.allocated_requested_bytes, u64::saturating_add);
                 info.pending_free_bytes = info
                     .pending_free_bytes
                     .saturating_add(segment.bytes_in(BlockState::ActivePendingFree));
@@ -212,12 +226,10 @@ pub fn render(report: &InfoReport) -> String {
     }
     for device in &report.devices {
         let _ = writeln!(text, "device {}", device.device);
-        // As `summary` says it: a trace whose events all carry the same time (PyTorch files
-        // from before `time_us`, imported at 0) has no times to span.
-        let span = match (device.first_time_us, device.last_time_us) {
-            (Some(first), Some(last)) if last > first => format!(" over {}", seconds(last - first)),
-            (Some(_), Some(_)) => " (no times recorded)".to_owned(),
-            _ => String::new(),
+        // As `summary` says it, from the device's own first event to its own last.
+        let span = match span(device.first_time_us.zip(device.last_time_us)) {
+            words if words.is_empty() => words,
+            words => format!(" {words}"),
         };
         let _ = writeln!(
             text,
@@ -241,22 +253,22 @@ pub fn render(report: &InfoReport) -> String {
         };
         let _ = writeln!(
             text,
-            "  segments:  {} ({} blocks{expandable}), {} reserved, {} allocated, {} pending free, \
-             {} requested",
+            "  segments:  {} ({}{expandable}), {} reserved, {} allocated ({} requested), {} \
+             pending free",
             count(device.segments),
-            count(device.blocks),
+            counted(device.blocks, "block"),
             format_size(device.reserved_bytes),
             format_size(device.allocated_bytes),
+            format_size(device.allocated_requested_bytes),
             format_size(device.pending_free_bytes),
-            format_size(device.requested_bytes),
         );
         for pool in &device.private_pools {
             let _ = writeln!(
                 text,
-                "  private pool ({}, {}): {} segments, {} reserved",
+                "  private pool ({}, {}): {}, {} reserved",
                 pool.pool_id.0,
                 pool.pool_id.1,
-                count(pool.segments),
+                counted(pool.segments, "segment"),
                 format_size(pool.reserved_bytes)
             );
         }

@@ -13,7 +13,8 @@
 //! them, persistent ones left out); `alive_from_before_bytes`.
 
 use crate::analysis::leaks::{find_leaks, LeakOptions, LeakReport};
-use crate::format::{count, format_size};
+use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device};
+use crate::format::{counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -33,11 +34,12 @@ pub fn run(
     let trace = load_trace(file).context("cannot read the trace")?;
     let snapshot = &trace.snapshot;
     let reports: Vec<anyhow::Result<_>> = match device {
-        Some(_) => vec![find_leaks(
-            snapshot,
-            crate::analysis::timeline::pick_device(snapshot, device)?,
-            options,
-        )],
+        Some(_) => {
+            let device = pick_device(snapshot, device)?;
+            // Without --device every device is reported, the one that ran out of memory too.
+            note_other_devices_out_of_memory(snapshot, device);
+            vec![find_leaks(snapshot, device, options)]
+        }
         // Split once, so each device's pass reads its own events.
         None => snapshot
             .by_device()
@@ -61,11 +63,6 @@ pub fn run(
     Ok(())
 }
 
-/// `N sites` / `1 site`.
-fn sites(n: usize) -> String {
-    format!("{n} site{}", if n == 1 { "" } else { "s" })
-}
-
 /// One device's report as text.
 pub fn render(report: &LeakReport, text: &mut String) {
     let _ = writeln!(text, "device {}", report.device);
@@ -78,52 +75,64 @@ pub fn render(report: &LeakReport, text: &mut String) {
     if measurements <= k as usize {
         let _ = writeln!(
             text,
-            "  growing: cannot tell from {measurements} measurement{}: {k} consecutive growing \
-             steps (--growth-steps) take {}",
-            if measurements == 1 { "" } else { "s" },
+            "  growing: cannot tell from {}: {} (--growth-steps) take {}",
+            counted(measurements as u64, "measurement"),
+            counted(u64::from(k), "consecutive growing step"),
             u64::from(k) + 1
         );
     } else if report.growing.is_empty() {
         let _ = writeln!(
             text,
-            "  growing: none (no site grew at each of the last {k} measurements)"
+            "  growing: none (no site grew at each of the last {})",
+            counted(u64::from(k), "measurement")
         );
     } else {
         let _ = writeln!(
             text,
             "  growing ({k} or more consecutive growing steps): {}",
-            sites(report.growing.len())
+            counted(report.growing.len() as u64, "site")
         );
     }
     for g in &report.growing {
         let series: Vec<String> = g.bytes_by_step.iter().map(|&b| format_size(b)).collect();
         let _ = writeln!(
             text,
-            "    +{:>10} +{} blocks per step over {} steps since {}: {}  ({})",
+            "    +{:>10} +{} per step over {} since {}: {}  ({})",
             format_size(g.growth_bytes_per_step),
-            count(g.growth_blocks_per_step),
-            g.steps,
+            counted(g.growth_blocks_per_step, "block"),
+            counted(g.steps, "step"),
             g.since,
             g.label,
             series.join(" -> ")
         );
     }
     let persistent: u64 = report.persistent.iter().map(|p| p.bytes).sum();
-    let _ = write!(
-        text,
-        "  persistent (unchanged since one of the first {} measurements): ",
-        u64::from(report.settings.warmup_steps) + 1,
-    );
+    let _ = match report.settings.warmup_steps {
+        0 => write!(
+            text,
+            "  persistent (unchanged since the first measurement): "
+        ),
+        warmup => write!(
+            text,
+            "  persistent (unchanged since one of the first {} measurements): ",
+            u64::from(warmup) + 1,
+        ),
+    };
     let _ = match report.persistent.len() {
         0 => writeln!(text, "none"),
-        n => writeln!(text, "{} in {}", format_size(persistent), sites(n)),
+        n => writeln!(
+            text,
+            "{} in {}",
+            format_size(persistent),
+            counted(n as u64, "site")
+        ),
     };
     for p in &report.persistent {
         let _ = writeln!(
             text,
-            "    {:>10}  {:>6} blocks  {}  (since {})",
+            "    {:>10}  {:>13}  {}  (since {})",
             format_size(p.bytes),
-            count(p.blocks),
+            counted(p.blocks, "block"),
             p.label,
             p.since
         );
@@ -132,16 +141,16 @@ pub fn render(report: &LeakReport, text: &mut String) {
     let blocks: u64 = report.alive_at_end.iter().map(|s| s.blocks).sum();
     let _ = writeln!(
         text,
-        "  alive at the end, allocated during the trace (persistent sites apart): {} in {} blocks",
+        "  alive at the end, allocated during the trace (persistent sites apart): {} in {}",
         format_size(total),
-        count(blocks)
+        counted(blocks, "block")
     );
     for site in &report.alive_at_end {
         let _ = writeln!(
             text,
-            "    {:>10}  {:>6} blocks  {}",
+            "    {:>10}  {:>13}  {}",
             format_size(site.bytes),
-            count(site.blocks),
+            counted(site.blocks, "block"),
             site.label
         );
     }

@@ -20,7 +20,7 @@ mod chain_file;
 mod text;
 
 use crate::cli::{PlanArgs, PlannerName};
-use crate::format::{count, format_size};
+use crate::format::{count, counted, format_size};
 use crate::output::Output;
 use blockpool::checkpoint::{
     Budget, ChainCosts, CheckpointError, Op, Plan, Planner, Revolve, Sqrt, StoreAll, Uniform,
@@ -264,10 +264,10 @@ fn planner(
                     }
                 }
                 anyhow::bail!(
-                    "{shown}: revolve with {slots} slot{} needs {needed} forward calls for {} \
-                     stages, more than the {} a plan may make here; give --slots {low} or more",
-                    if slots == 1 { "" } else { "s" },
-                    count(n as u64),
+                    "{shown}: revolve with {} needs {needed} forward calls for {}, more than \
+                     the {} a plan may make here; give --slots {low} or more",
+                    counted(slots as u64, "slot"),
+                    counted(n as u64, "stage"),
                     count(MAX_FORWARD_CALLS)
                 );
             }

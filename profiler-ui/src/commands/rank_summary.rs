@@ -10,7 +10,7 @@ use crate::analysis::frames::FrameView;
 use crate::analysis::spread::{spread, Spread};
 use crate::analysis::summary::{out_of_memory_text, summarize_in, DeviceOoms};
 use crate::analysis::timeline::busiest_device;
-use crate::format::{count, format_size};
+use crate::format::{count, counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use crate::serve::files::{is_pattern, resolve_at_most};
@@ -131,8 +131,8 @@ pub fn summarize(files: &[PathBuf]) -> anyhow::Result<RankSummary> {
 /// The report as text.
 pub fn render(report: &RankSummary) -> String {
     let mut text = String::new();
-    let what = if report.ranks { "ranks" } else { "files" };
-    let _ = writeln!(text, "{} {what}", count(report.files.len() as u64));
+    let what = if report.ranks { "rank" } else { "file" };
+    let _ = writeln!(text, "{}", counted(report.files.len() as u64, what));
     let _ = writeln!(
         text,
         "{:<24} {:>6} {:>12} {:>16} {:>16} {:>13}",

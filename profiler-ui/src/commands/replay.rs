@@ -18,8 +18,9 @@ mod start;
 
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::settings::recorded_config;
+use crate::analysis::timeline::devices_and_events;
 use crate::cli::ReplayArgs;
-use crate::format::{count, format_size};
+use crate::format::{count, counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -32,6 +33,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use prepare::Prepared;
 use recorded::Recorded;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 
@@ -63,8 +65,15 @@ pub struct ReplayReport {
     /// `device_free` plus the bytes reserved then) or `default` (1 TiB: the trace does not tell
     /// the device's memory, so nothing runs out of it).
     pub capacity_source: &'static str,
+    /// The other devices of the trace that ran out of memory when this one did not, with their
+    /// out-of-memory events (`{"0": 1}`); empty otherwise. Their memory is not this device's,
+    /// so it does not set the capacity.
+    pub out_of_memory_elsewhere: BTreeMap<u32, usize>,
     /// What the settings could not do in this replay, and what to try instead, in words.
     pub notes: Vec<String>,
+    /// The trace's events that release segments, whose runs are replayed as `empty_cache`
+    /// calls: `segment_free`, `segment_unmap` (expandable segments), both, or none.
+    pub segment_releases: Vec<&'static str>,
     /// `start` (the trace's first state) or `fresh` (its live blocks alone).
     pub mode: &'static str,
     /// What blockpool did.
@@ -137,7 +146,8 @@ pub fn replay(
         exact: args.exact,
         config: args.config.is_some(),
     };
-    let notes = notes(asked, &config, capacity_source, &prepared, &outcome);
+    let mut notes = notes(asked, &config, capacity_source, &prepared, &outcome);
+    notes.extend(out_of_memory_elsewhere_note(&prepared, "replays"));
     let recorded = prepared.recorded.clone();
     let ratio = |ours: u64, theirs: u64| (theirs > 0).then(|| ours as f64 / theirs as f64);
     Ok(ReplayReport {
@@ -151,7 +161,9 @@ pub fn replay(
         config_note,
         capacity_bytes: settings.capacity_bytes,
         capacity_source,
+        out_of_memory_elsewhere: prepared.out_of_memory_elsewhere.clone(),
         notes,
+        segment_releases: prepared.segment_releases(),
         mode: if args.fresh { "fresh" } else { "start" },
         peak_reserved_ratio: recorded
             .as_ref()
@@ -163,6 +175,21 @@ pub fn replay(
         recorded,
         capacity_search,
     })
+}
+
+/// Why the trace does not tell the prepared device's memory, for a note: `the trace records
+/// no out-of-memory event, so it does not tell the device's memory`, or, when another device
+/// has one, that this device has none.
+pub(crate) fn no_out_of_memory_event(prepared: &Prepared) -> String {
+    if prepared.out_of_memory_elsewhere.is_empty() {
+        "the trace records no out-of-memory event, so it does not tell the device's memory"
+            .to_string()
+    } else {
+        format!(
+            "device {} recorded no out-of-memory event, so the trace does not tell its memory",
+            prepared.device
+        )
+    }
 }
 
 /// What the command line asked of a replay, for its notes.
@@ -201,9 +228,9 @@ pub(crate) fn notes(
     let start = &outcome.start;
     if config.expandable_segments() && start.adopted_segments > 0 {
         let adopted = format!(
-            "expandable_segments: the {} segments adopted from the start state ({}) keep their \
-             recorded sizes",
-            count(start.adopted_segments),
+            "expandable_segments: the {} adopted from the start state ({}) keep their recorded \
+             sizes",
+            counted(start.adopted_segments, "segment"),
             format_size(start.adopted_bytes)
         );
         let what = if outcome.device_allocs == 0 {
@@ -212,8 +239,8 @@ pub(crate) fn notes(
                 .to_string()
         } else {
             format!(
-                "and it acts only on the {} segments the replay created",
-                count(outcome.device_allocs)
+                "and it acts only on the {} the replay created",
+                counted(outcome.device_allocs, "segment")
             )
         };
         notes.push(format!(
@@ -228,11 +255,11 @@ pub(crate) fn notes(
     let expandable_start = start_state.segments.iter().any(|s| s.expandable);
     if asked.exact && (maps > 0 || expandable_start) {
         notes.push(format!(
-            "--exact: the trace was recorded with expandable segments ({} segment_map events{}): \
+            "--exact: the trace was recorded with expandable segments ({}{}): \
              PyTorch maps pages into one reserved address range per stream and pool, which the \
              simulated device does not reproduce, so allocations there cannot get their recorded \
              addresses; only segments of segment_alloc events are placed as recorded",
-            count(maps as u64),
+            counted(maps as u64, "segment_map event"),
             if expandable_start {
                 ", expandable segments at the start"
             } else {
@@ -254,14 +281,28 @@ pub(crate) fn notes(
     }
     if asked.config && capacity_source == "default" && outcome.out_of_memory_events() == 0 {
         notes.push(format!(
-            "the capacity of {} is assumed (the trace records no out-of-memory event, so it \
-             does not tell the device's memory) and the replay never ran short of it, so what \
+            "the capacity of {} is assumed ({}) and the replay never ran short of it, so what \
              the config does under memory pressure (freeing cached blocks, retrying) never \
              happened; give --capacity, e.g. the GPU's memory, to see it",
-            format_size(DEFAULT_CAPACITY)
+            format_size(DEFAULT_CAPACITY),
+            no_out_of_memory_event(prepared)
         ));
     }
     notes
+}
+
+/// When another device of the trace ran out of memory and the prepared one did not: which,
+/// and that `--device` takes the command (`what` it does: `replays`, `tunes`) to the first
+/// of them, where its out-of-memory events tell the device's memory.
+pub(crate) fn out_of_memory_elsewhere_note(prepared: &Prepared, what: &str) -> Option<String> {
+    let elsewhere = &prepared.out_of_memory_elsewhere;
+    let first = elsewhere.keys().next()?;
+    Some(format!(
+        "out of memory on {}, not on device {}: --device {first} {what} that device, within \
+         the memory its out-of-memory events tell",
+        devices_and_events(elsewhere),
+        prepared.device
+    ))
 }
 
 /// A bar on stderr for replays of `work` events in all, when that is long enough to wait for;
@@ -285,12 +326,12 @@ pub fn render(report: &ReplayReport) -> String {
     let outcome = &report.blockpool;
     let _ = writeln!(
         text,
-        "replay of {}, device {}: {} events ({} allocations, {} frees)",
+        "replay of {}, device {}: {} ({}, {})",
         report.file,
         report.device,
-        count(report.numbered_events),
-        count(outcome.allocations),
-        count(outcome.frees)
+        counted(report.numbered_events, "event"),
+        counted(outcome.allocations, "allocation"),
+        counted(outcome.frees, "free")
     );
     let config = match report.config.as_str() {
         "" => "PyTorch's defaults".to_string(),
@@ -300,11 +341,11 @@ pub fn render(report: &ReplayReport) -> String {
     if let Some(note) = &report.config_note {
         let _ = writeln!(text, "           {note}");
     }
-    let source = match report.capacity_source {
-        "trace" => "the recorded device: device_free + reserved at its out-of-memory event",
-        "default" => "default: the trace does not tell the device's memory",
-        other => other,
-    };
+    let source = prepare::capacity_words(
+        report.capacity_source,
+        report.device,
+        &report.out_of_memory_elsewhere,
+    );
     let _ = writeln!(
         text,
         "capacity:  {} ({source})",
@@ -313,21 +354,21 @@ pub fn render(report: &ReplayReport) -> String {
     let start = &outcome.start;
     let _ = write!(
         text,
-        "start:     {} segments adopted ({}, {} live blocks)",
-        count(start.adopted_segments),
+        "start:     {} adopted ({}, {})",
+        counted(start.adopted_segments, "segment"),
         format_size(start.adopted_bytes),
-        count(start.adopted_blocks)
+        counted(start.adopted_blocks, "live block")
     );
     let _ = writeln!(
         text,
-        ", {} blocks allocated afresh",
-        count(start.fresh_blocks)
+        ", {} allocated afresh",
+        counted(start.fresh_blocks, "block")
     );
     if start.not_adoptable_segments > 0 {
         let _ = writeln!(
             text,
-            "           {} segments could not be adopted (layout off blockpool's 512-byte grid)",
-            count(start.not_adoptable_segments)
+            "           {} could not be adopted (layout off blockpool's 512-byte grid)",
+            counted(start.not_adoptable_segments, "segment")
         );
     }
     for note in &report.notes {
@@ -336,13 +377,19 @@ pub fn render(report: &ReplayReport) -> String {
     text.push('\n');
     render_table(&mut text, report);
     if let Some(exact) = &outcome.exact {
+        let allocations = match exact.allocations {
+            0 => "none: the replay made no allocation".to_string(),
+            n => format!(
+                "{} of {} ({:.2} %)",
+                count(exact.matched),
+                counted(n, "allocation"),
+                exact.share * 100.0
+            ),
+        };
         let _ = writeln!(
             text,
-            "exact addresses:      {} of {} allocations ({:.2} %); {} segments placed as recorded, {} not",
-            count(exact.matched),
-            count(exact.allocations),
-            exact.share * 100.0,
-            count(exact.segments_placed),
+            "exact addresses:      {allocations}; {} placed as recorded, {} not",
+            counted(exact.segments_placed, "segment"),
             count(exact.segments_missed)
         );
     }
@@ -350,10 +397,10 @@ pub fn render(report: &ReplayReport) -> String {
         let _ = match search.min_capacity_bytes {
             Some(bytes) => writeln!(
                 text,
-                "smallest capacity:    {} ({} bytes) replays without out-of-memory ({} replays)",
+                "smallest capacity:    {} ({} bytes) replays without out-of-memory ({})",
                 format_size(bytes),
                 bytes,
-                search.replays
+                counted(search.replays, "replay")
             ),
             None => writeln!(
                 text,
@@ -426,9 +473,10 @@ fn render_table(text: &mut String, report: &ReplayReport) {
     if ours.empty_cache_calls > 0 {
         let _ = writeln!(
             text,
-            "{:<22}{:>14}  (one per run of segment_free in the trace)",
+            "{:<22}{:>14}  (one per run of {} in the trace)",
             "empty_cache calls",
-            count(ours.empty_cache_calls)
+            count(ours.empty_cache_calls),
+            report.segment_releases.join(" or ")
         );
     }
     let _ = writeln!(

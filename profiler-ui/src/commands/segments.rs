@@ -5,7 +5,7 @@
 use crate::analysis::frames::FrameView;
 use crate::analysis::sites::{Recorded, SiteNames};
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker, Point};
-use crate::format::{count, format_size};
+use crate::format::{counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -94,10 +94,10 @@ pub fn run(
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "device {device} {}: {} segments ({}); legend: # requested, + rounding, \
-         p pending free, . free",
+        "device {device} {}: {} ({}); legend: # requested, + rounding, p pending free, \
+         . free",
         super::top::state_label(snapshot.event_numbers(device).state(index)),
-        count(maps.len() as u64),
+        counted(maps.len() as u64, "segment"),
         format_size(maps.iter().map(|m| m.size).sum()),
     );
     for m in &maps {
@@ -120,12 +120,14 @@ pub fn run(
     }
     if !state.unsegmented.is_empty() {
         let bytes: u64 = state.unsegmented.iter().map(|b| b.size).sum();
+        let one = state.unsegmented.len() == 1;
         let _ = writeln!(
             text,
-            "{} active blocks ({}) lie in no known segment (the trace records no segments for \
-             them)",
-            count(state.unsegmented.len() as u64),
-            format_size(bytes)
+            "{} ({}) {} in no known segment (the trace records no segments for {})",
+            counted(state.unsegmented.len() as u64, "active block"),
+            format_size(bytes),
+            if one { "lies" } else { "lie" },
+            if one { "it" } else { "them" }
         );
     }
     out.write(&text)?;

@@ -5,6 +5,7 @@
 //! page that sets them side by side. `--open` asks the desktop to open the page and carries on
 //! without it when there is no browser.
 
+use crate::format::counted;
 use crate::load::load_trace;
 use crate::output::Output;
 use crate::serve::files::resolve;
@@ -47,9 +48,10 @@ pub fn run(
             let events: usize = trace.devices.iter().map(|d| d.events).sum();
             let _ = writeln!(
                 text,
-                "  {}: {} ({events} events)",
+                "  {}: {} ({})",
                 entry.label,
-                entry.path.display()
+                entry.path.display(),
+                counted(events as u64, "event")
             );
         }
         let _ = writeln!(
@@ -61,8 +63,9 @@ pub fn run(
         let events: usize = set.traces[0].devices.iter().map(|d| d.events).sum();
         let _ = writeln!(
             text,
-            "serving {} ({events} events) at {url}",
-            set.files[0].path.display()
+            "serving {} ({}) at {url}",
+            set.files[0].path.display(),
+            counted(events as u64, "event")
         );
     }
     text.push_str("press Ctrl-C to stop\n");

@@ -6,11 +6,13 @@
 use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
 use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
-use crate::commands::explain::{frames, render_parts};
-use crate::format::{count, format_size, seconds};
+use crate::analysis::timeline::devices_and_events;
+use crate::commands::explain::render_parts;
+use crate::format::{count, counted, format_size, seconds, span};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -36,18 +38,22 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
             }
         };
         let _ = writeln!(text, "device {}", d.device);
-        let span = if timed {
-            format!("over {}", seconds(d.span_us))
-        } else {
-            "(no times recorded)".to_string()
+        let span = match span(d.first_time_us.zip(d.last_time_us)) {
+            words if words.is_empty() => words,
+            words => format!(" {words}"),
         };
-        let _ = writeln!(text, "  events:    {} {span}", count(d.events as u64));
+        let _ = writeln!(text, "  events:    {}{span}", count(d.events as u64));
         if d.inserted_annotations > 0 {
             let _ = writeln!(
                 text,
-                "             (events are numbered as in the file's device_traces; {} \
-                 annotations from external_annotations are among them without a number)",
-                count(d.inserted_annotations as u64)
+                "             (events are numbered as in the file's device_traces; {} from \
+                 external_annotations {} among them without a number)",
+                counted(d.inserted_annotations as u64, "annotation"),
+                if d.inserted_annotations == 1 {
+                    "is"
+                } else {
+                    "are"
+                }
             );
         }
         for (name, peak, kind) in [
@@ -95,9 +101,9 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
             for site in &d.top_sites {
                 let _ = writeln!(
                     text,
-                    "    {:>10}  {:>6} blocks  {}",
+                    "    {:>10}  {:>13}  {}",
                     format_size(site.bytes),
-                    count(site.blocks),
+                    counted(site.blocks, "block"),
                     site.label
                 );
             }
@@ -105,7 +111,8 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
         if d.out_of_memory.is_empty() {
             let _ = writeln!(
                 text,
-                "  out of memory: no out-of-memory event was recorded on this device"
+                "  out of memory: no out-of-memory event was recorded on this device{}",
+                elsewhere(report, d.device)
             );
         }
         if let Some(memory) = &d.at_reserved_peak {
@@ -121,6 +128,40 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
         }
     }
     text
+}
+
+/// For a device without out-of-memory events, the other devices of `report` that ran out of
+/// memory and where their sections are: `; out of memory on device 0 (1 event): see its
+/// section above`; empty when none did.
+fn elsewhere(report: &SummaryReport, device: u32) -> String {
+    let position = |d: u32| report.devices.iter().position(|s| s.device == d);
+    let here = position(device);
+    let counts: BTreeMap<u32, usize> = report
+        .devices
+        .iter()
+        .filter(|d| d.device != device && !d.out_of_memory.is_empty())
+        .map(|d| (d.device, d.out_of_memory.len()))
+        .collect();
+    if counts.is_empty() {
+        return String::new();
+    }
+    let (whose, sections) = if counts.len() == 1 {
+        ("its", "section")
+    } else {
+        ("their", "sections")
+    };
+    let places: Vec<_> = counts.keys().map(|&d| position(d) > here).collect();
+    let place = if places.iter().all(|&below| below) {
+        " below"
+    } else if places.iter().all(|&below| !below) {
+        " above"
+    } else {
+        ""
+    };
+    format!(
+        "; out of memory on {}: see {whose} {sections}{place}",
+        devices_and_events(&counts)
+    )
 }
 
 /// `event 1,234`, or for an event the import inserted its label.
@@ -162,7 +203,7 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str, full_stack: bool)
         0 => String::new(),
         n => format!(
             "; {} of the stack capture and the allocator left out: --full-stack prints {}",
-            frames(n),
+            counted(n as u64, "frame"),
             if n == 1 { "it" } else { "them" }
         ),
     };
@@ -176,8 +217,8 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str, full_stack: bool)
     if stack.len() > OOM_STACK_FRAMES {
         let _ = writeln!(
             text,
-            "      ... {} more frames (--json has them all)",
-            count((stack.len() - OOM_STACK_FRAMES) as u64)
+            "      ... {} more (--json has them all)",
+            counted((stack.len() - OOM_STACK_FRAMES) as u64, "frame")
         );
     }
 }

@@ -6,7 +6,7 @@ use crate::analysis::frames::FrameView;
 use crate::analysis::sites::{sites_named_by, sort_sites, Site, SiteNames, SiteOrder};
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device, walker, Point};
 use crate::analysis::tree::{stack_tree, walk, TreeLimits, TreeNode};
-use crate::format::{count, format_size};
+use crate::format::{count, counted, format_size};
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
@@ -155,20 +155,19 @@ fn render_tree(report: &TreeReport) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "device {} {}: {} allocated in {} blocks, by call stack, outermost frame \
-         first ({}; block sizes, not requested sizes; nodes under {:.1} % of it folded, {} \
-         levels at most)",
+        "device {} {}: {} allocated in {}, by call stack, outermost frame first ({}; block \
+         sizes, not requested sizes; nodes under {:.1} % of it folded, {} at most)",
         report.device,
         state_label(report.after_event),
         format_size(report.allocated_bytes),
-        count(report.blocks),
+        counted(report.blocks, "block"),
         if report.all_frames {
             "every frame memory_viz shows"
         } else {
             "the user's own frames"
         },
         report.min_share * 100.0,
-        report.depth
+        counted(report.depth as u64, "level")
     );
     let _ = writeln!(
         text,

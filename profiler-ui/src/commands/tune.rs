@@ -13,7 +13,9 @@ mod render;
 
 use super::replay::engine::{self, Outcome, Settings};
 use super::replay::prepare::{self, Prepared};
-use super::replay::{notes, progress_bar, Asked};
+use super::replay::{
+    no_out_of_memory_event, notes, out_of_memory_elsewhere_note, progress_bar, Asked,
+};
 use crate::analysis::settings::recorded_config;
 use crate::cli::TuneArgs;
 use crate::load::load_trace;
@@ -24,6 +26,7 @@ use blockpool::trace::Snapshot;
 use candidates::Candidate;
 use indicatif::ProgressBar;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The least share of the recorded settings' replayed peak a candidate must save to be
@@ -55,6 +58,9 @@ pub struct TuneReport {
     pub capacity_bytes: u64,
     /// Where it came from: `--capacity`, `trace` or `default` (see `memtrace replay`).
     pub capacity_source: &'static str,
+    /// The other devices of the trace that ran out of memory when this one did not, with their
+    /// out-of-memory events (`{"0": 1}`); empty otherwise (see `memtrace replay`).
+    pub out_of_memory_elsewhere: BTreeMap<u32, usize>,
     /// `start` (from the trace's first state) or `fresh` (from its live blocks alone).
     pub mode: &'static str,
     /// Replays run at once.
@@ -218,6 +224,7 @@ pub fn tune(
         config_note,
         capacity_bytes,
         capacity_source,
+        out_of_memory_elsewhere: prepared.out_of_memory_elsewhere.clone(),
         mode: if args.fresh { "fresh" } else { "start" },
         jobs,
         recorded_peak_reserved_bytes: recorded_peak,
@@ -344,14 +351,14 @@ fn report_notes(
 ) -> Vec<String> {
     let mut notes = Vec::new();
     if capacity_source == "default" {
-        notes.push(
-            "the trace records no out-of-memory event, so the device's memory is not known: \
-             every setting replays on an unbounded device, out-of-memory cannot be judged and \
-             garbage_collection_threshold is not tried; give --capacity (the GPU's memory) to \
-             rank them within it"
-                .to_string(),
-        );
+        notes.push(format!(
+            "{}: every setting replays on an unbounded device, out-of-memory cannot be judged \
+             and garbage_collection_threshold is not tried; give --capacity (the GPU's memory) \
+             to rank them within it",
+            no_out_of_memory_event(prepared)
+        ));
     }
+    notes.extend(out_of_memory_elsewhere_note(prepared, "tunes"));
     if config_source == "default" {
         notes.push(
             "the trace does not record the settings it ran under, so PyTorch's defaults are \
@@ -362,11 +369,11 @@ fn report_notes(
     let start = &baseline.start;
     if !fresh && start.adopted_segments > 0 && prepared.recorded.is_some() {
         notes.push(format!(
-            "every replay starts from the {} segments ({}) the trace began with, which keep \
-             their recorded sizes under every setting; --fresh starts from the live blocks \
+            "every replay starts from the {} ({}) the trace began with, which keep their \
+             recorded sizes under every setting; --fresh starts from the live blocks \
              alone, where the settings shape every segment (the recording's peak is then no \
              longer the yardstick)",
-            crate::format::count(start.adopted_segments),
+            crate::format::counted(start.adopted_segments, "segment"),
             crate::format::format_size(start.adopted_bytes)
         ));
     }

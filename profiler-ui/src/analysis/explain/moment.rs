@@ -7,7 +7,7 @@ use crate::analysis::fragmentation::ReservedPeak;
 use crate::analysis::frames::{shown_frames, stack_line, FrameView};
 use crate::analysis::settings::recorded_config;
 use crate::analysis::sites::SiteNames;
-use crate::format::count;
+use crate::format::{count, counted};
 use anyhow::Context as _;
 use blockpool::trace::{Action, EventNumbers, Snapshot, StateWalker};
 use blockpool::AllocatorConfig;
@@ -105,7 +105,10 @@ pub fn explain_moment(
         (true, _) => None,
         (false, Some(k)) => Some(*ooms.get(k.saturating_sub(1)).with_context(|| match ooms.len() {
             0 => format!("--oom {k}: device {device} has no out-of-memory event (--peak explains its reserved peak)"),
-            n => format!("--oom {k}: device {device} has {n} out-of-memory event{} (--oom 1 to {n})", if n == 1 { "" } else { "s" }),
+            n => format!(
+                "--oom {k}: device {device} has {} (--oom 1 to {n})",
+                counted(n as u64, "out-of-memory event")
+            ),
         })?),
         (false, None) => ooms.first().copied(),
     };

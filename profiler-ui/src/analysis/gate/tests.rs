@@ -132,6 +132,7 @@ fn report(peaks: [u64; 4], sites: &[(&str, u64, u64, u64, u64)]) -> DiffReport {
         peak_b: peaks[1],
         peak_reserved_a: peaks[2],
         peak_reserved_b: peaks[3],
+        notes: Vec::new(),
         sites: sites
             .iter()
             .map(|&(site, peak_a, peak_b, end_a, end_b)| SiteDiff {

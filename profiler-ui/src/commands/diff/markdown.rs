@@ -9,7 +9,7 @@
 
 use crate::analysis::diff::{percent_change, DiffReport};
 use crate::analysis::gate::GateReport;
-use crate::format::{format_size, signed_size};
+use crate::format::{counted, format_size, signed_size};
 use std::fmt::Write as _;
 
 /// The report as Markdown: `files` are A's and B's names as given, at most `limit` changed
@@ -60,15 +60,11 @@ pub fn render(
 /// `**Gate: failed** (1 of 2 rules)` and one line per rule.
 fn gate_list(page: &mut String, gate: &GateReport) {
     let failed = gate.rules.iter().filter(|v| !v.passed).count();
-    let rules = gate.rules.len();
-    let plural = if rules == 1 { "" } else { "s" };
+    let rules = counted(gate.rules.len() as u64, "rule");
     let _ = if failed == 0 {
-        writeln!(page, "**Gate: passed** ({rules} rule{plural})\n")
+        writeln!(page, "**Gate: passed** ({rules})\n")
     } else {
-        writeln!(
-            page,
-            "**Gate: failed** ({failed} of {rules} rule{plural})\n"
-        )
+        writeln!(page, "**Gate: failed** ({failed} of {rules})\n")
     };
     for verdict in &gate.rules {
         let judged = if verdict.passed {
@@ -119,14 +115,13 @@ fn site_table(page: &mut String, report: &DiffReport, limit: usize) {
     }
     let hidden = changed.len() - shown;
     if hidden > 0 {
-        let plural = if hidden == 1 { "" } else { "s" };
         counts.push(format!(
-            "{hidden} more changed site{plural} not listed (`--limit`)"
+            "{} not listed (`--limit`)",
+            counted(hidden as u64, "more changed site")
         ));
     }
     if unchanged > 0 || changed.is_empty() {
-        let plural = if unchanged == 1 { "" } else { "s" };
-        counts.push(format!("{unchanged} site{plural} unchanged"));
+        counts.push(format!("{} unchanged", counted(unchanged as u64, "site")));
     }
     let _ = writeln!(page, "{}.", counts.join("; "));
 }

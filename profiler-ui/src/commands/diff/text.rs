@@ -2,7 +2,7 @@
 //! then how many sites are not listed.
 
 use crate::analysis::diff::DiffReport;
-use crate::format::{format_size, signed_size};
+use crate::format::{counted, format_size, signed_size};
 use std::fmt::Write as _;
 
 /// The report as text, at most `limit` changed sites listed (`None`: all).
@@ -55,14 +55,14 @@ pub fn render(report: &DiffReport, limit: Option<usize>) -> String {
     if hidden > 0 {
         let _ = writeln!(
             text,
-            "{hidden} more changed site{} (--limit)",
-            if hidden == 1 { "" } else { "s" }
+            "{} (--limit)",
+            counted(hidden as u64, "more changed site")
         );
     }
     let _ = writeln!(
         text,
-        "{} sites unchanged",
-        report.sites.len() - changed.len()
+        "{} unchanged",
+        counted((report.sites.len() - changed.len()) as u64, "site")
     );
     text
 }

@@ -4,7 +4,7 @@
 
 use super::chain_file::ChainFile;
 use super::PlanReport;
-use crate::format::{count, format_size};
+use crate::format::{count, counted, format_size};
 use std::fmt::Write as _;
 
 /// Most kept stage names the text report lists.
@@ -16,10 +16,9 @@ pub fn render(report: &PlanReport, file: &ChainFile) -> String {
     let unit = report.time_unit.as_deref().map(clean);
     let _ = writeln!(
         text,
-        "chain    {}: {} stage{}, input {}{}",
+        "chain    {}: {}, input {}{}",
         report.file,
-        count(report.stages as u64),
-        if report.stages == 1 { "" } else { "s" },
+        counted(report.stages as u64, "stage"),
         format_size(report.input_bytes as u64),
         unit.as_ref()
             .map_or_else(String::new, |u| format!(", times in {u}")),
@@ -27,18 +26,10 @@ pub fn render(report: &PlanReport, file: &ChainFile) -> String {
     let settings = &report.planner;
     let mut planner = settings.name.to_owned();
     if let Some(slots) = settings.slots {
-        let _ = write!(
-            planner,
-            ", {slots} slot{}",
-            if slots == 1 { "" } else { "s" }
-        );
+        let _ = write!(planner, ", {}", counted(slots as u64, "slot"));
     }
     if let Some(segments) = settings.segments {
-        let _ = write!(
-            planner,
-            ", {segments} segment{}",
-            if segments == 1 { "" } else { "s" }
-        );
+        let _ = write!(planner, ", {}", counted(segments as u64, "segment"));
     }
     let _ = writeln!(text, "planner  {planner}");
     let kept = &report.plan.kept;

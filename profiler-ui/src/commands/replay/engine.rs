@@ -87,8 +87,9 @@ pub struct Outcome {
     /// Allocations that released the whole cache and tried again (`num_alloc_retries`).
     pub retries: u64,
     /// `empty_cache` calls replayed: one for each run of `segment_free` events the trace shows
-    /// (PyTorch frees segments only when its cache is emptied, by `empty_cache` or by an
-    /// allocation's retry; the replayed allocator then empties its own cache too).
+    /// (`segment_unmap` with expandable segments; PyTorch frees segments only when its cache
+    /// is emptied, by `empty_cache` or by an allocation's retry; the replayed allocator then
+    /// empties its own cache too).
     pub empty_cache_calls: u64,
     /// Out-of-memory failures the allocator counted (`num_ooms`).
     pub allocator_ooms: u64,
@@ -398,8 +399,8 @@ impl Replay {
         Ok(())
     }
 
-    /// Empties the replayed allocator's cache, as the trace's run of `segment_free` shows
-    /// PyTorch did.
+    /// Empties the replayed allocator's cache, as the trace's run of `segment_free` (or
+    /// `segment_unmap`) shows PyTorch did.
     fn empty_cache(&mut self) -> anyhow::Result<()> {
         self.allocator.empty_cache()?;
         self.outcome.empty_cache_calls += 1;

@@ -7,17 +7,20 @@ use super::capacity::DEFAULT_CAPACITY;
 use super::engine::Workload;
 use super::recorded::{self, Recorded};
 use super::start;
+use crate::analysis::timeline::out_of_memory_elsewhere;
 use crate::format::device_list;
 use anyhow::Context as _;
 use blockpool::trace::file::TraceFormat;
 use blockpool::trace::snapshot::Segment;
 use blockpool::trace::{Action, DeviceState, Snapshot, StateWalker, TraceEvent};
 use blockpool::AllocatorConfig;
-
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// A device of a trace, ready to replay.
 pub struct Prepared {
+    /// The device.
+    pub device: u32,
     /// What the trace's allocator did; `None` when the trace records no segments (RMM logs).
     pub recorded: Option<Recorded>,
     /// The device's events, and its state before the first.
@@ -26,6 +29,9 @@ pub struct Prepared {
     free_on: Action,
     trace_span: Option<Range<u64>>,
     numbers: blockpool::trace::EventNumbers,
+    /// The other devices that ran out of memory when this one did not, with their
+    /// out-of-memory events; empty otherwise.
+    pub out_of_memory_elsewhere: BTreeMap<u32, usize>,
 }
 
 impl Prepared {
@@ -48,6 +54,8 @@ impl Prepared {
         };
         let trace_span = span(&start_state.segments, events);
         Ok(Prepared {
+            device,
+            out_of_memory_elsewhere: out_of_memory_elsewhere(snapshot, device).unwrap_or_default(),
             recorded,
             free_on,
             trace_span,
@@ -84,6 +92,16 @@ impl Prepared {
         }
     }
 
+    /// The events whose runs the replay takes for `empty_cache` calls, as the trace has them:
+    /// `segment_free`, `segment_unmap` (expandable segments) or both; none when it has neither.
+    pub fn segment_releases(&self) -> Vec<&'static str> {
+        [Action::SegmentFree, Action::SegmentUnmap]
+            .into_iter()
+            .filter(|&action| self.events().iter().any(|e| e.action == action))
+            .map(Action::as_str)
+            .collect()
+    }
+
     /// The simulated device's capacity and where it came from: `given` (`--capacity`), else
     /// the recorded device's memory (`trace`: its out-of-memory events tell it), else
     /// [`DEFAULT_CAPACITY`] (`default`).
@@ -94,6 +112,22 @@ impl Prepared {
             (None, Some(bytes)) => (bytes, "trace"),
             (None, None) => (DEFAULT_CAPACITY, "default"),
         }
+    }
+}
+
+/// The capacity line's words for where the capacity came from: `source` as
+/// [`Prepared::capacity`] gives it, for `device`, whose
+/// `elsewhere` are the other devices that ran out of memory.
+pub fn capacity_words(source: &str, device: u32, elsewhere: &BTreeMap<u32, usize>) -> String {
+    match source {
+        "trace" => {
+            "the recorded device: device_free + reserved at its out-of-memory event".to_string()
+        }
+        "default" if !elsewhere.is_empty() => {
+            format!("default: device {device} recorded no out-of-memory event to tell its memory")
+        }
+        "default" => "default: the trace does not tell the device's memory".to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -2,7 +2,8 @@
 //! the line to use.
 
 use super::{TuneReport, MIN_SAVING};
-use crate::format::{count, format_size, signed_size};
+use crate::commands::replay::prepare::capacity_words;
+use crate::format::{count, counted, format_size, signed_size};
 use std::fmt::Write as _;
 
 /// The report as text.
@@ -10,11 +11,11 @@ pub fn render(report: &TuneReport) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "tune of {}, device {}: {} events, {} settings replayed ({} at once, from the {})",
+        "tune of {}, device {}: {}, {} replayed ({} at once, from the {})",
         report.file,
         report.device,
-        count(report.events),
-        report.ranked.len(),
+        counted(report.events, "event"),
+        counted(report.ranked.len() as u64, "setting"),
         report.jobs,
         if report.mode == "fresh" {
             "live blocks alone"
@@ -35,11 +36,11 @@ pub fn render(report: &TuneReport) -> String {
     if let Some(note) = &report.config_note {
         let _ = writeln!(text, "            {note}");
     }
-    let source = match report.capacity_source {
-        "trace" => "the recorded device: device_free + reserved at its out-of-memory event",
-        "default" => "default: the trace does not tell the device's memory",
-        other => other,
-    };
+    let source = capacity_words(
+        report.capacity_source,
+        report.device,
+        &report.out_of_memory_elsewhere,
+    );
     let _ = writeln!(
         text,
         "capacity:   {} ({source})",
@@ -93,8 +94,8 @@ pub fn render(report: &TuneReport) -> String {
             {
                 let _ = write!(
                     text,
-                    "; {} out-of-memory errors where the recorded settings meet {}",
-                    count(best.out_of_memory),
+                    "; {} where the recorded settings meet {}",
+                    counted(best.out_of_memory, "out-of-memory error"),
                     count(best.recorded_settings_out_of_memory)
                 );
             }
