@@ -8,31 +8,11 @@
 
 mod common;
 
-use common::{fixture, memtrace, stderr, stdout};
+use common::{fixture, run_json, run_ok};
 use serde_json::Value;
 
 const OOM: &str = "made_oom_private_pool.pickle";
 const NOT_HANMIN: &str = "notHanmin_assignment2-systems_memory_snapshot.pickle";
-
-/// Runs `memtrace ARGS` and asserts it succeeded; returns stdout.
-fn run_ok(args: &[&str]) -> String {
-    let output = memtrace(args);
-    assert!(
-        output.status.success(),
-        "memtrace {args:?}: {:?} {}",
-        output.status,
-        stderr(&output)
-    );
-    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
-    stdout(&output)
-}
-
-/// Runs `memtrace ARGS --json` and parses it.
-fn run_json(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    serde_json::from_str(&run_ok(&all)).expect("--json prints JSON")
-}
 
 /// The `oom` entry's stack as the fixture writes it, innermost first.
 const OOM_STACK: [&str; 4] = [

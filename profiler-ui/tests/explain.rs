@@ -6,29 +6,12 @@
 
 mod common;
 
-use common::{external_snapshot_names, fixture, memtrace, project_snapshot_names, stderr, stdout};
+use common::{
+    external_snapshot_names, fixture, memtrace, project_snapshot_names, run_json, run_ok, stderr,
+};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
-
-/// Runs `memtrace ARGS`, which must succeed, and returns its standard output.
-fn run_ok(args: &[&str]) -> String {
-    let output = memtrace(args);
-    assert!(
-        output.status.success(),
-        "memtrace {args:?}: {:?} {}",
-        output.status,
-        stderr(&output)
-    );
-    stdout(&output)
-}
-
-/// Runs `memtrace ARGS --json` and parses it.
-fn run_json(args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    serde_json::from_str(&run_ok(&all)).expect("--json prints JSON")
-}
 
 /// One allocation of every category in a 20 MiB segment on stream 0 (parameters 4 MiB,
 /// activations 3,145,000 bytes in a 3 MiB block, gradients 2 MiB, optimizer state 2 MiB, other

@@ -132,11 +132,7 @@ mod tests {
     use super::*;
 
     fn frame(name: &str, filename: &str) -> Frame {
-        Frame {
-            name: name.into(),
-            filename: filename.into(),
-            line: 1,
-        }
+        crate::analysis::frames::frame(name, filename, 1)
     }
 
     const TORCH: &str = "/venv/lib/python3.12/site-packages/torch";

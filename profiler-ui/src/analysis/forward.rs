@@ -113,14 +113,7 @@ fn operator_of_node(node: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(name: &str, filename: &str, line: u32) -> Frame {
-        Frame {
-            name: name.into(),
-            filename: filename.into(),
-            line,
-        }
-    }
+    use crate::analysis::frames::frame;
 
     #[test]
     fn nodes_are_named_after_their_operators() {

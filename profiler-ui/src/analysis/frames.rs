@@ -244,17 +244,19 @@ pub fn label(frame: &Frame) -> String {
     }
 }
 
+/// A frame named `name` in `filename` at `line`, for the analysis modules' tests.
+#[cfg(test)]
+pub fn frame(name: &str, filename: &str, line: u32) -> Frame {
+    Frame {
+        name: name.into(),
+        filename: filename.into(),
+        line,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(name: &str, filename: &str, line: u32) -> Frame {
-        Frame {
-            name: name.into(),
-            filename: filename.into(),
-            line,
-        }
-    }
 
     #[test]
     fn memory_viz_hides_the_capture_and_the_interpreter() {

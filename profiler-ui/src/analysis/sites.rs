@@ -352,16 +352,9 @@ pub fn sort_sites(sites: &mut [Site], order: SiteOrder) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::frames::frame;
     use blockpool::trace::Frame;
     use std::sync::Arc;
-
-    fn frame(name: &str, filename: &str, line: u32) -> Frame {
-        Frame {
-            name: name.into(),
-            filename: filename.into(),
-            line,
-        }
-    }
 
     fn stack(frames: Vec<Frame>) -> Context {
         Context {

@@ -50,3 +50,23 @@ pub fn stdout(output: &Output) -> String {
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// Runs `memtrace ARGS` and asserts it succeeded; returns stdout.
+pub fn run_ok(args: &[&str]) -> String {
+    let output = memtrace(args);
+    assert!(
+        output.status.success(),
+        "memtrace {args:?}: {:?} {}",
+        output.status,
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    stdout(&output)
+}
+
+/// Runs `memtrace ARGS --json` and parses it.
+pub fn run_json(args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    serde_json::from_str(&run_ok(&all)).expect("--json prints JSON")
+}
