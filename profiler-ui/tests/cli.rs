@@ -5,12 +5,12 @@
 mod common;
 
 use common::{
-    external_snapshot_names, fixture, memtrace, memtrace_with_env, project_snapshot_names, scratch,
-    stderr, stdout,
+    assert_bad_input, external_snapshot_names, fixture, memtrace, memtrace_with_env,
+    project_snapshot_names, scratch, stderr, stdout,
 };
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 /// Runs `memtrace info --json` and parses the report.
 fn info_json(path: &str) -> Value {
@@ -22,19 +22,6 @@ fn info_json(path: &str) -> Value {
         stderr(&output)
     );
     serde_json::from_slice(&output.stdout).expect("info --json prints JSON")
-}
-
-/// Asserts `memtrace` failed with exit status 2 and one line on stderr starting `memtrace: `.
-fn assert_bad_input(output: &Output, mentions: &str) {
-    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(output));
-    let err = stderr(output);
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with("memtrace: "), "{err:?}");
-    assert!(
-        err.contains(mentions),
-        "{err:?} should mention {mentions:?}"
-    );
-    assert!(!err.contains("panicked"), "{err:?}");
 }
 
 #[test]
@@ -609,122 +596,4 @@ fn summary_of_a_training_step_finds_its_peak_and_names_python_sites() {
         "sites are Python frames: {sites:?}"
     );
     assert_eq!(device["out_of_memory"].as_array().map(Vec::len), Some(0));
-}
-
-/// Device 0 holds one idle 20 MiB segment; device 1 did all the work (two 2 MiB segments,
-/// three allocations).
-const TWO_DEVICES: &str = r#"{"blockpool_trace":1}
-{"event":"segment_alloc","device":1,"addr":139637976727552,"size":2097152,"time_us":1}
-{"event":"alloc","device":1,"addr":139637976727552,"size":512,"requested":500,"time_us":2}
-{"event":"alloc","device":1,"addr":139637976728064,"size":1024,"requested":1000,"time_us":3}
-{"event":"segment_alloc","device":1,"addr":139637978824704,"size":2097152,"time_us":4}
-{"event":"alloc","device":1,"addr":139637978824704,"size":1048576,"requested":1048576,"time_us":5}
-{"segment":139637976727552,"device":1,"size":2097152,"pool":"small","blocks":[[139637976727552,512,500,"active_allocated",0],[139637976728064,1024,1000,"active_allocated",0],[139637976729088,2095616,0,"inactive",0]]}
-{"segment":139637978824704,"device":1,"size":2097152,"pool":"small","blocks":[[139637978824704,1048576,1048576,"active_allocated",0],[139637979873280,1048576,0,"inactive",0]]}
-{"segment":139637000000000,"device":0,"size":20971520,"pool":"large","blocks":[[139637000000000,20971520,0,"inactive",0]]}
-{"end":{"events":5,"segments":3}}
-"#;
-
-#[test]
-fn commands_default_to_the_device_that_ran_out_of_memory() {
-    // The same trace, with an out-of-memory event on the idle device 0 at the end.
-    let oom = r#"{"event":"oom","device":0,"addr":1048576,"size":33554432,"time_us":6}"#;
-    let trace = TWO_DEVICES
-        .replace(
-            "\n{\"segment\":139637976727552",
-            &format!("\n{oom}\n{{\"segment\":139637976727552"),
-        )
-        .replace(
-            r#"{"end":{"events":5,"segments":3}}"#,
-            r#"{"end":{"events":6,"segments":3}}"#,
-        );
-    let path = scratch("two-devices-oom.jsonl");
-    std::fs::write(&path, trace).unwrap();
-    let path = path.to_str().unwrap();
-    let output = memtrace(&["top", path]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stdout(&output).starts_with("device 0 "),
-        "{}",
-        stdout(&output)
-    );
-    assert_eq!(stderr(&output), "");
-    // `--device 1` still reaches the busiest, and each command says where memory ran out.
-    let note = "memtrace: out of memory on device 0 (1 event), not on device 1: \
-                --device 0 shows it\n";
-    let svg = scratch("two-devices-oom.svg");
-    let svg = svg.to_str().unwrap();
-    for command in [&["top"][..], &["segments"], &["timeline", "-o", svg]] {
-        let output = memtrace(&[command, &[path, "--device", "1"]].concat());
-        assert!(output.status.success(), "{command:?}: {}", stderr(&output));
-        assert_eq!(stderr(&output), note, "{command:?}");
-    }
-    let output = memtrace(&["top", path, "--device", "1"]);
-    assert!(
-        stdout(&output).starts_with("device 1 "),
-        "{}",
-        stdout(&output)
-    );
-}
-
-#[test]
-fn commands_default_to_the_busiest_device() {
-    let path = scratch("two-devices.jsonl");
-    std::fs::write(&path, TWO_DEVICES).unwrap();
-    let path = path.to_str().unwrap();
-    // Device 1, where the events are, though device 0 comes first.
-    let output = memtrace(&["top", path]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stdout(&output).starts_with("device 1 after event 4: 1.00 MiB allocated\n"),
-        "{}",
-        stdout(&output)
-    );
-    // `diff` picks the busiest of each side too, or a device per side.
-    let output = memtrace(&["diff", path, path, "--json"]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    assert_eq!(
-        (&report["device_a"], &report["device_b"]),
-        (&1.into(), &1.into())
-    );
-    let output = memtrace(&[
-        "diff",
-        path,
-        path,
-        "--device-a",
-        "1",
-        "--device-b",
-        "0",
-        "--json",
-    ]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    assert_eq!(
-        (&report["device_a"], &report["device_b"]),
-        (&1.into(), &0.into())
-    );
-    // 512 + 1,024 + 1 MiB live on device 1 at its peak, nothing on device 0.
-    assert_eq!(
-        (&report["peak_a"], &report["peak_b"]),
-        (&1_050_112.into(), &0.into())
-    );
-    let output = memtrace(&["diff", path, path, "--device-a", "1", "--device-b", "0"]);
-    assert!(
-        stdout(&output).starts_with("device 1 of A against device 0 of B\n"),
-        "{}",
-        stdout(&output)
-    );
-    assert_bad_input(
-        &memtrace(&["diff", path, path, "--device-b", "7"]),
-        "device 7 has no segments or events",
-    );
-    // `--device 0` still reaches the idle device.
-    let output = memtrace(&["top", path, "--device", "0"]);
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stdout(&output).starts_with("device 0 before event 0: 0 bytes allocated\n"),
-        "{}",
-        stdout(&output)
-    );
 }

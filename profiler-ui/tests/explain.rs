@@ -272,6 +272,28 @@ fn the_peak_the_gpu_total_and_moments_the_trace_lacks() {
 }
 
 #[test]
+fn a_log_without_segments_is_explained_at_its_allocated_peak() {
+    // RMM's log records allocations and frees, no segments: nothing is reserved, and the
+    // moment worth explaining is when the most was allocated (1 MiB, its first allocation).
+    let path = allocator_tests::fixtures::rmm_log_path("doc_examples.csv");
+    let report = run_json(&["explain", path.to_str().unwrap()]);
+    assert_eq!(report["moment"], "allocated_peak");
+    let e = &report["explanation"];
+    assert_eq!(e["reserved_bytes"], 0);
+    assert_eq!(e["unsegmented_requested_bytes"], MIB);
+    assert_eq!(
+        e["why"],
+        "the trace records no segments, so nothing is reserved: the live allocations are in \
+         blocks of no recorded segment"
+    );
+    let text = run_ok(&["explain", path.to_str().unwrap()]);
+    assert!(
+        text.contains("at the allocated peak (the trace records no segments)"),
+        "{text}"
+    );
+}
+
+#[test]
 fn the_stack_leaves_the_allocator_out_unless_asked() {
     let path = fixture("made_oom_private_pool.pickle");
     let report = run_json(&["explain", &path]);

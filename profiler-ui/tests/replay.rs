@@ -5,10 +5,11 @@
 
 mod common;
 
-use common::{external_snapshot_names, fixture, memtrace, project_snapshot_names, stderr};
+use common::{
+    assert_bad_input, external_snapshot_names, fixture, memtrace, project_snapshot_names, stderr,
+};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Output;
 
 fn scratch(name: &str, contents: &str) -> String {
     let path = common::scratch(name);
@@ -30,19 +31,6 @@ fn replay_json(path: &str, args: &[&str]) -> Value {
     );
     assert!(!stderr(&output).contains("panicked"));
     serde_json::from_slice(&output.stdout).expect("replay --json prints JSON")
-}
-
-/// Asserts `memtrace` failed with exit status 2 and one line on stderr starting `memtrace: `.
-fn assert_bad_input(output: &Output, mentions: &str) {
-    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(output));
-    let err = stderr(output);
-    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with("memtrace: "), "{err:?}");
-    assert!(
-        err.contains(mentions),
-        "{err:?} should mention {mentions:?}"
-    );
-    assert!(!err.contains("panicked"), "{err:?}");
 }
 
 /// Two 20 MiB segments; S0 at 0x7f00_0000_0000 holds an 8 MiB block alive before the trace

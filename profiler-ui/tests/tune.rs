@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{external_snapshot_names, fixture, memtrace, project_snapshot_names, stderr};
+use common::{
+    assert_bad_input, external_snapshot_names, fixture, memtrace, project_snapshot_names, stderr,
+};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -255,40 +257,28 @@ fn settings_given_are_the_yardstick_and_tries_are_ranked_with_the_rest() {
     );
 }
 
-/// Asserts `memtrace` failed with exit status 2 and one line on stderr mentioning `mentions`.
-fn assert_bad_input(args: &[&str], mentions: &str) {
-    let output = memtrace(args);
-    assert_eq!(
-        output.status.code(),
-        Some(2),
-        "{args:?}: {}",
-        stderr(&output)
-    );
-    let err = stderr(&output);
-    assert!(err.starts_with("memtrace: "), "{err:?}");
-    assert!(
-        err.contains(mentions),
-        "{err:?} should mention {mentions:?}"
-    );
-    assert!(!err.contains("panicked"), "{err:?}");
-}
-
 #[test]
 fn bad_arguments_are_refused_with_one_line() {
     let path = scratch("split-oom-bad.jsonl", SPLIT_THEN_OOM);
     assert_bad_input(
-        &["tune", &path, "--jobs", "0"],
+        &memtrace(&["tune", &path, "--jobs", "0"]),
         "not a whole number of 1 or more",
     );
-    assert_bad_input(&["tune", &path, "--try", "max_split_size_mb:5"], "--try");
-    assert_bad_input(&["tune", &path, "--config", "nonsense:1"], "--config");
     assert_bad_input(
-        &["tune", &path, "--device", "3"],
+        &memtrace(&["tune", &path, "--try", "max_split_size_mb:5"]),
+        "--try",
+    );
+    assert_bad_input(
+        &memtrace(&["tune", &path, "--config", "nonsense:1"]),
+        "--config",
+    );
+    assert_bad_input(
+        &memtrace(&["tune", &path, "--device", "3"]),
         "device 3 has no events or segments in this trace (it has: 0)",
     );
     let missing = common::scratch("no-such-trace.jsonl");
     assert_bad_input(
-        &["tune", missing.to_str().unwrap()],
+        &memtrace(&["tune", missing.to_str().unwrap()]),
         "cannot read the trace",
     );
 }

@@ -402,6 +402,11 @@ fn why(
     let bytes = |key: &str| parts.iter().find(|p| p.key == key).map_or(0, |p| p.bytes);
     let Some(request) = request else {
         let live = bytes("live");
+        if reserved == 0 {
+            return "the trace records no segments, so nothing is reserved: the live \
+                    allocations are in blocks of no recorded segment"
+                .to_string();
+        }
         return format!(
             "live allocations hold {} of the {} reserved ({:.1} %)",
             size(live),

@@ -90,9 +90,14 @@ pub fn render(report: &ExplainReport) -> String {
             } else {
                 ""
             };
+            let peak = if report.moment == "allocated_peak" {
+                "at the allocated peak (the trace records no segments)"
+            } else {
+                "at the reserved peak, where it is fullest"
+            };
             let _ = writeln!(
                 text,
-                "device {}: {none}at the reserved peak, {}{at}",
+                "device {}: {none}{peak}, {}{at}",
                 report.device, report.label
             );
         }

@@ -70,3 +70,17 @@ pub fn run_json(args: &[&str]) -> serde_json::Value {
     all.push("--json");
     serde_json::from_str(&run_ok(&all)).expect("--json prints JSON")
 }
+
+/// Asserts `memtrace` failed with exit status 2 and one line on stderr, starting `memtrace: `,
+/// that mentions `mentions`.
+pub fn assert_bad_input(output: &Output, mentions: &str) {
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(output));
+    let err = stderr(output);
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("memtrace: "), "{err:?}");
+    assert!(
+        err.contains(mentions),
+        "{err:?} should mention {mentions:?}"
+    );
+    assert!(!err.contains("panicked"), "{err:?}");
+}

@@ -35,8 +35,9 @@ pub struct Options {
 pub struct MomentReport {
     /// The device.
     pub device: u32,
-    /// `out_of_memory` (the state an out-of-memory event met) or `reserved_peak` (the first
-    /// state where reserved memory is highest).
+    /// `out_of_memory` (the state an out-of-memory event met), `reserved_peak` (the state of
+    /// the reserved peak where allocated memory is highest) or `allocated_peak` (a trace without
+    /// segments: the first state where allocated memory is highest).
     pub moment: &'static str,
     /// The out-of-memory event's number, or the event after which the peak first holds (`None`:
     /// before the first event, or an event the import inserted).
@@ -132,7 +133,10 @@ pub fn explain_moment(
             };
             ("out_of_memory", index, Some(request), Some(report))
         }
-        None => ("reserved_peak", reserved_peak(walker)?, None, None),
+        None => {
+            let (moment, index) = peak_moment(walker)?;
+            (moment, index, None, None)
+        }
     };
     // An out-of-memory event met the state before it; a peak holds after its event.
     walker.seek(index)?;
@@ -168,15 +172,24 @@ pub fn explain_moment(
     })
 }
 
-/// The state index of the walker's device's reserved peak where allocated memory is highest,
-/// as `summary` takes fragmentation there.
-fn reserved_peak(walker: &mut StateWalker) -> anyhow::Result<usize> {
+/// The moment to explain without an out-of-memory event: the reserved peak where allocated
+/// memory is highest, as `summary` takes fragmentation there (`reserved_peak`); in a trace
+/// that records no segments (an RMM log), the allocated peak (`allocated_peak`).
+fn peak_moment(walker: &mut StateWalker) -> anyhow::Result<(&'static str, usize)> {
     walker.seek(0)?;
     let start = walker.totals();
     let mut peak = ReservedPeak::start(start.reserved_bytes, start.allocated_bytes);
+    let (mut allocated, mut allocated_index) = (start.allocated_bytes, 0);
     for (i, totals) in walker.totals_ahead().enumerate() {
         peak.note(i + 1, totals.reserved_bytes, totals.allocated_bytes);
+        if totals.allocated_bytes > allocated {
+            (allocated, allocated_index) = (totals.allocated_bytes, i + 1);
+        }
     }
-    // Where the peak is fullest: the moment the reservation was most needed.
-    Ok(peak.fullest_index)
+    Ok(if peak.reserved_bytes == 0 {
+        ("allocated_peak", allocated_index)
+    } else {
+        // Where the peak is fullest: the moment the reservation was most needed.
+        ("reserved_peak", peak.fullest_index)
+    })
 }
