@@ -437,6 +437,9 @@ fn every_reading_subcommand_refuses_corrupt_and_hostile_files_with_exit_2() {
             vec!["convert", bad, out.to_str().unwrap()],
             vec!["diff", bad, &good],
             vec!["diff", &good, bad],
+            vec!["replay", bad],
+            vec!["tune", bad],
+            vec!["explain", bad],
         ] {
             let output = memtrace(&args);
             assert_eq!(

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod server;
+pub mod sites;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
