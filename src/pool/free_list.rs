@@ -289,41 +289,75 @@ impl StreamList {
     }
 }
 
-/// How many per-stream lists are kept before empty ones are dropped.
-const MAX_IDLE_STREAM_LISTS: usize = 64;
+/// How many emptied per-stream lists are kept for reuse; beyond them, lists with nothing cached
+/// are dropped ([`FreeList::emptied`]), so the state of a stream is released with its cache.
+const MAX_IDLE_STREAM_LISTS: usize = 8;
 
 /// The cached blocks of one pool.
 #[derive(Debug, Default)]
 pub(crate) struct FreeList {
-    /// Per stream, sorted by stream; lists emptied by removals stay for reuse.
-    streams: Vec<StreamList>,
+    /// Per stream, sorted by stream: found by binary search, in time logarithmic in the
+    /// streams that have blocks cached, however many have existed. Boxed, so that making or
+    /// dropping a stream's list moves only the small entries.
+    streams: Vec<(StreamId, Box<StreamList>)>,
+    /// Lists in `streams` with nothing cached, kept for reuse (more than
+    /// [`MAX_IDLE_STREAM_LISTS`] only while they are fewer than half of all lists).
+    idle: usize,
     len: usize,
     /// Number of best-fit lookups so far; the clock of garbage collection ages.
     pub lookups: u64,
 }
 
 impl FreeList {
+    /// Where `stream`'s list is, or would go.
     #[inline]
-    fn stream(&self, stream: StreamId) -> Option<&StreamList> {
-        self.streams.iter().find(|s| s.stream == stream)
+    fn find(&self, stream: StreamId) -> Result<usize, usize> {
+        self.streams.binary_search_by_key(&stream, |entry| entry.0)
     }
 
     #[inline]
+    fn stream(&self, stream: StreamId) -> Option<&StreamList> {
+        self.find(stream).ok().map(|at| &*self.streams[at].1)
+    }
+
+    /// The list of `stream`, made when it has none; an idle one is no longer counted as idle
+    /// (the caller caches a block in it).
+    #[inline]
     fn stream_mut(&mut self, stream: StreamId) -> &mut StreamList {
-        let index = match self.streams.iter().position(|s| s.stream == stream) {
-            Some(index) => index,
-            None => {
-                // Lists of streams with nothing cached stay for reuse, up to a bound, so that
-                // programs that create many short-lived streams do not keep them all.
-                if self.streams.len() >= MAX_IDLE_STREAM_LISTS {
-                    self.streams.retain(|list| list.len > 0);
+        let at = match self.find(stream) {
+            Ok(at) => {
+                if self.streams[at].1.len == 0 {
+                    self.idle -= 1;
                 }
-                let at = self.streams.partition_point(|s| s.stream < stream);
-                self.streams.insert(at, StreamList::new(stream));
+                at
+            }
+            Err(at) => {
+                self.streams
+                    .insert(at, (stream, Box::new(StreamList::new(stream))));
                 at
             }
         };
-        &mut self.streams[index]
+        &mut self.streams[at].1
+    }
+
+    /// Notes that a list has just emptied. Idle lists stay for reuse; once they are more than
+    /// [`MAX_IDLE_STREAM_LISTS`] and at least half of all lists, all but that many are dropped
+    /// in one pass, so a stream with nothing cached leaves no state behind for long, and
+    /// emptying many streams at once (`empty_cache` after a stream per call) costs time linear
+    /// in them, not quadratic.
+    fn emptied(&mut self) {
+        self.idle += 1;
+        if self.idle > MAX_IDLE_STREAM_LISTS && self.idle * 2 > self.streams.len() {
+            let mut keep = MAX_IDLE_STREAM_LISTS;
+            self.streams.retain(|(_, list)| {
+                let kept = list.len > 0 || keep > 0;
+                if list.len == 0 && kept {
+                    keep -= 1;
+                }
+                kept
+            });
+            self.idle = MAX_IDLE_STREAM_LISTS;
+        }
     }
 
     pub fn insert(&mut self, key: FreeKey) {
@@ -341,9 +375,10 @@ impl FreeList {
 
     pub fn remove(&mut self, key: &FreeKey) -> bool {
         let class = class_of(key.size);
-        let Some(list) = self.streams.iter_mut().find(|s| s.stream == key.stream) else {
+        let Ok(at) = self.find(key.stream) else {
             return false;
         };
+        let list = &mut self.streams[at].1;
         let Some(entries) = list.classes.get_mut(class) else {
             return false;
         };
@@ -353,6 +388,9 @@ impl FreeList {
         }
         list.len -= usize::from(removed);
         self.len -= usize::from(removed);
+        if removed && list.len == 0 {
+            self.emptied();
+        }
         removed
     }
 
@@ -368,9 +406,10 @@ impl FreeList {
             }
             return removed;
         }
-        let Some(list) = self.streams.iter_mut().find(|s| s.stream == old.stream) else {
+        let Ok(at) = self.find(old.stream) else {
             return false;
         };
+        let list = &mut self.streams[at].1;
         let Some(entries) = list.classes.get_mut(class) else {
             return false;
         };
@@ -429,7 +468,7 @@ impl FreeList {
 
     /// Every cached block in (stream, size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
-        self.streams.iter().flat_map(|list| {
+        self.streams.iter().flat_map(|(_, list)| {
             list.classes
                 .iter()
                 .flat_map(|class| class.entries())

@@ -74,20 +74,52 @@ fn iteration_follows_stream_size_address_order_and_removal_counts() {
     assert!(!list.contains(&key(0, 1024, 20)));
 }
 
+/// Lists with nothing cached, counted from the lists themselves.
+fn empty_lists(list: &FreeList) -> usize {
+    list.streams.iter().filter(|(_, l)| l.len == 0).count()
+}
+
 #[test]
 fn lists_of_idle_streams_are_dropped_past_a_bound() {
     let mut list = FreeList::default();
     for stream in 0..200u64 {
         list.insert(key(stream, 512, stream));
         assert!(list.remove(&key(stream, 512, stream)));
+        assert_eq!(list.idle, empty_lists(&list), "after stream {stream}");
     }
-    assert!(
-        list.streams.len() <= MAX_IDLE_STREAM_LISTS + 1,
-        "{} lists kept",
-        list.streams.len()
+    assert_eq!(
+        list.streams.len(),
+        MAX_IDLE_STREAM_LISTS,
+        "the first 8 emptied stay"
     );
+    assert_eq!(list.idle, MAX_IDLE_STREAM_LISTS);
+    // An idle list in use again is no longer idle; emptied, it is idle again.
     list.insert(key(7, 1024, 1));
+    assert_eq!(list.idle, MAX_IDLE_STREAM_LISTS - 1);
     assert_eq!(list.best_fit(StreamId(7), 512), Some(key(7, 1024, 1)));
+    assert!(list.remove(&key(7, 1024, 1)));
+    assert_eq!(list.idle, MAX_IDLE_STREAM_LISTS);
+}
+
+#[test]
+fn the_state_of_many_streams_is_released_when_their_caches_empty() {
+    // 10,000 streams with a block cached each, as a program that makes a stream per call
+    // leaves them; then every block is taken (or released by empty_cache).
+    let mut list = FreeList::default();
+    for stream in 0..10_000u64 {
+        list.insert(key(stream, 4096, stream));
+    }
+    assert_eq!(list.streams.len(), 10_000);
+    assert_eq!(
+        list.best_fit(StreamId(9_999), 4096),
+        Some(key(9_999, 4096, 9_999))
+    );
+    for stream in 0..10_000u64 {
+        assert!(list.remove(&key(stream, 4096, stream)));
+    }
+    assert_eq!(list.len(), 0);
+    assert_eq!(list.streams.len(), MAX_IDLE_STREAM_LISTS);
+    assert_eq!(list.idle, empty_lists(&list));
 }
 
 #[test]
