@@ -104,8 +104,7 @@ pub struct Explanation {
     /// Requested bytes of live blocks in no recorded segment (RMM logs; a truncated trace):
     /// not part of reserved.
     pub unsegmented_requested_bytes: u64,
-    /// The largest free block, and with a request the largest that could have served it but
-    /// for its size (same stream and pool).
+    /// The largest free block.
     pub largest_free_block: u64,
     /// With a request: the largest free block on its stream and in its pool.
     pub largest_usable_free_block: Option<u64>,
@@ -118,6 +117,28 @@ pub struct Explanation {
     /// Why the request failed (or what holds the memory, at a peak), in words.
     pub why: String,
 }
+
+impl Explanation {
+    /// Bytes in free (cached) blocks: the parts that are free blocks, whatever kept them from
+    /// the request.
+    pub fn free_bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .filter(|p| FREE_PARTS.contains(&p.key))
+            .map(|p| p.bytes)
+            .sum()
+    }
+}
+
+/// The parts that are free blocks.
+const FREE_PARTS: [&str; 6] = [
+    "other_streams",
+    "other_pools",
+    "oversize",
+    "too_small",
+    "large_enough",
+    "free",
+];
 
 /// What the explanation needs besides the state.
 pub struct Context<'a> {
@@ -182,7 +203,7 @@ pub fn explain(ctx: &Context, walker: &StateWalker, request: Option<&Request>) -
         }
     };
     let (mut reserved, mut tiled, mut allocated) = (0u64, 0u64, 0u64);
-    let (mut largest, mut largest_usable) = (0u64, None::<u64>);
+    let (mut largest, mut largest_usable) = (0u64, 0u64);
     for segment in &state.segments {
         reserved = reserved.saturating_add(segment.size);
         let private = ctx.snapshot.pytorch.pool_of(device, segment.address) != (0, 0);
@@ -210,7 +231,7 @@ pub fn explain(ctx: &Context, walker: &StateWalker, request: Option<&Request>) -
                     } else if !same_pool {
                         "other_pools"
                     } else {
-                        largest_usable = Some(largest_usable.unwrap_or(0).max(block.size));
+                        largest_usable = largest_usable.max(block.size);
                         oversize_or_fit(block.size, request.rounded_bytes, max_split)
                     };
                     add(cause, block.size);
@@ -225,7 +246,13 @@ pub fn explain(ctx: &Context, walker: &StateWalker, request: Option<&Request>) -
         part.blocks = 0;
     }
     parts.retain(|p| p.bytes > 0 || p.key == "live");
-    let (categories, sites, unsegmented) = live_shares(ctx, walker);
+    let (categories, sites) = live_shares(ctx, walker);
+    let unsegmented = state
+        .unsegmented
+        .iter()
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .map(|b| b.requested.min(b.size))
+        .sum();
     let all_sites: u64 = sites.len() as u64;
     let total_requested: u64 = sites.iter().map(|s| s.requested_bytes).sum::<u64>();
     let mut sites = sites;
@@ -246,7 +273,7 @@ pub fn explain(ctx: &Context, walker: &StateWalker, request: Option<&Request>) -
         sites,
         unsegmented_requested_bytes: unsegmented,
         largest_free_block: largest,
-        largest_usable_free_block: request.map(|_| largest_usable.unwrap_or(0)),
+        largest_usable_free_block: request.map(|_| largest_usable),
         fragmentation: unallocated_share(reserved, allocated),
         fragmentation_definition: FORMULA,
         device: DeviceMemory {
@@ -337,9 +364,8 @@ fn oversize_or_fit(size: u64, rounded: u64, max_split: u64) -> &'static str {
     }
 }
 
-/// Live allocated memory by category and by site, most requested bytes first, and the
-/// requested bytes of live blocks in no segment.
-fn live_shares(ctx: &Context, walker: &StateWalker) -> (Vec<CategoryShare>, Vec<Site>, u64) {
+/// Live allocated memory by category and by site, most requested bytes first.
+fn live_shares(ctx: &Context, walker: &StateWalker) -> (Vec<CategoryShare>, Vec<Site>) {
     let tallies = super::sites::allocated_by_context(ctx.names, walker);
     let mut by_category: HashMap<Category, (u64, u64)> = HashMap::new();
     let mut by_site: HashMap<String, Site> = HashMap::new();
@@ -379,14 +405,7 @@ fn live_shares(ctx: &Context, walker: &StateWalker) -> (Vec<CategoryShare>, Vec<
             .cmp(&a.requested_bytes)
             .then_with(|| a.label.cmp(&b.label))
     });
-    let state = walker.state();
-    let unsegmented = state
-        .unsegmented
-        .iter()
-        .filter(|b| b.state == BlockState::ActiveAllocated)
-        .map(|b| b.requested.min(b.size))
-        .sum();
-    (categories, sites, unsegmented)
+    (categories, sites)
 }
 
 /// The explanation in one sentence: the largest cause that could have served the request, or
@@ -394,7 +413,7 @@ fn live_shares(ctx: &Context, walker: &StateWalker) -> (Vec<CategoryShare>, Vec<
 fn why(
     parts: &[Part],
     request: Option<&Request>,
-    largest_usable: Option<u64>,
+    largest_usable: u64,
     reserved: u64,
     device_free: Option<u64>,
 ) -> String {
@@ -416,7 +435,6 @@ fn why(
     };
     let need = request.rounded_bytes;
     let free = device_free.unwrap_or(0);
-    let largest = largest_usable.unwrap_or(0);
     let cached = [
         "other_streams",
         "other_pools",
@@ -449,7 +467,7 @@ fn why(
         size(free),
         size(bytes(key)),
         size(reserved),
-        size(largest)
+        size(largest_usable)
     )
 }
 

@@ -320,9 +320,7 @@ fn summarize_walk(
         .map(
             |(index, requested_bytes, device_free_bytes, stream, context)| {
                 walker.seek(index)?;
-                let state = walker.state();
                 let totals = walker.totals();
-                let (free_bytes, largest) = free_space(&state);
                 let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
                 let request = request_of(
                     requested_bytes,
@@ -344,8 +342,8 @@ fn summarize_walk(
                     device_memory_bytes: device_free_bytes.saturating_add(totals.reserved_bytes),
                     reserved_bytes: totals.reserved_bytes,
                     allocated_bytes: totals.allocated_bytes,
-                    cached_free_bytes: free_bytes,
-                    largest_free_block: largest,
+                    cached_free_bytes: memory.free_bytes(),
+                    largest_free_block: memory.largest_free_block,
                     explanation: memory.why.clone(),
                     memory,
                 })

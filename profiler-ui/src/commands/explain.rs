@@ -215,21 +215,26 @@ pub fn render_parts(text: &mut String, e: &Explanation, indent: &str) {
     );
 }
 
+/// The heading of a failing request's stack, saying how many frames were left out.
+pub fn stack_heading(left_out: usize) -> String {
+    let left_out = match left_out {
+        0 => String::new(),
+        n => format!(
+            "; {} of the stack capture and the allocator left out: --full-stack prints {}",
+            counted(n as u64, "frame"),
+            if n == 1 { "it" } else { "them" }
+        ),
+    };
+    format!("stack of the request (innermost first{left_out}):")
+}
+
 /// The failing request's stack.
 fn render_stack(text: &mut String, request: &RequestReport) {
     if request.stack.is_empty() && request.frames_left_out == 0 {
         let _ = writeln!(text, "stack of the request: not recorded");
         return;
     }
-    let left_out = match request.frames_left_out {
-        0 => String::new(),
-        n => format!(
-            "; {} of the stack capture and the allocator left out: --full-stack shows {}",
-            counted(n as u64, "frame"),
-            if n == 1 { "it" } else { "them" }
-        ),
-    };
-    let _ = writeln!(text, "stack of the request (innermost first{left_out}):");
+    let _ = writeln!(text, "{}", stack_heading(request.frames_left_out));
     for frame in &request.stack {
         let _ = writeln!(text, "  {frame}");
     }

@@ -7,7 +7,7 @@ use crate::analysis::fragmentation::DEFINITION as FRAGMENTATION;
 use crate::analysis::frames::FrameView;
 use crate::analysis::summary::{summarize_owned, OomExplained, SummaryReport};
 use crate::analysis::timeline::devices_and_events;
-use crate::commands::explain::render_parts;
+use crate::commands::explain::{render_parts, stack_heading};
 use crate::format::{count, counted, format_size, seconds, span};
 use crate::load::load_trace;
 use crate::output::Output;
@@ -198,19 +198,8 @@ fn render_oom(text: &mut String, oom: &OomExplained, at: &str, full_stack: bool)
         let _ = writeln!(text, "    stack: not recorded");
         return;
     }
-    let left_out = oom.stack.len() - stack.len();
-    let left_out = match left_out {
-        0 => String::new(),
-        n => format!(
-            "; {} of the stack capture and the allocator left out: --full-stack prints {}",
-            counted(n as u64, "frame"),
-            if n == 1 { "it" } else { "them" }
-        ),
-    };
-    let _ = writeln!(
-        text,
-        "    stack of the request (innermost first{left_out}):"
-    );
+    let heading = stack_heading(oom.stack.len() - stack.len());
+    let _ = writeln!(text, "    {heading}");
     for frame in stack.iter().take(OOM_STACK_FRAMES) {
         let _ = writeln!(text, "      {frame}");
     }
