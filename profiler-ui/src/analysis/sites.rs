@@ -271,12 +271,6 @@ pub enum SiteOrder {
     Site,
 }
 
-/// The allocated memory of every site at the walker's position, most bytes first (ties by
-/// name), sites named in `view`.
-pub fn sites_at(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> Vec<Site> {
-    sites_named_by(&SiteNames::new(snapshot, view), walker)
-}
-
 /// What the allocated blocks of one context add up to ([`allocated_by_context`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockTally {
@@ -311,7 +305,8 @@ pub fn allocated_by_context(
     by_context
 }
 
-/// As [`sites_at`], with names made once.
+/// The allocated memory of every site at the walker's position, most bytes first (ties by
+/// name), sites named by `names`.
 pub fn sites_named_by(names: &SiteNames, walker: &StateWalker) -> Vec<Site> {
     // Blocks of one context at addresses allocated during the trace share a name; add them up
     // per context first, then per name.

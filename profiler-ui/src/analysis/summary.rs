@@ -13,7 +13,7 @@ use super::explain::{explain, request_of, Context, Explanation};
 use super::fragmentation::ReservedPeak;
 use super::frames::FrameView;
 use super::frames::{shown_frames, stack_line};
-use super::sites::{site_of, sites_at, Site, SiteNames};
+use super::sites::{sites_named_by, Site, SiteNames};
 use super::timeline::{time_span, walker, walker_taking};
 use blockpool::trace::{
     Action, BlockState, ContextId, DeviceState, EventNumbers, Snapshot, StateWalker,
@@ -335,7 +335,7 @@ fn summarize_walk(
                     time_us,
                     requested_bytes,
                     stream,
-                    site: site_of(snapshot.contexts.get(context), view).label(),
+                    site: names.of_allocation(context, false).label(),
                     stack: stack_of(snapshot, context, true),
                     shown_stack: stack_of(snapshot, context, false),
                     device_free_bytes,
@@ -388,7 +388,7 @@ fn summarize_walk(
         },
         largest_free_block,
         free_bytes,
-        top_sites: top_sites(snapshot, &walker, view),
+        top_sites: top_sites(&names, &walker),
         out_of_memory,
         at_reserved_peak,
         peak_allocated: allocated,
@@ -421,8 +421,8 @@ fn free_space(state: &DeviceState) -> (u64, u64) {
 }
 
 /// Allocated bytes by site in `state`, most first, at most [`TOP_SITES`].
-fn top_sites(snapshot: &Snapshot, walker: &StateWalker, view: FrameView) -> Vec<Site> {
-    let mut sites = sites_at(snapshot, walker, view);
+fn top_sites(names: &SiteNames, walker: &StateWalker) -> Vec<Site> {
+    let mut sites = sites_named_by(names, walker);
     sites.truncate(TOP_SITES);
     sites
 }
