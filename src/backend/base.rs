@@ -78,6 +78,27 @@ pub trait Backend: Send + Sync + 'static {
         stream: StreamId,
     ) -> Result<Self::Event, BackendError>;
 
+    /// Makes the work queued on `stream` of `device` from now on wait, on the device, until
+    /// the work before `event` has completed; never blocks the host (`cuStreamWaitEvent`).
+    /// The allocator releases `event` right after: a wait keeps its own hold on the event.
+    ///
+    /// The allocator calls this only under `stream_reuse:ordered`, to hand memory cached for
+    /// one stream to another without a host synchronization. The default fails with
+    /// [`BackendError::Unsupported`], and the allocator then keeps each stream's cache to
+    /// itself, as under the default policy.
+    fn stream_wait_event(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+        event: &Self::Event,
+    ) -> Result<(), BackendError> {
+        let _ = (stream, event);
+        Err(BackendError::Unsupported {
+            device,
+            what: "waiting on an event from a stream",
+        })
+    }
+
     /// Whether the work before `event` has completed; never blocks.
     fn query_event(&self, event: &Self::Event) -> Result<bool, BackendError>;
 

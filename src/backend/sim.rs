@@ -26,6 +26,7 @@ mod device;
 mod device_calls;
 mod host;
 mod placement;
+mod streams;
 #[cfg(test)]
 mod tests;
 mod vmm;
@@ -134,6 +135,8 @@ pub struct SimCalls {
     pub event_syncs: u64,
     /// Events given back with [`Backend::release_event`].
     pub events_released: u64,
+    /// Calls to [`Backend::stream_wait_event`] that were accepted.
+    pub stream_waits: u64,
     /// Calls to [`Backend::mem_get_info`].
     pub mem_info_queries: u64,
     /// Address ranges reserved ([`Backend::reserve_address_range`]).
@@ -287,6 +290,49 @@ impl SimBackend {
         n: u64,
     ) -> Result<u64, BackendError> {
         Ok(self.device(device)?.lock().advance(stream, n))
+    }
+
+    /// Events recorded on `stream` of `device` so far. Work queued on the stream now comes
+    /// after that many events: at this *position* (see [`SimBackend::is_ordered`]).
+    pub fn stream_position(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+    ) -> Result<u64, BackendError> {
+        Ok(self.device(device)?.lock().streams().position(stream))
+    }
+
+    /// Whether work queued on `from` at `position` (after its event `position`, as
+    /// [`SimBackend::stream_position`] gave it) can no longer race with work queued on `to`
+    /// from now on: it has completed, it is `to`'s own earlier work, or a chain of
+    /// [`Backend::stream_wait_event`] calls orders it before. The question tests ask of
+    /// memory handed from one stream to another.
+    ///
+    /// ```
+    /// use blockpool::{Backend, SimBackend, StreamId};
+    ///
+    /// let sim = SimBackend::new(1, 1 << 30);
+    /// let (a, b) = (StreamId(1), StreamId(2));
+    /// let used_at = sim.stream_position(0, a)?; // work on `a` uses some memory here
+    /// assert!(!sim.is_ordered(0, a, used_at, b)?);
+    /// let event = sim.record_event(0, a)?;
+    /// sim.stream_wait_event(0, b, &event)?;
+    /// assert!(sim.is_ordered(0, a, used_at, b)?, "b now waits for that work");
+    /// assert_eq!(sim.advance_stream(0, b, 1)?, 0, "b cannot run ahead of a");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn is_ordered(
+        &self,
+        device: DeviceIndex,
+        from: StreamId,
+        position: u64,
+        to: StreamId,
+    ) -> Result<bool, BackendError> {
+        Ok(self
+            .device(device)?
+            .lock()
+            .streams()
+            .is_ordered(from, position, to))
     }
 
     /// Completes every event recorded so far on `stream` (unless it hangs), and returns how

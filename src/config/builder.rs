@@ -7,6 +7,7 @@ use super::checks::{
 use super::error::ConfigError;
 use super::key::Key;
 use super::settings::{AllocatorConfig, MIB, ROUNDUP_POWER2_INTERVALS};
+use super::stream_reuse::StreamReuse;
 
 /// Builds an [`AllocatorConfig`] in code, with the parser's checks. Each method is named after
 /// its key; the first invalid value is reported by [`build`](Self::build).
@@ -129,6 +130,10 @@ impl AllocatorConfigBuilder {
         let checked = memory_fraction(key, &fraction.to_string(), fraction);
         self.set(checked, |c, v| c.per_process_memory_fraction = Some(v))
     }
+    /// `stream_reuse`: which streams a cached block may serve ([`StreamReuse`]).
+    pub fn stream_reuse(self, policy: StreamReuse) -> Self {
+        self.set(Ok(policy), |c, v| c.stream_reuse = v)
+    }
     /// `pinned_use_cuda_host_register`.
     pub fn pinned_use_cuda_host_register(self, on: bool) -> Self {
         self.set(Ok(on), |c, v| c.pinned_use_cuda_host_register = v)
@@ -173,6 +178,7 @@ mod tests {
             .expandable_segments(true)
             .release_lock_on_cudamalloc(true)
             .per_process_memory_fraction(0.5)
+            .stream_reuse(StreamReuse::Ordered)
             .pinned_use_cuda_host_register(true)
             .pinned_num_register_threads(16)
             .pinned_use_background_threads(true)
@@ -182,7 +188,7 @@ mod tests {
             "max_split_size_mb:256,max_non_split_rounding_mb:64,roundup_power2_divisions:4,\
              garbage_collection_threshold:0.8,expandable_segments:True,\
              release_lock_on_cudamalloc:True,per_process_memory_fraction:0.5,\
-             pinned_use_cuda_host_register:True,pinned_num_register_threads:16,\
+             stream_reuse:ordered,pinned_use_cuda_host_register:True,pinned_num_register_threads:16,\
              pinned_use_background_threads:True,pinned_reserve_segment_size_mb:128",
         );
         assert_eq!(built, parsed);

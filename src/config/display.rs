@@ -45,6 +45,10 @@ impl fmt::Display for AllocatorConfig {
             key(f, Key::PerProcessMemoryFraction)?;
             write!(f, "{fraction}")?;
         }
+        if self.stream_reuse != default.stream_reuse {
+            key(f, Key::StreamReuse)?;
+            f.write_str(self.stream_reuse.name())?;
+        }
         if self.pinned_use_cuda_host_register {
             key(f, Key::PinnedUseCudaHostRegister)?;
             f.write_str("True")?;

@@ -92,6 +92,16 @@ pub enum ConfigError {
         /// The backend as written.
         backend: String,
     },
+    /// A value that is none of the words a key accepts (such as `stream_reuse`'s policies).
+    #[error("invalid allocator config: {}", Detail(self))]
+    UnknownChoice {
+        /// The key as written.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// The words the key accepts.
+        accepted: &'static str,
+    },
     /// A byte size given to the builder that the config syntax cannot write (it counts MiB).
     #[error("invalid allocator config: {}", Detail(self))]
     NotWholeMebibytes {
@@ -190,6 +200,14 @@ impl fmt::Display for Detail<'_> {
                 f,
                 "backend `{backend}` is not available: blockpool is the native caching \
                  allocator, so only `backend:native` is accepted"
+            ),
+            ConfigError::UnknownChoice {
+                key,
+                value,
+                accepted,
+            } => write!(
+                f,
+                "`{value}` is not a value of `{key}`, which takes {accepted}"
             ),
             ConfigError::NotWholeMebibytes { key, bytes } => write!(
                 f,

@@ -12,6 +12,7 @@ pub(super) enum Key {
     ExpandableSegments,
     ReleaseLockOnCudamalloc,
     PerProcessMemoryFraction,
+    StreamReuse,
     PinnedUseCudaHostRegister,
     PinnedNumRegisterThreads,
     PinnedUseBackgroundThreads,
@@ -19,7 +20,7 @@ pub(super) enum Key {
 }
 
 impl Key {
-    pub(super) const ALL: [Key; 12] = [
+    pub(super) const ALL: [Key; 13] = [
         Key::Backend,
         Key::MaxSplitSizeMb,
         Key::MaxNonSplitRoundingMb,
@@ -28,6 +29,7 @@ impl Key {
         Key::ExpandableSegments,
         Key::ReleaseLockOnCudamalloc,
         Key::PerProcessMemoryFraction,
+        Key::StreamReuse,
         Key::PinnedUseCudaHostRegister,
         Key::PinnedNumRegisterThreads,
         Key::PinnedUseBackgroundThreads,
@@ -44,6 +46,7 @@ impl Key {
             Key::ExpandableSegments => "expandable_segments",
             Key::ReleaseLockOnCudamalloc => "release_lock_on_cudamalloc",
             Key::PerProcessMemoryFraction => "per_process_memory_fraction",
+            Key::StreamReuse => "stream_reuse",
             Key::PinnedUseCudaHostRegister => "pinned_use_cuda_host_register",
             Key::PinnedNumRegisterThreads => "pinned_num_register_threads",
             Key::PinnedUseBackgroundThreads => "pinned_use_background_threads",

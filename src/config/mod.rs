@@ -22,6 +22,7 @@ mod parse;
 #[cfg(test)]
 mod proptests;
 mod settings;
+mod stream_reuse;
 #[cfg(test)]
 mod test_support;
 mod tokenize;
@@ -31,3 +32,4 @@ pub use checks::PINNED_MAX_REGISTER_THREADS;
 pub use env::{ENV_VAR, PYTORCH_ENV_VAR};
 pub use error::ConfigError;
 pub use settings::{AllocatorConfig, ROUNDUP_POWER2_INTERVALS};
+pub use stream_reuse::StreamReuse;

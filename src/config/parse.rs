@@ -13,6 +13,7 @@ use super::checks::{
 use super::error::ConfigError;
 use super::key::Key;
 use super::settings::{AllocatorConfig, ROUNDUP_POWER2_INTERVALS};
+use super::stream_reuse::StreamReuse;
 use super::tokenize::{tokenize, Cursor, Token};
 
 impl AllocatorConfig {
@@ -27,6 +28,7 @@ impl AllocatorConfig {
     /// | `garbage_collection_threshold` | strictly between 0 and 1 |
     /// | `expandable_segments`, `release_lock_on_cudamalloc` | `True` or `False` |
     /// | `per_process_memory_fraction` | from 0 to 1 |
+    /// | `stream_reuse` | `compatible` (default) or `ordered` ([`StreamReuse`]; blockpool's own key) |
     /// | `pinned_use_cuda_host_register`, `pinned_use_background_threads` | `True` or `False` |
     /// | `pinned_num_register_threads` | a power of two up to 128 (default 1) |
     /// | `pinned_reserve_segment_size_mb` | MiB, at least 1 |
@@ -117,6 +119,7 @@ impl AllocatorConfig {
                 let f = parse_number(key_raw, value, ACCEPTS_FRACTION)?;
                 self.per_process_memory_fraction = Some(memory_fraction(key_raw, raw, f)?);
             }
+            Key::StreamReuse => self.stream_reuse = StreamReuse::parse(key_raw, value)?,
             Key::PinnedUseCudaHostRegister => {
                 self.pinned_use_cuda_host_register = parse_bool(key_raw, value)?
             }
@@ -284,7 +287,7 @@ mod tests {
             "invalid allocator config: unknown key `max_split_sise_mb`; accepted keys: backend, \
              max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, \
              garbage_collection_threshold, expandable_segments, release_lock_on_cudamalloc, \
-             per_process_memory_fraction, pinned_use_cuda_host_register, \
+             per_process_memory_fraction, stream_reuse, pinned_use_cuda_host_register, \
              pinned_num_register_threads, pinned_use_background_threads, \
              pinned_reserve_segment_size_mb"
         );

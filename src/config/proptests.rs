@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::{AllocatorConfig, ConfigError};
+use super::{AllocatorConfig, ConfigError, StreamReuse};
 
 fn division_value() -> impl Strategy<Value = usize> {
     prop_oneof![
@@ -25,7 +25,7 @@ fn valid_config() -> impl Strategy<Value = AllocatorConfig> {
         prop::option::of(mib),
         divisions,
         prop::option::of((0.0f64..1.0).prop_filter("threshold > 0", |t| *t > 0.0)),
-        any::<(bool, bool, bool, bool)>(),
+        any::<(bool, bool, bool, bool, bool)>(),
         prop::option::of(0.0f64..=1.0),
         prop::option::of((0u32..=7).prop_map(|e| 1usize << e)),
         prop::option::of(1u64..=u64::MAX),
@@ -36,7 +36,12 @@ fn valid_config() -> impl Strategy<Value = AllocatorConfig> {
                     .expandable_segments(switches.0)
                     .release_lock_on_cudamalloc(switches.1)
                     .pinned_use_cuda_host_register(switches.2)
-                    .pinned_use_background_threads(switches.3);
+                    .pinned_use_background_threads(switches.3)
+                    .stream_reuse(if switches.4 {
+                        StreamReuse::Ordered
+                    } else {
+                        StreamReuse::Compatible
+                    });
                 if let Some(mb) = split {
                     b = b.max_split_size_mb(mb);
                 }
@@ -69,6 +74,7 @@ fn token_soup() -> impl Strategy<Value = String> {
     const PIECES: &str = "max_split_size_mb|max_non_split_rounding_mb|roundup_power2_divisions|\
         garbage_collection_threshold|expandable_segments|per_process_memory_fraction|\
         pinned_num_register_threads|pinned_reserve_segment_size_mb|backend|native|\
+        stream_reuse|ordered|compatible|\
         cudaMallocAsync|:|:|,|,|[|]|>| |0|1|3|20|256|0.5|-1|nan|True|False|\
         99999999999999999999999|é";
     let pieces = prop::sample::select(PIECES.split('|').collect::<Vec<_>>());
@@ -102,6 +108,7 @@ proptest! {
                 ConfigError::UnknownKey { key: text }
                 | ConfigError::NotANumber { value: text, .. }
                 | ConfigError::NotABool { value: text, .. }
+                | ConfigError::UnknownChoice { value: text, .. }
                 | ConfigError::OutOfRange { value: text, .. }
                 | ConfigError::NotPowerOfTwo { value: text, .. }
                 | ConfigError::UnclosedList { list: text, .. }

@@ -3,6 +3,7 @@
 //! `env.rs`, `builder.rs`.
 
 use super::builder::AllocatorConfigBuilder;
+use super::stream_reuse::StreamReuse;
 
 /// Number of size classes for `roundup_power2_divisions`: powers of two from 1 MiB to 64 GiB.
 pub const ROUNDUP_POWER2_INTERVALS: usize = 16;
@@ -34,6 +35,7 @@ pub struct AllocatorConfig {
     pub(super) expandable_segments: bool,
     pub(super) release_lock_on_cudamalloc: bool,
     pub(super) per_process_memory_fraction: Option<f64>,
+    pub(super) stream_reuse: StreamReuse,
     pub(super) pinned_use_cuda_host_register: bool,
     pub(super) pinned_num_register_threads: usize,
     pub(super) pinned_use_background_threads: bool,
@@ -50,6 +52,7 @@ impl Default for AllocatorConfig {
             expandable_segments: false,
             release_lock_on_cudamalloc: false,
             per_process_memory_fraction: None,
+            stream_reuse: StreamReuse::Compatible,
             pinned_use_cuda_host_register: false,
             pinned_num_register_threads: 1,
             pinned_use_background_threads: false,
@@ -114,6 +117,12 @@ impl AllocatorConfig {
     /// Memory fraction applied to every device at construction, if any.
     pub fn per_process_memory_fraction(&self) -> Option<f64> {
         self.per_process_memory_fraction
+    }
+    /// Which streams a cached block may serve (`stream_reuse`): only its own, as PyTorch does
+    /// ([`StreamReuse::Compatible`], the default), or any stream once that stream is ordered
+    /// after the block's last use ([`StreamReuse::Ordered`]).
+    pub fn stream_reuse(&self) -> StreamReuse {
+        self.stream_reuse
     }
     /// Whether pinned host memory is allocated with `malloc` + `cudaHostRegister` instead of
     /// `cudaHostAlloc`.

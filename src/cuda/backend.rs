@@ -349,6 +349,18 @@ impl Backend for CudaBackend {
         })
     }
 
+    /// `cuStreamWaitEvent` in the context of the stream's device (the event may be another
+    /// device's, as CUDA allows).
+    fn stream_wait_event(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+        event: &CudaBackendEvent,
+    ) -> Result<(), BackendError> {
+        let owner = self.stream_device(device, stream)?;
+        self.device(owner)?.stream_wait_event(stream, &event.raw)
+    }
+
     fn query_event(&self, event: &CudaBackendEvent) -> Result<bool, BackendError> {
         self.device(event.device)?.query_event(&event.raw)
     }

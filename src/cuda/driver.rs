@@ -31,7 +31,7 @@ mod vmm;
 ///
 /// `DeviceBuffer`'s copies go through cudarc's safe layer, as the caller's own cudarc calls do;
 /// those are cudarc's to load.
-pub(crate) const REQUIRED_SYMBOLS: [&str; 35] = [
+pub(crate) const REQUIRED_SYMBOLS: [&str; 36] = [
     "cuDriverGetVersion",
     "cuInit",
     "cuDeviceGetCount",
@@ -67,6 +67,7 @@ pub(crate) const REQUIRED_SYMBOLS: [&str; 35] = [
     "cuMemSetAccess",
     "cuMemUnmap",
     "cuStreamGetCtx",
+    "cuStreamWaitEvent",
 ];
 
 /// Longest device name read, in bytes with the terminating NUL (the driver's names are < 100).
@@ -447,6 +448,24 @@ impl Driver {
         // SAFETY: the library has the symbol; the rest is the caller's promise.
         check("cuEventRecord", unsafe {
             sys::cuEventRecord(event, stream)
+        })
+    }
+
+    /// Makes the work queued on `stream` from now on wait until the work before `event` has
+    /// completed, on the device, without blocking the host (`cuStreamWaitEvent`, flags 0).
+    ///
+    /// # Safety
+    ///
+    /// `event` is a live, recorded event; `stream` is the legacy default stream (null) or a
+    /// stream the caller keeps alive while it has work queued.
+    pub(crate) unsafe fn stream_wait_event(
+        self,
+        stream: sys::CUstream,
+        event: sys::CUevent,
+    ) -> Result<(), CallError> {
+        // SAFETY: the library has the symbol; the rest is the caller's promise.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(stream, event, 0)
         })
     }
 

@@ -11,7 +11,7 @@ use super::free_list::{FreeKey, FreeList};
 use super::history::History;
 use super::stat_updates::{apply_net, decrease};
 use crate::backend::{Backend, DeviceIndex, StreamId};
-use crate::config::AllocatorConfig;
+use crate::config::{AllocatorConfig, StreamReuse};
 use crate::error::{Error, Result};
 use crate::event::{Action, ContextId};
 use crate::stats::DeviceStats;
@@ -89,6 +89,9 @@ pub struct DeviceAllocator<E> {
     pub(crate) history: Option<Box<History>>,
     /// Expandable segments: whether they are on, and the unmapped blocks (`expandable.rs`).
     pub(crate) expandable: Expandable,
+    /// Whether the stream-ordered policy is in force: asked for (`stream_reuse:ordered`) and
+    /// not turned off by a backend that cannot make a stream wait (`ordered.rs`).
+    pub(crate) ordered: bool,
 }
 
 impl<E> DeviceAllocator<E> {
@@ -103,6 +106,7 @@ impl<E> DeviceAllocator<E> {
         DeviceAllocator {
             device,
             fraction: config.per_process_memory_fraction(),
+            ordered: config.stream_reuse() == StreamReuse::Ordered,
             config,
             blocks: BlockArena::default(),
             small: FreeList::default(),
@@ -210,11 +214,10 @@ impl<E> DeviceAllocator<E> {
         if size >= max_split as u64 {
             stats.oversize_allocations.decrease(1);
         }
-        if block.stream_uses.is_none() {
-            block.state = BlockState::Free;
+        if block.stream_uses.is_none() || (self.ordered && self.order_uses(backend, id)?) {
             self.free_block(id)
         } else {
-            block.state = BlockState::PendingFree;
+            self.block_mut(id)?.state = BlockState::PendingFree;
             self.insert_events(backend, id)
         }
     }
@@ -227,16 +230,32 @@ impl<E> DeviceAllocator<E> {
         let (small, stream, original_size, requested) =
             (block.small, block.stream, block.size, block.requested);
         block.requested = 0;
-        let (prev, next) = (block.prev, block.next);
-        let (mut addr, mut size) = (block.addr, block.size);
-        self.record_free_completed(id, stream, (addr, size as u64, requested as u64));
+        let sizes = (block.addr, block.size as u64, requested as u64);
+        self.record_free_completed(id, stream, sizes);
+        self.cache_merging(id, false)?;
+        let stats = &mut self.stats;
+        decrease(&mut stats.active, small, 1);
+        decrease(&mut stats.active_bytes, small, original_size as u64);
+        decrease(&mut stats.requested_bytes, small, requested as u64);
+        Ok(())
+    }
 
-        let mut net_blocks: i64 = 0;
-        let mut net_bytes: i64 = 0;
+    /// Caches the free block `id` on its stream, merged with the free neighbours cached for
+    /// the same stream, and keeps the inactive-split statistics (`counted`: whether `id`
+    /// itself is already counted in them, as a free block moved from another stream is).
+    pub(crate) fn cache_merging(&mut self, id: BlockId, counted: bool) -> Result<()> {
+        let block = self.blocks.get(id).ok_or(NO_BLOCK)?;
+        let (small, stream, prev, next) = (block.small, block.stream, block.prev, block.next);
+        let (mut addr, mut size) = (block.addr, block.size);
+        let (mut net_blocks, mut net_bytes): (i64, i64) = if counted && block.is_split() {
+            (-1, -(size as i64))
+        } else {
+            (0, 0)
+        };
         let mut merged = id;
         let mut absorbed_prev = None;
         let mut absorbed_next = None;
-        if let Some(key) = self.free_neighbour(prev) {
+        if let Some(key) = self.free_neighbour(prev, stream) {
             // The lower block absorbs this one and keeps its id.
             self.absorb_next(key.id, id)?;
             net_blocks -= 1;
@@ -244,7 +263,7 @@ impl<E> DeviceAllocator<E> {
             (merged, addr, size) = (key.id, key.addr, key.size + size);
             absorbed_prev = Some(key);
         }
-        if let Some(key) = self.free_neighbour(next) {
+        if let Some(key) = self.free_neighbour(next, stream) {
             self.absorb_next(merged, key.id)?;
             net_blocks -= 1;
             net_bytes -= key.size as i64;
@@ -276,25 +295,22 @@ impl<E> DeviceAllocator<E> {
                 }
             }
         }
-
-        let stats = &mut self.stats;
         if counts_split {
-            apply_net(&mut stats.inactive_split, small, net_blocks);
-            apply_net(&mut stats.inactive_split_bytes, small, net_bytes);
+            apply_net(&mut self.stats.inactive_split, small, net_blocks);
+            apply_net(&mut self.stats.inactive_split_bytes, small, net_bytes);
         }
-        decrease(&mut stats.active, small, 1);
-        decrease(&mut stats.active_bytes, small, original_size as u64);
-        decrease(&mut stats.requested_bytes, small, requested as u64);
         Ok(())
     }
 
-    /// The free-list entry of the neighbour `id`, when there is one and it is cached.
+    /// The free-list entry of the neighbour `id`, when there is one and it is cached for
+    /// `stream` (under `stream_reuse:ordered` a segment's blocks may belong to several streams,
+    /// and memory of two streams is never merged).
     #[inline]
-    fn free_neighbour(&self, id: Option<BlockId>) -> Option<FreeKey> {
+    fn free_neighbour(&self, id: Option<BlockId>, stream: StreamId) -> Option<FreeKey> {
         let id = id?;
         self.blocks
             .get(id)
-            .filter(|b| b.is_cached())
+            .filter(|b| b.is_cached() && b.stream == stream)
             .map(|b| Self::free_key(id, b))
     }
 

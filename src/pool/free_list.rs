@@ -422,6 +422,36 @@ impl FreeList {
         self.first_at_or_after(stream, pack(size, 0))
     }
 
+    /// The best fit for `size` bytes among the blocks cached for streams other than `stream`
+    /// that `usable` accepts: the smallest, then the lowest address (then the lowest stream).
+    /// Time grows with the streams that have blocks cached, and with the blocks `usable`
+    /// refuses; only a request that missed its own stream's cache asks.
+    pub fn best_fit_elsewhere(
+        &self,
+        stream: StreamId,
+        size: usize,
+        mut usable: impl FnMut(&FreeKey) -> bool,
+    ) -> Option<FreeKey> {
+        let mut best: Option<FreeKey> = None;
+        for (other, list) in &self.streams {
+            if *other == stream || list.len == 0 {
+                continue;
+            }
+            let mut candidate = self.best_fit(*other, size);
+            while let Some(key) = candidate {
+                if best.is_some_and(|b| (b.size, b.addr) <= (key.size, key.addr)) {
+                    break;
+                }
+                if usable(&key) {
+                    best = Some(key);
+                    break;
+                }
+                candidate = self.next_after(&key);
+            }
+        }
+        best
+    }
+
     /// The cached block right after `key` on its stream, in (size, address) order.
     pub fn next_after(&self, key: &FreeKey) -> Option<FreeKey> {
         self.first_at_or_after(key.stream, pack(key.size, key.addr).checked_add(1)?)

@@ -5,6 +5,8 @@
 
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
+use crate::backend::StreamId;
+use crate::config::StreamReuse;
 use crate::stats::{DeviceStats, Stat, StatArray};
 use std::fmt;
 
@@ -60,6 +62,8 @@ impl<E> DeviceAllocator<E> {
             })
         };
         let max_split = self.config.max_split_size();
+        // Under the ordered policy a fixed segment may hold blocks of several streams.
+        let mixed_streams = self.config.stream_reuse() == StreamReuse::Ordered;
         let mut expected = Expected::default();
         let mut seen_blocks = 0usize;
         let mut free_blocks = [0usize; 2];
@@ -98,7 +102,7 @@ impl<E> DeviceAllocator<E> {
             let mut cursor = Some(segment.head);
             let mut prev: Option<BlockId> = None;
             let mut offset = addr;
-            let mut prev_free = false;
+            let mut prev_free: Option<StreamId> = None;
             while let Some(id) = cursor {
                 let Some(block) = self.blocks.get(id) else {
                     return fail(format!("segment {addr:#x} links to a missing block"));
@@ -113,7 +117,9 @@ impl<E> DeviceAllocator<E> {
                 if block.prev != prev {
                     return fail(format!("block at {:#x} has a wrong back link", block.addr));
                 }
-                if block.small != small || block.stream != stream {
+                let stream_differs =
+                    block.stream != stream && (segment.expandable || !mixed_streams);
+                if block.small != small || stream_differs {
                     return fail(format!(
                         "block at {:#x} disagrees with its segment on pool or stream",
                         block.addr
@@ -165,7 +171,7 @@ impl<E> DeviceAllocator<E> {
                     }
                     unmapped_blocks[usize::from(small)] += 1;
                     prev_unmapped = true;
-                    prev_free = false;
+                    prev_free = None;
                     offset += block.size as u64;
                     prev = Some(id);
                     cursor = block.next;
@@ -177,7 +183,7 @@ impl<E> DeviceAllocator<E> {
                     add(&mut expected.reserved_bytes, small, block.size);
                 }
                 let is_free = block.state == BlockState::Free;
-                if is_free && prev_free {
+                if is_free && prev_free == Some(block.stream) {
                     return fail(format!(
                         "free block at {:#x} was not merged with its free neighbour",
                         block.addr
@@ -225,7 +231,7 @@ impl<E> DeviceAllocator<E> {
                         }
                     }
                 }
-                prev_free = is_free;
+                prev_free = is_free.then_some(block.stream);
                 offset += block.size as u64;
                 prev = Some(id);
                 cursor = block.next;

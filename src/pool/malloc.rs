@@ -59,7 +59,7 @@ impl<E> DeviceAllocator<E> {
     /// The best cached block for `rounded` bytes on `stream`, split and counted as allocated
     /// for a request of `size` bytes; `None` when none fits.
     #[inline(always)]
-    fn take_cached(
+    pub(super) fn take_cached(
         &mut self,
         stream: StreamId,
         rounded: usize,
@@ -89,6 +89,11 @@ impl<E> DeviceAllocator<E> {
         let rounded = self.rounded(size)?;
         if search_cache {
             if let Some(block) = self.take_cached(stream, rounded, size)? {
+                return Ok(MallocStep::Done(block));
+            }
+        }
+        if self.ordered {
+            if let Some(block) = self.take_from_other_streams(backend, stream, rounded, size)? {
                 return Ok(MallocStep::Done(block));
             }
         }

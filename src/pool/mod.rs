@@ -12,6 +12,7 @@ mod free_list;
 mod history;
 mod invariants;
 mod malloc;
+mod ordered;
 mod release;
 pub mod sizing;
 mod stat_updates;

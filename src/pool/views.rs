@@ -44,6 +44,9 @@ pub struct BlockView {
     pub requested: usize,
     /// Life state.
     pub state: BlockState,
+    /// Stream the block belongs to: the segment's, except under `stream_reuse:ordered`,
+    /// where a block taken by another stream belongs to that stream.
+    pub stream: StreamId,
     /// Context of the call that allocated the block, while it is allocated or pending and
     /// history is recorded with [`ContextLevel::State`](crate::event::ContextLevel::State) or
     /// more; [`ContextId::NONE`] otherwise.
@@ -109,6 +112,7 @@ impl<E> DeviceAllocator<E> {
                     size: block.size,
                     requested: block.requested,
                     state: block.state,
+                    stream: block.stream,
                     context: match block.state {
                         BlockState::Free => ContextId::NONE,
                         _ => self.block_context(id),

@@ -9,6 +9,7 @@ mod history;
 mod host;
 mod jsonl;
 mod model;
+mod ordered_model;
 mod perfetto;
 mod pickle_fixtures;
 mod protocol5;

@@ -27,6 +27,7 @@ fn setup(capacity: usize, config: AllocatorConfig) -> (SimBackend, CachingAlloca
 mod callbacks;
 mod device_view;
 mod errors;
+mod ordered;
 mod pools;
 mod release;
 mod stats;

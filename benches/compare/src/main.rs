@@ -33,7 +33,7 @@ use subjects::blockpool::Blockpool;
 use subjects::Subject;
 
 /// blockpool's other policies (b): configurations of its knobs, key and config string.
-const POLICIES: [(&str, &str); 3] = [
+const POLICIES: [(&str, &str); 4] = [
     // What PyTorch's own out-of-memory message recommends against fragmentation: large cached
     // blocks are not split for smaller requests.
     ("b1", "max_split_size_mb:64"),
@@ -42,6 +42,8 @@ const POLICIES: [(&str, &str); 3] = [
     // The other half of that message's advice: one segment per stream and pool that grows
     // and shrinks in 2 MiB / 20 MiB units instead of fixed segments.
     ("b3", "expandable_segments:True"),
+    // blockpool's own: memory cached for one stream serves another after a device-side wait.
+    ("b4", "stream_reuse:ordered"),
 ];
 
 const USAGE: &str = "usage: blockpool-compare [--quick] [--memtrace PATH] [--fixtures DIR] [--json PATH|-] [--seed N]";
@@ -262,6 +264,11 @@ fn synthetic_workloads(quick: bool, seed: u64) -> (Vec<Workload>, Repeat) {
     ));
     list.push(workloads::multi_stream::build(
         if quick { 2_000 } else { 20_000 },
+        seed,
+    ));
+    list.push(workloads::stream_per_call::build(
+        if quick { 4 } else { 20 },
+        50,
         seed,
     ));
     let repeat = if quick {

@@ -3,9 +3,10 @@
 //! mutex per device and forwards each call here.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::placement::{self, Placement};
+use super::streams::Streams;
 use super::vmm::Reservation;
 use super::{SimCalls, SimFault};
 use crate::backend::{BackendError, DeviceIndex, MemInfo, StreamId};
@@ -35,7 +36,7 @@ pub(super) struct Device {
     pub(super) reservations: BTreeMap<u64, Reservation>,
     /// Unused address space for reservations, start -> end (exclusive); empty when host-backed.
     pub(super) free_vmm_ranges: BTreeMap<u64, u64>,
-    streams: HashMap<StreamId, Stream>,
+    streams: Streams,
     /// Countdowns of injected allocation failures: (allocations left, fail as out-of-memory).
     alloc_faults: Vec<(u64, bool)>,
     /// Countdowns of injected event-record failures: events left to record before one fails.
@@ -61,15 +62,6 @@ struct HostBytes {
     offset: usize,
 }
 
-#[derive(Default)]
-struct Stream {
-    /// Events recorded so far: the last one's ticket.
-    recorded: u64,
-    /// Ticket of the last completed event; every event up to it has completed.
-    completed: u64,
-    hung: bool,
-}
-
 impl Device {
     pub(super) fn new(index: DeviceIndex, capacity_bytes: usize, host_backed: bool) -> Device {
         let mut free_ranges = BTreeMap::new();
@@ -92,7 +84,7 @@ impl Device {
             segments: BTreeMap::new(),
             reservations: BTreeMap::new(),
             free_vmm_ranges: super::vmm::address_window(index, host_backed),
-            streams: HashMap::new(),
+            streams: Streams::default(),
             alloc_faults: Vec::new(),
             record_faults: Vec::new(),
             calls: SimCalls::default(),
@@ -131,7 +123,7 @@ impl Device {
             SimFault::AllocOutOfMemory { nth } => self.alloc_faults.push((nth.max(1), true)),
             SimFault::AllocError { nth } => self.alloc_faults.push((nth.max(1), false)),
             SimFault::OutOfMemoryAbove { limit_bytes } => self.oom_above = Some(limit_bytes),
-            SimFault::HangStream { stream } => self.streams.entry(stream).or_default().hung = true,
+            SimFault::HangStream { stream } => self.streams.hang(stream),
             SimFault::RecordEventError { nth } => self.record_faults.push(nth.max(1)),
         }
     }
@@ -155,9 +147,7 @@ impl Device {
         self.alloc_faults.clear();
         self.record_faults.clear();
         self.oom_above = None;
-        for stream in self.streams.values_mut() {
-            stream.hung = false;
-        }
+        self.streams.unhang_all();
     }
 
     pub(super) fn alloc(
@@ -356,53 +346,50 @@ impl Device {
     /// Records an event on `stream` and returns its ticket.
     pub(super) fn record(&mut self, stream: StreamId) -> u64 {
         self.calls.events_recorded += 1;
-        let state = self.streams.entry(stream).or_default();
-        state.recorded = state.recorded.saturating_add(1);
-        state.recorded
+        self.streams.record(stream)
     }
 
     pub(super) fn query(&mut self, stream: StreamId, ticket: u64) -> bool {
         self.calls.event_queries += 1;
-        self.streams
-            .get(&stream)
-            .is_some_and(|s| s.completed >= ticket)
+        self.streams.is_complete(stream, ticket)
     }
 
-    /// Runs `stream` up to `ticket`; fails instead of blocking forever when the stream hangs or
-    /// never recorded that ticket.
+    /// Makes later work on `stream` wait for event `ticket` of `on`.
+    pub(super) fn wait(&mut self, stream: StreamId, on: StreamId, ticket: u64) {
+        self.calls.stream_waits += 1;
+        self.streams.wait(stream, on, ticket);
+    }
+
+    /// The streams, for questions of order that count no call.
+    pub(super) fn streams(&self) -> &Streams {
+        &self.streams
+    }
+
+    /// Runs `stream` up to `ticket` (and the streams it waits on first); fails instead of
+    /// blocking forever when a stream on the way hangs or never recorded that ticket.
     pub(super) fn synchronize(
         &mut self,
         stream: StreamId,
         ticket: u64,
     ) -> Result<(), BackendError> {
         self.calls.event_syncs += 1;
-        let never = BackendError::EventNeverCompletes {
-            device: self.index,
-            stream,
-        };
-        let Some(state) = self.streams.get_mut(&stream) else {
-            return Err(never);
-        };
-        if state.completed >= ticket {
-            Ok(())
-        } else if state.hung || ticket > state.recorded {
-            Err(never)
-        } else {
-            state.completed = ticket;
-            Ok(())
-        }
+        let index = self.index;
+        self.streams.synchronize(stream, ticket).map_err(|stream| {
+            BackendError::EventNeverCompletes {
+                device: index,
+                stream,
+            }
+        })
     }
 
     /// Completes up to `n` pending events of `stream`; returns how many completed.
     pub(super) fn advance(&mut self, stream: StreamId, n: u64) -> u64 {
-        self.streams.get_mut(&stream).map_or(0, |s| s.advance(n))
+        self.streams.advance(stream, n)
     }
 
     /// Completes every pending event on every stream that does not hang; returns how many.
     pub(super) fn complete_all(&mut self) -> u64 {
-        self.streams
-            .values_mut()
-            .fold(0, |done, s| done.saturating_add(s.advance(u64::MAX)))
+        self.streams.complete_all()
     }
 }
 
@@ -426,19 +413,6 @@ fn host_segment(size_bytes: usize) -> Option<(u64, Segment)> {
         host,
     };
     Some((ptr, segment))
-}
-
-impl Stream {
-    /// Completes up to `n` pending events unless the stream hangs; returns how many completed.
-    fn advance(&mut self, n: u64) -> u64 {
-        if self.hung {
-            return 0;
-        }
-        let target = self.completed.saturating_add(n).min(self.recorded);
-        let done = target.saturating_sub(self.completed);
-        self.completed = self.completed.max(target);
-        done
-    }
 }
 
 /// Takes the lowest range of `footprint` bytes starting at a multiple of `align` out of `free`

@@ -60,6 +60,28 @@ impl Backend for SimBackend {
         })
     }
 
+    /// Work queued on `stream` after this call cannot complete before `event` has; an event
+    /// of another simulated device is refused ([`BackendError::Unsupported`]).
+    fn stream_wait_event(
+        &self,
+        device: DeviceIndex,
+        stream: StreamId,
+        event: &SimEvent,
+    ) -> Result<(), BackendError> {
+        if event.device != device {
+            // Checked first, so that a bad device index is named as such.
+            self.device(device)?;
+            return Err(BackendError::Unsupported {
+                device,
+                what: "waiting on another simulated device's event",
+            });
+        }
+        self.device(device)?
+            .lock()
+            .wait(stream, event.stream, event.ticket);
+        Ok(())
+    }
+
     fn query_event(&self, event: &SimEvent) -> Result<bool, BackendError> {
         let mut dev = self.device(event.device)?.lock();
         Ok(dev.query(event.stream, event.ticket))

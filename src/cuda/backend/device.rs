@@ -226,6 +226,23 @@ impl CudaDevice {
         Ok(event)
     }
 
+    /// Makes later work on `stream` (of this device) wait for `event`, which may be another
+    /// device's (`cuStreamWaitEvent`).
+    pub(super) fn stream_wait_event(
+        &self,
+        stream: StreamId,
+        event: &RawEvent,
+    ) -> Result<(), BackendError> {
+        let _current = self.make_current()?;
+        // SAFETY: `event.0` is a live event recorded by `record_event` (the pool keeps it live
+        // until `release_event`); `stream.0` is a `CUstream` handle value, as in `record_event`.
+        unsafe {
+            self.driver
+                .stream_wait_event(stream.0 as sys::CUstream, event.0)
+        }
+        .on(self.index)
+    }
+
     /// Whether the work before `event` has completed (`cuEventQuery`).
     pub(super) fn query_event(&self, event: &RawEvent) -> Result<bool, BackendError> {
         let _current = self.make_current()?;

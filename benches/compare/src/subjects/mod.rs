@@ -62,7 +62,7 @@ pub struct Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workloads::{multi_stream, random};
+    use crate::workloads::{multi_stream, random, stream_per_call};
 
     fn every_subject() -> Vec<Box<dyn Subject>> {
         vec![
@@ -73,6 +73,10 @@ mod tests {
             ),
             Box::new(
                 blockpool::Blockpool::new("b3", "expandable_segments:True")
+                    .expect("a valid configuration"),
+            ),
+            Box::new(
+                blockpool::Blockpool::new("b4", "stream_reuse:ordered")
                     .expect("a valid configuration"),
             ),
             Box::new(cubecl::Cubecl),
@@ -86,6 +90,7 @@ mod tests {
         let workloads = [
             random::build(4 << 20, 2_000, 3),
             multi_stream::build(200, 3),
+            stream_per_call::build(3, 20, 3),
         ];
         for subject in every_subject() {
             for workload in &workloads {

@@ -6,4 +6,5 @@
 pub mod fixture;
 pub mod multi_stream;
 pub mod random;
+pub mod stream_per_call;
 pub mod transformer;
