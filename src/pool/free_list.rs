@@ -303,6 +303,12 @@ pub(crate) struct FreeList {
     /// Lists in `streams` with nothing cached, kept for reuse (more than
     /// [`MAX_IDLE_STREAM_LISTS`] only while they are fewer than half of all lists).
     idle: usize,
+    /// Emptied lists taken out of `streams`, at most [`MAX_IDLE_STREAM_LISTS`], given to the
+    /// next new stream: a list grows its size classes on demand, and a stream per call would
+    /// otherwise build and drop them for every call. Boxed as in `streams`, so a spare moves
+    /// there without a new allocation.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<StreamList>>,
     len: usize,
     /// Number of best-fit lookups so far; the clock of garbage collection ages.
     pub lookups: u64,
@@ -332,8 +338,14 @@ impl FreeList {
                 at
             }
             Err(at) => {
-                self.streams
-                    .insert(at, (stream, Box::new(StreamList::new(stream))));
+                let list = match self.spare.pop() {
+                    Some(mut list) => {
+                        list.stream = stream;
+                        list
+                    }
+                    None => Box::new(StreamList::new(stream)),
+                };
+                self.streams.insert(at, (stream, list));
                 at
             }
         };
@@ -341,21 +353,25 @@ impl FreeList {
     }
 
     /// Notes that a list has just emptied. Idle lists stay for reuse; once they are more than
-    /// [`MAX_IDLE_STREAM_LISTS`] and at least half of all lists, all but that many are dropped
-    /// in one pass, so a stream with nothing cached leaves no state behind for long, and
+    /// [`MAX_IDLE_STREAM_LISTS`] and at least half of all lists, all but that many leave
+    /// `streams` in one pass (that many more are kept as spares for new streams, the rest
+    /// dropped), so a stream with nothing cached leaves no state behind for long, and
     /// emptying many streams at once (`empty_cache` after a stream per call) costs time linear
     /// in them, not quadratic.
     fn emptied(&mut self) {
         self.idle += 1;
         if self.idle > MAX_IDLE_STREAM_LISTS && self.idle * 2 > self.streams.len() {
             let mut keep = MAX_IDLE_STREAM_LISTS;
-            self.streams.retain(|(_, list)| {
-                let kept = list.len > 0 || keep > 0;
-                if list.len == 0 && kept {
-                    keep -= 1;
+            let capacity = self.streams.len();
+            let lists = std::mem::replace(&mut self.streams, Vec::with_capacity(capacity));
+            for (stream, list) in lists {
+                if list.len > 0 || keep > 0 {
+                    keep -= usize::from(list.len == 0);
+                    self.streams.push((stream, list));
+                } else if self.spare.len() < MAX_IDLE_STREAM_LISTS {
+                    self.spare.push(list);
                 }
-                kept
-            });
+            }
             self.idle = MAX_IDLE_STREAM_LISTS;
         }
     }

@@ -1,13 +1,14 @@
 //! `blockpool-compare`: the side-by-side comparison of issue 6. Identical operation streams
 //! (RMM's random allocations, a synthetic transformer training loop, a multi-stream
-//! producer/consumer, and PyTorch's own traces from a fixture folder) run through
+//! producer/consumer, vLLM's new stream per call, and PyTorch's own traces from a fixture
+//! folder) run through
 //! (a) blockpool with PyTorch's policy, (b) blockpool's other configurations, (c) cubecl's
 //! `MemoryManagement`, (d) no caching and (e) the system allocator, in one process, and the
 //! results are printed as tables (and JSON) with every ratio taken within this one run.
 //!
 //! ```text
 //! cargo run --release --manifest-path benches/compare/Cargo.toml -- [--quick]
-//!     [--memtrace PATH] [--fixtures DIR] [--json PATH|-] [--seed N]
+//!     [--only FAMILY]... [--memtrace PATH] [--fixtures DIR] [--json PATH|-] [--seed N]
 //! ```
 //!
 //! `ops.rs` is the stream format, `workloads/` builds the streams, `subjects/` adapts the
@@ -33,7 +34,7 @@ use subjects::blockpool::Blockpool;
 use subjects::Subject;
 
 /// blockpool's other policies (b): configurations of its knobs, key and config string.
-const POLICIES: [(&str, &str); 4] = [
+const POLICIES: [(&str, &str); 5] = [
     // What PyTorch's own out-of-memory message recommends against fragmentation: large cached
     // blocks are not split for smaller requests.
     ("b1", "max_split_size_mb:64"),
@@ -44,14 +45,18 @@ const POLICIES: [(&str, &str); 4] = [
     ("b3", "expandable_segments:True"),
     // blockpool's own: memory cached for one stream serves another after a device-side wait.
     ("b4", "stream_reuse:ordered"),
+    // With fewer distinct sizes too: stream-ordered reuse on top of (b2).
+    ("b5", "stream_reuse:ordered,roundup_power2_divisions:4"),
 ];
 
-const USAGE: &str = "usage: blockpool-compare [--quick] [--memtrace PATH] [--fixtures DIR] [--json PATH|-] [--seed N]";
+const USAGE: &str = "usage: blockpool-compare [--quick] [--only FAMILY] [--memtrace PATH] [--fixtures DIR] [--json PATH|-] [--seed N]";
 
 /// The command line.
 #[derive(Debug)]
 struct Args {
     quick: bool,
+    /// Run only the workloads of these families (`random`, `multi_stream`, ...); all if empty.
+    only: Vec<String>,
     memtrace: Option<PathBuf>,
     fixtures: PathBuf,
     json: Option<PathBuf>,
@@ -61,6 +66,7 @@ struct Args {
 fn parse_args() -> anyhow::Result<Option<Args>> {
     let mut args = Args {
         quick: false,
+        only: Vec::new(),
         memtrace: None,
         fixtures: Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../allocator-tests/fixtures/pytorch-snapshots"),
@@ -76,6 +82,9 @@ fn parse_args() -> anyhow::Result<Option<Args>> {
         };
         match arg.as_str() {
             "--quick" => args.quick = true,
+            "--only" => args
+                .only
+                .push(value("--only")?.to_string_lossy().into_owned()),
             "--memtrace" => args.memtrace = Some(value("--memtrace")?.into()),
             "--fixtures" => args.fixtures = value("--fixtures")?.into(),
             "--json" => args.json = Some(value("--json")?.into()),
@@ -127,8 +136,13 @@ fn run() -> anyhow::Result<()> {
     subjects.push(Box::new(subjects::no_cache::NoCache));
     subjects.push(Box::new(subjects::system::System));
 
-    let (synthetic, repeat) = synthetic_workloads(args.quick, args.seed);
-    let fixtures = load_fixtures(&args.fixtures)?;
+    let (mut synthetic, repeat) = synthetic_workloads(args.quick, args.seed);
+    let mut fixtures = load_fixtures(&args.fixtures)?;
+    if !args.only.is_empty() {
+        let picked = |family: &str| args.only.iter().any(|f| f == family);
+        synthetic.retain(|w| picked(w.family));
+        fixtures.retain(|(_, f)| picked(f.workload.family));
+    }
 
     let mut rows = Vec::new();
     let all = synthetic

@@ -120,6 +120,38 @@ fn the_state_of_many_streams_is_released_when_their_caches_empty() {
     assert_eq!(list.len(), 0);
     assert_eq!(list.streams.len(), MAX_IDLE_STREAM_LISTS);
     assert_eq!(list.idle, empty_lists(&list));
+    assert_eq!(
+        list.spare.len(),
+        MAX_IDLE_STREAM_LISTS,
+        "as many spares kept, the rest dropped"
+    );
+}
+
+#[test]
+fn a_new_stream_takes_a_spare_list_emptied_by_another() {
+    let mut list = FreeList::default();
+    for stream in 0..=MAX_IDLE_STREAM_LISTS as u64 {
+        list.insert(key(stream, 12 << 20, stream));
+        assert!(list.remove(&key(stream, 12 << 20, stream)));
+    }
+    assert_eq!(
+        list.spare.len(),
+        1,
+        "the ninth emptied list left as a spare"
+    );
+    let grown = list.spare[0].classes.len();
+    assert!(grown > 0, "it grew its classes for a 12 MiB block");
+    list.insert(key(100, 12 << 20, 0));
+    assert_eq!(list.spare.len(), 0, "stream 100 took it");
+    assert_eq!(
+        list.stream(StreamId(100)).map(|l| l.classes.len()),
+        Some(grown)
+    );
+    assert_eq!(
+        list.best_fit(StreamId(100), 4096),
+        Some(key(100, 12 << 20, 0))
+    );
+    assert_eq!(list.len(), 1);
 }
 
 #[test]
