@@ -16,7 +16,10 @@
 //!   remainder cached; freed blocks merge with free neighbours in their segment.
 //! * **Streams.** Memory freed on one stream is never handed to another while cached. A block
 //!   also used on other streams ([`Allocation::record_stream`]) is reused only after events
-//!   recorded on those streams at free time have completed.
+//!   recorded on those streams at free time have completed. With `stream_reuse:ordered`
+//!   ([`config::StreamReuse`]) a stream that misses its own cache takes another stream's
+//!   cached blocks after waiting for that stream's work on the device, and `record_stream`
+//!   frees are ordered the same way instead of waiting.
 //! * **Out of memory.** When the device refuses, cached memory is released step by step and
 //!   the request retried; a final failure is an [`Error::OutOfMemory`] whose message gives the
 //!   request, capacity, free, allocated and reserved-but-unallocated bytes.

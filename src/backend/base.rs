@@ -64,6 +64,10 @@ pub trait Backend: Send + Sync + 'static {
     fn alloc_segment(&self, device: DeviceIndex, size_bytes: usize) -> Result<u64, BackendError>;
 
     /// Returns a segment obtained from [`Backend::alloc_segment`] with the same size.
+    ///
+    /// Must not return before work already queued that may use the segment has finished, as
+    /// `cuMemFree` waits for the device: the allocator frees only cached segments, whose last
+    /// uses may still be running on their streams.
     fn free_segment(
         &self,
         device: DeviceIndex,
@@ -184,6 +188,10 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Unmaps and frees exactly one earlier [`Backend::map_memory`]`(ptr, size_bytes)`
     /// (`cuMemUnmap`, `cuMemRelease`).
+    ///
+    /// As [`Backend::free_segment`], must not unmap before work already queued that may use
+    /// the memory has finished; `cuMemUnmap` does not wait by itself (`CudaBackend`
+    /// synchronizes the device first).
     ///
     /// The default fails with [`BackendError::Unsupported`].
     fn unmap_memory(

@@ -7,7 +7,7 @@
 
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
-use crate::backend::{Backend, StreamId};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 
 impl<E> DeviceAllocator<E> {
@@ -114,19 +114,6 @@ impl<E> DeviceAllocator<E> {
             }
         }
         result
-    }
-
-    /// Blocks until the work queued so far on `stream` has completed (an event recorded now,
-    /// waited for).
-    pub(crate) fn synchronize_stream<B: Backend<Event = E>>(
-        &mut self,
-        backend: &B,
-        stream: StreamId,
-    ) -> Result<()> {
-        let event = backend.record_event(self.device, stream)?;
-        let synced = backend.synchronize_event(&event);
-        backend.release_event(event);
-        Ok(synced?)
     }
 
     fn event_completed(&mut self, id: BlockId) -> Result<()> {

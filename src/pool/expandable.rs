@@ -404,9 +404,6 @@ impl<E> DeviceAllocator<E> {
         if !self.blocks.has_room() {
             return Err(TOO_MANY_BLOCKS);
         }
-        // Unlike freeing a segment, unmapping does not wait for the device: work queued on the
-        // block's stream may still use the memory (as PyTorch, synchronize that stream first).
-        self.synchronize_stream(backend, stream)?;
         let mut unmapped_end = begin;
         let mut failure = None;
         while unmapped_end < end {

@@ -82,7 +82,7 @@ struct Model {
     uses: Vec<Use>,
     /// Addresses handed out, in order (for comparing two policies).
     handed_out: Vec<u64>,
-    /// Segments the device has freed so far.
+    /// Segments the device has freed and units it has unmapped, so far.
     segment_frees: u64,
 }
 
@@ -179,9 +179,11 @@ impl Model {
     }
 
     /// Freeing a segment (`cuMemFree`) waits for all work on the device, which PyTorch's
-    /// allocator relies on too: every use before it is done.
+    /// allocator relies on too, and a backend unmaps memory only after the same wait
+    /// (`Backend::unmap_memory`): every use before either is done.
     fn forget_if_synchronized(&mut self) {
-        let frees = self.sim.calls(0).segment_frees;
+        let calls = self.sim.calls(0);
+        let frees = calls.segment_frees + calls.unmaps;
         if frees != self.segment_frees {
             self.segment_frees = frees;
             self.uses.clear();
