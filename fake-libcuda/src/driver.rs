@@ -177,8 +177,22 @@ struct Event {
     device: usize,
     /// The stream of the last record, if any.
     stream: Option<usize>,
-    /// How many more `cuEventQuery` calls answer not-ready.
+    /// The last record (an index into `Driver::records`), if any.
+    record: Option<usize>,
+}
+
+/// One `cuEventRecord`: the work before it, as the fake sees it. A wait on an event
+/// (`cuStreamWaitEvent`) holds on to the record it was made for, as CUDA does, so an event
+/// recorded again for something else does not change what a stream waits for.
+///
+/// Only records still pending are kept: an id with no record is complete.
+struct Record {
+    device: usize,
+    stream: usize,
+    /// How many more queries answer not-ready.
     pending: u32,
+    /// Records the stream waited for before this one was made: it completes after them.
+    after: Vec<usize>,
 }
 
 struct Driver {
@@ -193,6 +207,11 @@ struct Driver {
     allocations: BTreeMap<u64, Allocation>,
     host: HashMap<usize, HostAllocation>,
     events: HashMap<usize, Event>,
+    /// The event records not known to be complete, by id.
+    records: HashMap<usize, Record>,
+    next_record: usize,
+    /// Stream handle -> the records its later work waits for (`cuStreamWaitEvent`).
+    waits: HashMap<usize, Vec<usize>>,
     /// Stream handle -> device.
     streams: HashMap<usize, usize>,
     next_handle: usize,
@@ -304,6 +323,9 @@ impl Driver {
             allocations: BTreeMap::new(),
             host: HashMap::new(),
             events: HashMap::new(),
+            records: HashMap::new(),
+            next_record: 0,
+            waits: HashMap::new(),
             streams: HashMap::new(),
             next_handle: 0,
             counts: Counts::default(),
@@ -429,13 +451,63 @@ impl Driver {
         Ok(())
     }
 
-    /// Marks every event recorded on `device` (on `stream`, when given) complete.
+    /// Marks every event recorded on `device` (on `stream`, when given) complete, with what
+    /// their streams waited for.
     fn complete_events(&mut self, device: usize, stream: Option<usize>) {
-        for event in self.events.values_mut() {
-            if event.device == device && (stream.is_none() || event.stream == stream) {
-                event.pending = 0;
+        let records: Vec<usize> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.device == device && stream.map_or(true, |s| r.stream == s))
+            .map(|(&id, _)| id)
+            .collect();
+        for record in records {
+            self.complete_record(record);
+        }
+    }
+
+    /// Completes `record` and every record it waits for.
+    fn complete_record(&mut self, record: usize) {
+        let mut todo = vec![record];
+        while let Some(id) = todo.pop() {
+            if let Some(r) = self.records.remove(&id) {
+                todo.extend(r.after);
             }
         }
+    }
+
+    /// A query of `record`: each record on the way that still counts down answers not-ready
+    /// once more; complete when it and everything it waits for are.
+    fn query_record(&mut self, record: usize) -> bool {
+        let mut done = true;
+        let mut todo = vec![record];
+        while let Some(id) = todo.pop() {
+            let Some(r) = self.records.get_mut(&id) else {
+                continue;
+            };
+            if r.pending > 0 {
+                r.pending -= 1;
+                done = false;
+            }
+            todo.extend(r.after.iter().copied());
+        }
+        if done {
+            // Nothing before it can be pending again: forget the chain.
+            self.complete_record(record);
+        }
+        done
+    }
+
+    /// Whether `record` and what it waits for are complete, without counting a query.
+    fn record_done(&self, record: usize) -> bool {
+        let mut todo = vec![record];
+        while let Some(id) = todo.pop() {
+            match self.records.get(&id) {
+                Some(r) if r.pending > 0 => return false,
+                Some(r) => todo.extend(r.after.iter().copied()),
+                None => {}
+            }
+        }
+        true
     }
 
     fn counts(&self) -> Counts {

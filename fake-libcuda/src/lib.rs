@@ -39,7 +39,9 @@
 //! - `blockpoolFakeCudaCounts(*mut` [`FakeCudaCounts`]`)` fills in what is live and how many
 //!   calls were made, so a test can check that everything was given back.
 //! - `blockpoolFakeCudaSetEventDelay(u32)` sets the event delay at run time (`u32::MAX`: pending
-//!   until synchronized), so a test can hold a stream busy.
+//!   until synchronized), so a test can hold a stream busy. A stream that waits on a pending
+//!   event (`cuStreamWaitEvent`) holds back the events recorded on it afterwards until that
+//!   record completes, as the device would: a test can see whether a wait was made.
 //! - `blockpoolFakeCudaFailNext(const char *call, u32 code, u32 times)` makes the next `times`
 //!   calls of the driver function `call` fail with `code` (one of the driver's codes), so a
 //!   test reaches its caller's error paths: `cuMemAlloc_v2`, `cuMemFree_v2`, `cuEventCreate`,

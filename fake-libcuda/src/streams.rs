@@ -1,6 +1,7 @@
 //! The fake driver's streams and events. Work runs at once, so events complete when recorded,
 //! unless the event delay keeps them pending until a query count, a synchronize of their
-//! event, stream or context.
+//! event, stream or context, or a stream waits (`cuStreamWaitEvent`) on an event still
+//! pending: its events recorded afterwards complete only after that one.
 
 use super::*;
 
@@ -27,6 +28,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut *mut c_void, flags: c_uint)
 pub extern "C" fn cuStreamDestroy_v2(stream: *mut c_void) -> u32 {
     with_driver(|d| {
         d.stream_device(stream as usize)?;
+        d.waits.remove(&(stream as usize));
         d.streams
             .remove(&(stream as usize))
             .map(drop)
@@ -58,6 +60,8 @@ pub extern "C" fn cuStreamSynchronize(stream: *mut c_void) -> u32 {
 }
 
 /// `cuStreamWaitEvent`: both must be live; the event may be another device's, as CUDA allows.
+/// Events recorded on the stream afterwards complete only once the event's last record has
+/// (a never-recorded event is complete, so waiting on it does nothing).
 #[no_mangle]
 pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, event: *mut c_void, flags: c_uint) -> u32 {
     with_driver(|d| {
@@ -66,6 +70,13 @@ pub extern "C" fn cuStreamWaitEvent(stream: *mut c_void, event: *mut c_void, fla
         // CU_EVENT_WAIT_DEFAULT (0) or CU_EVENT_WAIT_EXTERNAL (1).
         if flags > 1 {
             return Err(code::INVALID_VALUE);
+        }
+        let record = d.events.get(&(event as usize)).and_then(|e| e.record);
+        if let Some(record) = record.filter(|&r| !d.record_done(r)) {
+            let mut waits = d.waits.remove(&(stream as usize)).unwrap_or_default();
+            waits.retain(|&r| !d.record_done(r));
+            waits.push(record);
+            d.waits.insert(stream as usize, waits);
         }
         Ok(())
     })
@@ -91,7 +102,7 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut *mut c_void, flags: c_uint) -
             Event {
                 device,
                 stream: None,
-                pending: 0,
+                record: None,
             },
         );
         write(event, handle as *mut c_void)
@@ -105,7 +116,9 @@ pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> u32 
         let device = d.stream_device(stream as usize)?;
         d.event_device(event as usize)?;
         d.injected("cuEventRecord")?;
-        let delay = d.event_delay;
+        let record = d.next_record;
+        d.next_record += 1;
+        let after = d.waits.get(&(stream as usize)).cloned().unwrap_or_default();
         let event = d
             .events
             .get_mut(&(event as usize))
@@ -114,7 +127,18 @@ pub extern "C" fn cuEventRecord(event: *mut c_void, stream: *mut c_void) -> u32 
             return Err(code::INVALID_HANDLE);
         }
         event.stream = Some(stream as usize);
-        event.pending = delay;
+        event.record = Some(record);
+        let pending = d.event_delay;
+        if pending > 0 || !after.is_empty() {
+            let stream = stream as usize;
+            let record_of = Record {
+                device,
+                stream,
+                pending,
+                after,
+            };
+            d.records.insert(record, record_of);
+        }
         d.counts.event_records += 1;
         Ok(())
     })
@@ -132,29 +156,28 @@ pub extern "C" fn cuEventQuery(event: *mut c_void) -> u32 {
         driver.counts.errors += 1;
         return code;
     }
-    match driver.events.get_mut(&(event as usize)) {
+    match driver.events.get(&(event as usize)).map(|e| e.record) {
         None => {
             driver.counts.errors += 1;
             code::INVALID_HANDLE
         }
-        Some(event) if event.pending > 0 => {
-            event.pending -= 1;
-            code::NOT_READY
-        }
+        Some(Some(record)) if !driver.query_record(record) => code::NOT_READY,
         Some(_) => code::SUCCESS,
     }
 }
 
-/// `cuEventSynchronize`: completes the event.
+/// `cuEventSynchronize`: completes the event, and what its stream waited for before it.
 #[no_mangle]
 pub extern "C" fn cuEventSynchronize(event: *mut c_void) -> u32 {
     with_driver(|d| {
         d.event_device(event as usize)?;
         let event = d
             .events
-            .get_mut(&(event as usize))
+            .get(&(event as usize))
             .ok_or(code::INVALID_HANDLE)?;
-        event.pending = 0;
+        if let Some(record) = event.record {
+            d.complete_record(record);
+        }
         Ok(())
     })
 }

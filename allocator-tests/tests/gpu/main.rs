@@ -12,6 +12,7 @@ mod cudarc_api;
 mod fake_driver;
 mod kernels;
 mod memory;
+mod ordered;
 
 use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, CachingAllocator};
