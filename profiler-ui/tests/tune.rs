@@ -321,3 +321,73 @@ fn tune_agrees_with_replay_on_the_project_fixtures() {
 fn external_tune_agrees_with_replay() {
     check_against_replay(&external_snapshot_names());
 }
+
+/// A new stream for each of 5 calls, each allocating 40 MiB and freeing it, recorded as
+/// PyTorch serves them: no stream reuses another's cached block, so the recording reserves
+/// 200 MiB for 40 MiB live.
+fn stream_per_call() -> String {
+    let mut lines = vec![r#"{"blockpool_trace":1}"#.to_string()];
+    let size = 40 * MIB;
+    let mut address = 0x7f00_0000_0000u64;
+    for (call, stream) in (1..=5).enumerate() {
+        for event in ["segment_alloc", "alloc", "free_requested", "free_completed"] {
+            let requested = if event == "segment_alloc" {
+                String::new()
+            } else {
+                format!(r#","requested":{size}"#)
+            };
+            lines.push(format!(
+                r#"{{"event":"{event}","device":0,"addr":{address},"size":{size}{requested},"stream":{stream},"time_us":{}}}"#,
+                call + 1
+            ));
+        }
+        address += size;
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn a_recording_on_many_streams_gets_the_stream_ordered_policy_under_blockpools_variable() {
+    let path = scratch("stream_per_call.jsonl", &stream_per_call());
+    let report = json("tune", &path, &[]);
+    assert_eq!(report["recorded_peak_reserved_bytes"], 200 * MIB);
+    assert_eq!(row(&report, "recorded")["peak_reserved_bytes"], 200 * MIB);
+    let ordered = row(&report, "stream_reuse:ordered");
+    assert_eq!(ordered["peak_reserved_bytes"], 40 * MIB);
+    assert_eq!(ordered["segment_allocs"], 1);
+    assert_eq!(replayed_peak(&path, "stream_reuse:ordered", &[]), 40 * MIB);
+    let recommended = &report["recommended"];
+    assert_eq!(recommended["variable"], "BLOCKPOOL_ALLOC_CONF");
+    assert_eq!(recommended["config"], "stream_reuse:ordered");
+    assert_eq!(recommended["saved_bytes"], 160 * MIB);
+
+    let output = memtrace(&["tune", &path]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("use:        BLOCKPOOL_ALLOC_CONF=stream_reuse:ordered\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PyTorch's allocator has no such key"),
+        "{text}"
+    );
+
+    // One stream: the policy is not tried.
+    let one = json(
+        "tune",
+        &scratch("growing_1.jsonl", &growing_requests()),
+        &[],
+    );
+    let changes: Vec<&str> = one["ranked"]
+        .as_array()
+        .expect("ranked")
+        .iter()
+        .filter_map(|t| t["change"].as_str())
+        .collect();
+    assert!(
+        !changes.iter().any(|c| c.contains("stream_reuse")),
+        "{changes:?}"
+    );
+    assert_eq!(one["recommended"]["variable"], "PYTORCH_CUDA_ALLOC_CONF");
+}

@@ -481,14 +481,16 @@ const CAUSES: [(&str, &str, &str); 5] = [
     (
         "in free blocks cached for other streams",
         "other_streams",
-        "a block is reused only on the stream that freed it: allocate on fewer streams, or \
-         synchronize and empty_cache() before moving work to another",
+        "a block is reused only on the stream that freed it: allocate on fewer streams, \
+         synchronize and empty_cache() before moving work to another, or with blockpool set \
+         stream_reuse:ordered, which `memtrace tune` replays",
     ),
     (
         "in blocks freed but waiting on other streams (record_stream)",
         "pending_free",
         "record_stream keeps a block until every stream that used it is done: free it after \
-         synchronizing those streams instead",
+         synchronizing those streams instead, or with blockpool set stream_reuse:ordered, \
+         which orders its reuse on the device",
     ),
     (
         "in oversize blocks max_split_size_mb keeps whole",

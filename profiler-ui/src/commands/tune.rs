@@ -21,12 +21,14 @@ use crate::cli::TuneArgs;
 use crate::load::load_trace;
 use crate::output::Output;
 use anyhow::Context as _;
+use blockpool::config::StreamReuse;
 use blockpool::trace::file::TraceFormat;
 use blockpool::trace::Snapshot;
+use blockpool::{AllocatorConfig, StreamId};
 use candidates::Candidate;
 use indicatif::ProgressBar;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The least share of the recorded settings' replayed peak a candidate must save to be
@@ -119,7 +121,10 @@ pub struct Tried {
 /// The settings to use.
 #[derive(Debug, Serialize)]
 pub struct Recommendation {
-    /// The value of `PYTORCH_CUDA_ALLOC_CONF`.
+    /// The variable to set: `PYTORCH_CUDA_ALLOC_CONF`, or `BLOCKPOOL_ALLOC_CONF` for settings
+    /// only blockpool has (`stream_reuse`), which PyTorch's own allocator would refuse.
+    pub variable: &'static str,
+    /// Its value.
     pub config: String,
     /// What it changes from the recording's settings.
     pub change: String,
@@ -153,7 +158,13 @@ pub fn tune(
         recorded_config(args.config.as_ref(), snapshot);
     let prepared = Prepared::new(snapshot, format, device)?;
     let (capacity_bytes, capacity_source) = prepared.capacity(args.capacity);
-    let candidates = candidates::grid(&recorded_config, capacity_source != "default", &args.tries);
+    let streams: BTreeSet<StreamId> = prepared.events().iter().map(|e| e.stream).collect();
+    let candidates = candidates::grid(
+        &recorded_config,
+        capacity_source != "default",
+        streams.len(),
+        &args.tries,
+    );
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -328,7 +339,14 @@ fn recommend(ranked: &[Tried]) -> Option<Recommendation> {
         best.peak_reserved_bytes as f64 <= baseline.peak_reserved_bytes as f64 * (1.0 - MIN_SAVING);
     let better = best.out_of_memory < baseline.out_of_memory
         || best.out_of_memory == baseline.out_of_memory && saves;
+    let blockpool_only = AllocatorConfig::parse(&best.config)
+        .is_ok_and(|c| c.stream_reuse() != StreamReuse::Compatible);
     (!best.baseline && better).then(|| Recommendation {
+        variable: if blockpool_only {
+            blockpool::config::ENV_VAR
+        } else {
+            blockpool::config::PYTORCH_ENV_VAR
+        },
         config: best.config.clone(),
         change: best.change.clone(),
         peak_reserved_bytes: best.peak_reserved_bytes,

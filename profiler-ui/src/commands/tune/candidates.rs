@@ -1,8 +1,9 @@
 //! The settings `memtrace tune` tries: the recording's own, then each PyTorch setting that
-//! changes how memory is cached, one or two at a time on top of the recording's, then any the
-//! user adds with `--try`.
+//! changes how memory is cached, one or two at a time on top of the recording's, blockpool's
+//! stream-ordered policy when the recording used several streams, then any the user adds with
+//! `--try`.
 
-use blockpool::config::AllocatorConfigBuilder;
+use blockpool::config::{AllocatorConfigBuilder, StreamReuse};
 use blockpool::AllocatorConfig;
 
 /// `max_split_size_mb` values tried: from just above the large-block size to a large model's
@@ -29,10 +30,12 @@ pub struct Candidate {
 
 /// The candidates for a recording made under `recorded`: the recording's first, then the
 /// grid, then `extra` (`--try`), without repeats. `capacity_known` adds the garbage-collection
-/// thresholds, which act only under a memory limit.
+/// thresholds, which act only under a memory limit; `streams` above 1 adds
+/// `stream_reuse:ordered`, alone and with `roundup_power2_divisions:4`.
 pub fn grid(
     recorded: &AllocatorConfig,
     capacity_known: bool,
+    streams: usize,
     extra: &[AllocatorConfig],
 ) -> Vec<Candidate> {
     let mut changes: Vec<(String, AllocatorConfigBuilder)> = Vec::new();
@@ -66,6 +69,18 @@ pub fn grid(
             .expandable_segments(expandable)
             .roundup_power2_divisions(4),
     ));
+    if streams > 1 && recorded.stream_reuse() != StreamReuse::Ordered {
+        changes.push((
+            "stream_reuse:ordered".to_string(),
+            from().stream_reuse(StreamReuse::Ordered),
+        ));
+        changes.push((
+            "stream_reuse:ordered,roundup_power2_divisions:4".to_string(),
+            from()
+                .stream_reuse(StreamReuse::Ordered)
+                .roundup_power2_divisions(4),
+        ));
+    }
     if capacity_known {
         for threshold in GC_THRESHOLDS {
             // PyTorch collects only under a memory fraction; 1.0 is the whole device.
@@ -131,7 +146,7 @@ mod tests {
     #[test]
     fn the_grid_changes_the_recorded_settings_one_setting_at_a_time() {
         let recorded = AllocatorConfig::default();
-        let candidates = grid(&recorded, false, &[]);
+        let candidates = grid(&recorded, false, 1, &[]);
         assert_eq!(
             changes(&candidates),
             [
@@ -159,7 +174,7 @@ mod tests {
         let recorded = AllocatorConfig::parse("expandable_segments:True,max_split_size_mb:256")
             .expect("valid");
         let extra = [AllocatorConfig::parse("max_split_size_mb:1024").expect("valid")];
-        let candidates = grid(&recorded, true, &extra);
+        let candidates = grid(&recorded, true, 1, &extra);
         let listed = changes(&candidates);
         assert_eq!(listed[1], "expandable_segments:False");
         assert!(!listed.contains(&"max_split_size_mb:256"), "{listed:?}");
@@ -183,7 +198,7 @@ mod tests {
     #[test]
     fn a_try_equal_to_a_candidate_is_not_replayed_twice() {
         let extra = [AllocatorConfig::parse("expandable_segments:True").expect("valid")];
-        let candidates = grid(&AllocatorConfig::default(), false, &extra);
+        let candidates = grid(&AllocatorConfig::default(), false, 1, &extra);
         assert_eq!(candidates.len(), 10);
     }
 }

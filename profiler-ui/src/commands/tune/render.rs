@@ -75,7 +75,13 @@ pub fn render(report: &TuneReport) -> String {
     text.push('\n');
     match &report.recommended {
         Some(best) => {
-            let _ = writeln!(text, "use:        PYTORCH_CUDA_ALLOC_CONF={}", best.config);
+            let _ = writeln!(text, "use:        {}={}", best.variable, best.config);
+            if best.variable != blockpool::config::PYTORCH_ENV_VAR {
+                text.push_str(
+                    "            (blockpool's own setting: PyTorch's allocator has no such key; it \
+                     acts where blockpool allocates, as with torch-plugin)\n",
+                );
+            }
             let baseline = best.peak_reserved_bytes as i128 + best.saved_bytes;
             let _ = write!(
                 text,
