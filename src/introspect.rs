@@ -22,10 +22,17 @@
 
 use crate::backend::DeviceIndex;
 use crate::error::Result;
-use crate::pool::{AdoptError, AdoptSegment, InvariantViolation, SegmentView};
+
+/// PyTorch's sizing rules, as the pool applies them (rounding, pools, segment sizes).
+pub use crate::pool::sizing;
+/// The pool's bookkeeping types, as [`Introspect`] shows them (the pool itself is private).
+pub use crate::pool::{
+    AdoptBlock, AdoptError, AdoptSegment, BlockId, BlockState, BlockView, InvariantViolation,
+    PoolKind, SegmentView,
+};
 use crate::trace::MemoryTotals;
 #[cfg(doc)]
-use crate::{pool::DeviceAllocator, CachingAllocator, DeviceStats};
+use crate::{CachingAllocator, DeviceStats};
 
 /// Bookkeeping access for replay tools and tests; not needed to allocate (see the
 /// [module docs](self)). Implemented for [`CachingAllocator`]; sealed, so that methods can be
@@ -34,18 +41,20 @@ pub trait Introspect: sealed::Sealed {
     /// Segments of `device` with their blocks, lowest address first.
     fn segments(&self, device: DeviceIndex) -> Result<Vec<SegmentView>>;
 
-    /// Checks every bookkeeping invariant of `device` (see
-    /// [`DeviceAllocator::check_invariants`]); a bad index is a violation too.
+    /// Checks every bookkeeping invariant of `device`: blocks tile their segments, free
+    /// neighbours of one stream are merged, the free lists hold exactly the free blocks, and
+    /// every current statistic equals what the blocks imply. A bad index is a violation too.
     fn check_invariants(&self, device: DeviceIndex) -> Result<(), InvariantViolation>;
 
-    /// Takes over a segment that already exists on `device` with its live blocks (see
-    /// [`DeviceAllocator::adopt_segment`]) and returns the address of each live block,
+    /// Takes over a segment that already exists on `device` with its live blocks (a segment
+    /// of its size from the backend, each live block at its offset, each gap cached) and
+    /// returns the address of each live block,
     /// lowest first. Each is a raw allocation from then on: free it with
     /// [`CachingAllocator::free`].
     ///
     /// ```
     /// use blockpool::introspect::Introspect;
-    /// use blockpool::pool::{AdoptBlock, AdoptSegment, PoolKind};
+    /// use blockpool::introspect::{AdoptBlock, AdoptSegment, PoolKind};
     /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
     ///
     /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());

@@ -86,12 +86,12 @@
 //!  checkpoint (recompute-for-memory planners) over pool's sizing rules and config
 //! ```
 //!
-//! In words: [`backend`] imports nothing of the crate; [`event`] only [`StreamId`]; [`pool`]
+//! In words: [`backend`] imports nothing of the crate; [`event`] only [`StreamId`]; `pool`
 //! takes [`backend`], [`event`], [`config`], [`stats`] and [`error`]; [`trace`] reads
-//! [`pool`]'s kinds and rules and [`event`]'s model, and [`pool`] never imports [`trace`];
+//! `pool`'s kinds and rules and [`event`]'s model, and `pool` never imports [`trace`];
 //! [`CachingAllocator`] sits on all of them; [`cuda`] implements [`Backend`] and wraps
 //! [`TypedAllocation`]. `unsafe` lives only in [`cuda`] (driver calls, each with a
-//! `// SAFETY:` comment) and [`host`] (views of pinned memory); [`pool`] forbids it.
+//! `// SAFETY:` comment) and [`host`] (views of pinned memory); `pool` forbids it.
 //!
 //! Files: one idea each, under about 600 lines. A folder whose module only declares and
 //! re-exports has a `mod.rs`; a module with code of its own and submodules is `foo.rs` beside
@@ -101,7 +101,7 @@
 //! |---|---|
 //! | [`backend`] | the [`Backend`] trait (segments, streams, events) and [`SimBackend`] |
 //! | [`event`] | the event model: [`TraceEvent`], contexts and [`annotate`], history settings and the per-device ring |
-//! | [`pool`] | pure bookkeeping: sizing rules, blocks, free lists, one device's allocator |
+//! | `pool` (private) | pure bookkeeping: sizing rules, blocks, free lists, one device's allocator; its types and sizing rules are shown through [`introspect`] |
 //! | [`CachingAllocator`] | one pool per device behind a mutex, per-device [`DeviceView`]s, owning handles ([`Allocation`], and [`TypedAllocation`]: one seen as `len` elements of a type), raw pointers, history recording ([`CachingAllocator::record_memory_history`]), [`CachingAllocator::snapshot`] |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
 //! | [`stats`] | PyTorch-compatible statistics and `memory_summary` |
@@ -143,7 +143,7 @@ pub mod global;
 pub mod host;
 pub mod introspect;
 pub mod leak;
-pub mod pool;
+pub(crate) mod pool;
 pub mod stats;
 pub mod testing;
 pub mod trace;

@@ -497,7 +497,7 @@ fn a_freed_allocation_is_not_seen_in_a_block_allocated_while_tracking_was_off() 
 #[test]
 fn adopted_blocks_are_not_taken_for_the_allocation_freed_before_in_their_slot() {
     use blockpool::introspect::Introspect;
-    use blockpool::pool::{AdoptBlock, AdoptSegment, PoolKind};
+    use blockpool::introspect::{AdoptBlock, AdoptSegment, PoolKind};
     let (_, alloc) = new_allocator();
     drop(alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap());
     alloc.empty_cache().unwrap();

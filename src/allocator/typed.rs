@@ -48,7 +48,7 @@ pub fn byte_len<T>(len: usize) -> Result<usize, BufferError> {
 /// let alloc = CachingAllocator::new(sim.clone(), AllocatorConfig::default());
 /// let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1000, StreamId(1))?;
 /// assert_eq!((buf.len(), buf.num_bytes()), (1000, 4000));
-/// buf.use_on_stream(StreamId(2))?; // read by work queued on stream 2
+/// buf.record_stream(StreamId(2))?; // read by work queued on stream 2
 /// let ptr = buf.ptr();
 /// drop(buf);
 /// // Stream 2 has not run yet: the block is not handed out again.
@@ -123,10 +123,12 @@ impl<T, B: Backend> TypedAllocation<T, B> {
         self.allocation
     }
 
-    /// Notes that work queued on `stream` uses the memory. For a stream other than the
-    /// buffer's own this is `record_stream`: when freed, the block is reused only after the
-    /// work queued on `stream` by then has completed. Using the own stream records nothing.
-    pub fn use_on_stream(&self, stream: StreamId) -> Result<(), BufferError> {
+    /// Notes that work queued on `stream` uses the memory, as
+    /// [`Allocation::record_stream`] (the one name for it, as in PyTorch): when freed, the
+    /// block is reused only after the work queued on `stream` by then has completed (or,
+    /// under `stream_reuse:ordered`, once the buffer's stream waits for it). Using the own
+    /// stream records nothing.
+    pub fn record_stream(&self, stream: StreamId) -> Result<(), BufferError> {
         if stream != self.stream() {
             self.allocation.record_stream(stream)?;
         }
@@ -219,7 +221,7 @@ mod tests {
         let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 0, StreamId(0)).unwrap();
         assert!(buf.is_empty());
         assert_eq!((buf.ptr(), buf.num_bytes()), (0, 0));
-        buf.use_on_stream(StreamId(3)).unwrap();
+        buf.record_stream(StreamId(3)).unwrap();
         assert_eq!(sim.calls(0).segment_allocs, 0);
     }
 
@@ -228,7 +230,7 @@ mod tests {
         let (sim, alloc) = allocator();
         let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId(1)).unwrap();
         let ptr = buf.ptr();
-        buf.use_on_stream(StreamId(2)).unwrap();
+        buf.record_stream(StreamId(2)).unwrap();
         drop(buf);
         let other = alloc.allocate(0, 4096, StreamId(1)).unwrap();
         assert_ne!(
@@ -251,7 +253,7 @@ mod tests {
         let (_, alloc) = allocator();
         let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId(1)).unwrap();
         let ptr = buf.ptr();
-        buf.use_on_stream(StreamId(1)).unwrap();
+        buf.record_stream(StreamId(1)).unwrap();
         drop(buf);
         let again = alloc.allocate(0, 4096, StreamId(1)).unwrap();
         assert_eq!(

@@ -285,7 +285,7 @@ impl<T> DeviceBuffer<T> {
     /// buffer's own stream; the errors of [`check_stream`](Self::check_stream) otherwise.
     pub fn record_stream(&self, stream: &CudaStream) -> Result<(), BufferError> {
         self.check_stream(stream)?;
-        self.typed.use_on_stream(CudaBackend::stream_id(stream))
+        self.typed.record_stream(CudaBackend::stream_id(stream))
     }
 
     /// `record_stream` from a trait method that cannot return an error.

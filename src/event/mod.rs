@@ -1,5 +1,5 @@
 //! The event model: what the allocator records and with what context. A leaf that both the
-//! bookkeeping layer ([`pool`](crate::pool)) and the trace files ([`trace`](crate::trace))
+//! bookkeeping layer (`pool`, private) and the trace files ([`trace`](crate::trace))
 //! use; it does no I/O and starts no threads.
 //!
 //! - [`TraceEvent`], [`Action`], [`ContextId`]: one line of history, PyTorch's `TraceEntry`;

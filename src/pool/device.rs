@@ -139,12 +139,6 @@ impl<E> DeviceAllocator<E> {
         &self.config
     }
 
-    /// Bytes reserved from the device: sizes of fixed segments plus bytes mapped into
-    /// expandable segments.
-    pub fn reserved_bytes(&self) -> usize {
-        self.reserved
-    }
-
     pub(crate) fn pool_ref(&self, small: bool) -> &FreeList {
         if small {
             &self.small

@@ -92,11 +92,6 @@ impl<E> DeviceAllocator<E> {
         }
     }
 
-    /// Whether this device records events.
-    pub fn is_recording(&self) -> bool {
-        self.history.is_some()
-    }
-
     /// The recorded events, oldest first (empty when not recording).
     pub fn history(&self) -> Vec<TraceEvent> {
         self.history

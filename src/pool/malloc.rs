@@ -17,8 +17,11 @@ use crate::error::{Error, Result};
 
 impl<E> DeviceAllocator<E> {
     /// Allocates `size` bytes on `stream`: a cached block when one fits, else a new segment.
+    /// The allocator calls the halves itself (cache, callbacks, device); the pool's tests call
+    /// this.
     ///
     /// `size` must be non-zero (zero-byte requests never reach a device allocator).
+    #[cfg(test)]
     pub fn malloc<B: Backend<Event = E>>(
         &mut self,
         backend: &B,

@@ -18,10 +18,10 @@ pub mod sizing;
 mod stat_updates;
 mod views;
 
-pub use adopt::{AdoptBlock, AdoptError, AdoptSegment, AdoptedBlock};
+pub use adopt::{AdoptBlock, AdoptError, AdoptSegment};
 pub use block::{BlockId, BlockState};
 pub use device::{AllocatedBlock, DeviceAllocator};
 pub use free_list::PoolKind;
 pub use invariants::InvariantViolation;
-pub use release::{MallocStep, SegmentRequest};
+pub use release::MallocStep;
 pub use views::{BlockView, SegmentView};

@@ -460,3 +460,6 @@ impl<E> DeviceAllocator<E> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -54,14 +54,6 @@ pub struct BlockView {
 }
 
 impl<E> DeviceAllocator<E> {
-    /// The device address, size and state of the allocated block `id`.
-    pub fn allocated_block(&self, id: BlockId) -> Option<(u64, usize)> {
-        self.blocks
-            .get(id)
-            .filter(|b| b.state == BlockState::Allocated)
-            .map(|b| (b.addr, b.size))
-    }
-
     /// The block starting at `addr`, if any segment of this device has one.
     pub fn block_at(&self, addr: u64) -> Option<(BlockId, BlockState)> {
         let (_, segment) = self.segments.range(..=addr).next_back()?;

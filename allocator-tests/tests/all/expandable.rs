@@ -7,8 +7,8 @@
 //! 2 MiB aligned, with 2 MiB of unused space after it.
 
 use crate::support::{stat, valid};
+use blockpool::introspect::BlockState;
 use blockpool::introspect::Introspect;
-use blockpool::pool::BlockState;
 use blockpool::trace::Action;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId};
 

@@ -3,7 +3,7 @@
 //!
 //! Tests that annotate hold [`annotating`](crate::history::annotating) (see `history.rs`).
 
-use blockpool::pool::PoolKind;
+use blockpool::introspect::PoolKind;
 use blockpool::trace::perfetto::{annotation_intervals, write_perfetto, AnnotationInterval};
 use blockpool::trace::rmm::{read_rmm_csv, snapshot_from_rmm};
 use blockpool::trace::snapshot::{Block, Segment};

@@ -5,7 +5,7 @@
 //! every placement PyTorch's rules imply can be asserted exactly.
 
 use crate::support::{stat, valid};
-use blockpool::pool::BlockState;
+use blockpool::introspect::BlockState;
 use blockpool::{
     Allocation, AllocatorConfig, BackendError, CachingAllocator, Error, SimBackend, SimFault,
     StreamId,

@@ -336,7 +336,7 @@ mod tests {
                     address: 0,
                     size: 0x800,
                     stream: StreamId(3),
-                    pool: blockpool::pool::PoolKind::Small,
+                    pool: blockpool::introspect::PoolKind::Small,
                     expandable: false,
                     context: ContextId::NONE,
                     blocks: inside.iter().map(|&a| block(a)).collect(),

@@ -1,7 +1,7 @@
 //! Raw pointers the allocator must refuse: which live or freed pointer a `BadPointer` step
 //! picks, and the error the model predicts for it.
 
-use blockpool::pool::BlockState;
+use blockpool::introspect::BlockState;
 use blockpool::Error;
 use proptest::sample::Index;
 

@@ -3,7 +3,7 @@
 //! every step.
 
 use blockpool::introspect::Introspect;
-use blockpool::pool::{BlockState, PoolKind};
+use blockpool::introspect::{BlockState, PoolKind};
 use blockpool::{BackendError, Error, StreamId};
 
 use super::harness::Harness;

@@ -3,7 +3,7 @@
 //! each call; `checks` then checks every invariant after the step.
 
 use blockpool::introspect::Introspect;
-use blockpool::pool::SegmentView;
+use blockpool::introspect::SegmentView;
 use blockpool::{
     AllocatorConfig, BackendError, CachingAllocator, Error, MemoryStats, SimBackend, SimFault,
     StreamId,

@@ -2,7 +2,7 @@
 //! and the segment size for it, looking up a block by address in the segments the allocator
 //! shows, and which cached block PyTorch's best fit picks for a request.
 
-use blockpool::pool::{BlockState, BlockView, PoolKind, SegmentView};
+use blockpool::introspect::{BlockState, BlockView, PoolKind, SegmentView};
 use blockpool::{AllocatorConfig, StreamId};
 
 use super::harness::Harness;

@@ -11,7 +11,7 @@ use super::start::{StartPlan, StartSegment};
 use crate::analysis::fragmentation::unallocated_share;
 use anyhow::Context as _;
 use blockpool::introspect::Introspect;
-use blockpool::pool::{AdoptError, AdoptSegment};
+use blockpool::introspect::{AdoptError, AdoptSegment};
 use blockpool::trace::{Action, EventNumbers, TraceEvent};
 use blockpool::{
     AllocatorConfig, CachingAllocator, Error, LeakTracking, SimBackend, TeardownReport,

@@ -8,8 +8,8 @@
 //! block's unsplit remainder (at most 1 MiB) then shows as a free gap no large request can
 //! use, so the replay behaves the same either way.
 
-use blockpool::pool::sizing::{round_size, MIN_BLOCK_SIZE};
-use blockpool::pool::{AdoptBlock, PoolKind};
+use blockpool::introspect::sizing::{round_size, MIN_BLOCK_SIZE};
+use blockpool::introspect::{AdoptBlock, PoolKind};
 use blockpool::trace::snapshot::Segment;
 use blockpool::trace::DeviceState;
 use blockpool::{AllocatorConfig, StreamId};
