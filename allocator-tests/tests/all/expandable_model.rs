@@ -11,7 +11,7 @@
 //! every allocation dropped, `empty_cache` must give everything back: no memory mapped and no
 //! address range reserved.
 
-use crate::support::proptest_config;
+use crate::support::{disjoint_ranges, proptest_config};
 use blockpool::backend::SimFault;
 use blockpool::introspect::Introspect;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
@@ -182,18 +182,7 @@ impl Model {
             "no fixed segment with expandable segments"
         );
         let runs = self.alloc.segments(0).expect("device 0");
-        let mut ranges: Vec<(u64, u64)> = self
-            .live
-            .iter()
-            .map(|l| (l.handle.ptr(), l.handle.ptr() + l.handle.size() as u64))
-            .collect();
-        ranges.sort_unstable();
-        for pair in ranges.windows(2) {
-            assert!(
-                pair[0].1 <= pair[1].0,
-                "step {step}: live {pair:x?} overlap"
-            );
-        }
+        disjoint_ranges(self.live.iter().map(|l| &l.handle), step);
         for live in &self.live {
             let (ptr, size) = (live.handle.ptr(), live.handle.size() as u64);
             let inside = runs.iter().any(|r| {

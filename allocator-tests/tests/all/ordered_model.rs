@@ -9,7 +9,7 @@
 //! ([`SimBackend::is_ordered`]). A second property runs one-stream workloads under both
 //! policies and requires the same addresses, statistics and segments.
 
-use crate::support::proptest_config;
+use crate::support::{disjoint_ranges, proptest_config};
 use blockpool::backend::SimFault;
 use blockpool::config::StreamReuse;
 use blockpool::introspect::Introspect;
@@ -213,18 +213,7 @@ impl Model {
             self.sim.allocated_bytes(0),
             "step {step} ({op:?}): reserved is what the device handed out"
         );
-        let mut ranges: Vec<(u64, u64)> = self
-            .live
-            .iter()
-            .map(|l| (l.handle.ptr(), l.handle.ptr() + l.handle.size() as u64))
-            .collect();
-        ranges.sort_unstable();
-        for pair in ranges.windows(2) {
-            assert!(
-                pair[0].1 <= pair[1].0,
-                "step {step}: live {pair:x?} overlap"
-            );
-        }
+        let ranges = disjoint_ranges(self.live.iter().map(|l| &l.handle), step);
         let live_bytes: u64 = ranges.iter().map(|r| r.1 - r.0).sum();
         assert_eq!(
             self.stat("allocated_bytes.all.current") as u64,

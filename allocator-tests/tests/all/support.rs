@@ -2,7 +2,7 @@
 //! step, the property tests' configuration, and a seeded random number generator.
 
 use blockpool::introspect::Introspect;
-use blockpool::{CachingAllocator, SimBackend};
+use blockpool::{Allocation, CachingAllocator, SimBackend};
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
 use std::ffi::OsStr;
 
@@ -25,6 +25,24 @@ pub fn valid(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) {
         sim.allocated_bytes(0),
         "reserved bytes must equal what the device has handed out"
     );
+}
+
+/// The address ranges of `handles`, sorted; panics (naming `step`) when two overlap.
+pub fn disjoint_ranges<'a>(
+    handles: impl Iterator<Item = &'a Allocation<SimBackend>>,
+    step: usize,
+) -> Vec<(u64, u64)> {
+    let mut ranges: Vec<(u64, u64)> = handles
+        .map(|h| (h.ptr(), h.ptr() + h.size() as u64))
+        .collect();
+    ranges.sort_unstable();
+    for pair in ranges.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "step {step}: live {pair:x?} overlap"
+        );
+    }
+    ranges
 }
 
 /// A property test's configuration: failures persisted in the file `regressions`, and

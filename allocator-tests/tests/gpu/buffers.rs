@@ -80,17 +80,7 @@ fn a_block_used_on_another_stream_waits_for_its_event_before_reuse() {
     home.synchronize().unwrap();
     let ptr = buf.ptr();
     // Busy work on the other stream that writes the buffer at its end (about a second).
-    let cycles: i64 = 2_000_000_000;
-    let mut launch = other.launch_builder(&kernels.spin);
-    launch.arg(&mut buf).arg(&cycles);
-    let one_thread = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: spin takes (unsigned long long*, long long) and writes out[0] of a 1024-long
-    // buffer, from one thread.
-    unsafe { launch.launch(one_thread) }.unwrap();
+    kernels.spin_then_write(&other, &mut buf, 2_000_000_000);
     buf.record_stream(&other).unwrap();
     drop(buf);
 

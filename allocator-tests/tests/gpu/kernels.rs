@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction};
+use blockpool::cuda::DeviceBuffer;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 
 /// `axpy(float* y, const float* x, float a, unsigned n)`: `y[i] = a * x[i] + y[i]` for `i < n`.
@@ -94,5 +95,27 @@ impl Kernels {
             axpy: function("axpy"),
             spin: function("spin"),
         }
+    }
+}
+
+impl Kernels {
+    /// Queues `spin` on `stream`: one thread busy-waits `cycles` clock ticks (2,000,000,000 is
+    /// about a second), then writes how many it waited to `out[0]`.
+    pub fn spin_then_write(
+        &self,
+        stream: &Arc<CudaStream>,
+        out: &mut DeviceBuffer<u64>,
+        cycles: i64,
+    ) {
+        let mut launch = stream.launch_builder(&self.spin);
+        launch.arg(out).arg(&cycles);
+        let one_thread = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: spin takes (unsigned long long*, long long) and writes out[0] of a buffer of
+        // at least one element, from one thread.
+        unsafe { launch.launch(one_thread) }.unwrap();
     }
 }

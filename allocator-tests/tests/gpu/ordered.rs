@@ -9,7 +9,8 @@
 use blockpool::config::StreamReuse;
 use blockpool::cuda::DeviceBuffer;
 use blockpool::{AllocatorConfig, Backend, CachingAllocator, CudaBackend};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::CudaStream;
+use std::sync::Arc;
 
 use crate::fake_driver::{counts, EventDelay};
 use crate::kernels::Kernels;
@@ -33,17 +34,7 @@ fn a_stream_that_takes_a_block_waits_for_the_kernel_still_writing_it() {
     let mut buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
     let ptr = buf.ptr();
     // About a second of busy work on `home`, then a non-zero write to buf[0].
-    let cycles: i64 = 2_000_000_000;
-    let mut launch = home.launch_builder(&kernels.spin);
-    launch.arg(&mut buf).arg(&cycles);
-    let one_thread = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: spin takes (unsigned long long*, long long) and writes out[0] of a 1024-long
-    // buffer, from one thread.
-    unsafe { launch.launch(one_thread) }.unwrap();
+    kernels.spin_then_write(&home, &mut buf, 2_000_000_000);
     drop(buf); // cached on `home` while the kernel still runs
 
     let taken = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &other).unwrap();
@@ -60,6 +51,26 @@ fn a_stream_that_takes_a_block_waits_for_the_kernel_still_writing_it() {
         out[0], 0,
         "the kernel's late write landed after `other` zeroed the memory it took: no wait"
     );
+}
+
+/// Records an event on `waiting` and checks that it stays pending until `other` is
+/// synchronized: `waiting`'s later work waits for `other`'s.
+fn assert_waits_for(
+    alloc: &CachingAllocator<CudaBackend>,
+    waiting: &Arc<CudaStream>,
+    other: &Arc<CudaStream>,
+) {
+    let backend = alloc.backend();
+    let probe = backend
+        .record_event(0, CudaBackend::stream_id(waiting))
+        .unwrap();
+    assert!(
+        !backend.query_event(&probe).unwrap(),
+        "the stream's later work does not wait for the other's"
+    );
+    other.synchronize().unwrap();
+    assert!(backend.query_event(&probe).unwrap());
+    backend.release_event(probe);
 }
 
 /// A caching allocator under the ordered policy over the fake driver.
@@ -88,17 +99,7 @@ fn on_fake_a_stream_that_takes_a_block_waits_for_the_stream_that_freed_it() {
         "`other` takes the block cached for `home`"
     );
     drop(delay); // events recorded from now on complete at once, unless they wait
-    let backend = alloc.backend();
-    let probe = backend
-        .record_event(0, CudaBackend::stream_id(&other))
-        .unwrap();
-    assert!(
-        !backend.query_event(&probe).unwrap(),
-        "`other`'s later work waits for `home`'s"
-    );
-    home.synchronize().unwrap();
-    assert!(backend.query_event(&probe).unwrap());
-    backend.release_event(probe);
+    assert_waits_for(&alloc, &other, &home);
     let after = counts();
     assert_eq!(
         after.errors, before.errors,
@@ -129,17 +130,7 @@ fn on_fake_a_record_stream_free_is_reused_behind_a_wait_not_after_completion() {
         "reused at once on its own stream (the compatible policy waits for `other`)"
     );
     drop(delay);
-    let backend = alloc.backend();
-    let probe = backend
-        .record_event(0, CudaBackend::stream_id(&home))
-        .unwrap();
-    assert!(
-        !backend.query_event(&probe).unwrap(),
-        "`home`'s later work waits for `other`'s"
-    );
-    other.synchronize().unwrap();
-    assert!(backend.query_event(&probe).unwrap());
-    backend.release_event(probe);
+    assert_waits_for(&alloc, &home, &other);
     let after = counts();
     assert_eq!(
         after.errors, before.errors,
