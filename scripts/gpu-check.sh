@@ -172,6 +172,7 @@ run() {
         gpu="fake driver (selftest: the kernel tests are skipped, timings are not a GPU's)"
         skip=(--skip buffers::buffers_are_kernel_arguments
             --skip buffers::a_block_used_on_another_stream_waits_for_its_event_before_reuse
+            --skip ordered::a_stream_that_takes_a_block_waits_for_the_kernel_still_writing_it
             --skip cublas::buffers_go_to_cublas_gemm)
         cublas="not run (fake driver)"
     else

@@ -27,6 +27,19 @@ const KERNEL_TESTS: [&str; 4] = [
     "cublas::buffers_go_to_cublas_gemm",
 ];
 
+#[test]
+fn the_gpu_check_selftest_skips_every_kernel_test() {
+    // `scripts/gpu-check.sh` runs this binary on the fake driver too, with its own skip list.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/gpu-check.sh");
+    let script = std::fs::read_to_string(path).expect("scripts/gpu-check.sh");
+    for name in KERNEL_TESTS {
+        assert!(
+            script.contains(&format!("--skip {name}")),
+            "gpu-check.sh's selftest does not skip the kernel test {name}"
+        );
+    }
+}
+
 /// The tests that need two devices, skipped in the one-device run.
 const TWO_DEVICE_TESTS: [&str; 2] = [
     "fake_driver::on_fake_two_devices_have_a_pool_each",
