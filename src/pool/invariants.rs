@@ -6,7 +6,6 @@
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
 use crate::backend::StreamId;
-use crate::config::StreamReuse;
 use crate::stats::{DeviceStats, Stat, StatArray};
 use std::fmt;
 
@@ -62,8 +61,7 @@ impl<E> DeviceAllocator<E> {
             })
         };
         let max_split = self.config.max_split_size();
-        // Under the ordered policy a fixed segment may hold blocks of several streams.
-        let mixed_streams = self.config.stream_reuse() == StreamReuse::Ordered;
+        let mixed_streams = self.streams_may_mix();
         let mut expected = Expected::default();
         let mut seen_blocks = 0usize;
         let mut free_blocks = [0usize; 2];

@@ -138,8 +138,6 @@ impl<E> DeviceAllocator<E> {
     /// `alloc_found_block` re-keys or removes it.
     #[inline]
     fn find_cached(&mut self, stream: StreamId, rounded: usize, small: bool) -> Option<FreeKey> {
-        let max_split = self.config.max_split_size();
-        let rounding_margin = self.config.max_non_split_rounding_size();
         let gc_on = self.gc_enabled();
         if gc_on {
             self.pool(small).lookups += 1;
@@ -147,15 +145,20 @@ impl<E> DeviceAllocator<E> {
         let pool = self.pool_ref(small);
         let key = pool.best_fit(stream, rounded)?;
         let key = self.prefer_less_expandable(key);
-        // Never hand an oversize block to a request that could be served by splitting.
-        if rounded < max_split && key.size >= max_split {
-            return None;
+        (key.size <= self.largest_block_for(rounded)).then_some(key)
+    }
+
+    /// The largest cached block the oversize rules let serve `rounded` bytes: an oversize
+    /// block never goes to a request that splitting could serve, and an oversize request
+    /// takes one only when little of it is wasted (`max_non_split_rounding_size`).
+    #[inline]
+    pub(super) fn largest_block_for(&self, rounded: usize) -> usize {
+        let max_split = self.config.max_split_size();
+        if rounded < max_split {
+            max_split - 1
+        } else {
+            rounded.saturating_add(self.config.max_non_split_rounding_size()) - 1
         }
-        // Oversize requests take an oversize block only when little of it is wasted.
-        if rounded >= max_split && key.size >= rounded.saturating_add(rounding_margin) {
-            return None;
-        }
-        Some(key)
     }
 
     pub(crate) fn gc_enabled(&self) -> bool {

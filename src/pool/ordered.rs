@@ -24,9 +24,16 @@ use super::free_list::FreeKey;
 use super::sizing;
 use super::stat_updates::apply_net;
 use crate::backend::{Backend, BackendError, StreamId};
+use crate::config::StreamReuse;
 use crate::error::Result;
 
 impl<E> DeviceAllocator<E> {
+    /// Whether a fixed segment may hold blocks of several streams: under the ordered policy,
+    /// even once a backend that cannot wait has turned it off (blocks moved before stay).
+    pub(crate) fn streams_may_mix(&self) -> bool {
+        self.config.stream_reuse() == StreamReuse::Ordered
+    }
+
     /// Under the ordered policy, serves `rounded` bytes (asked as `size`) on `stream` from
     /// the best block cached for another stream, after ordering `stream` behind that
     /// stream's work; `None` when no such block fits or the ordering could not be made.
@@ -38,14 +45,8 @@ impl<E> DeviceAllocator<E> {
         size: usize,
     ) -> Result<Option<AllocatedBlock>> {
         let small = sizing::is_small(rounded);
-        let max_split = self.config.max_split_size();
-        // The oversize rules of the cache hit: never split an oversize block for a request
-        // that splitting could serve, nor waste much of one on an oversize request.
-        let largest = if rounded < max_split {
-            max_split - 1
-        } else {
-            rounded.saturating_add(self.config.max_non_split_rounding_size() - 1)
-        };
+        // The oversize rules of a cache hit hold here too.
+        let largest = self.largest_block_for(rounded);
         let blocks = &self.blocks;
         let found = self
             .pool_ref(small)
@@ -145,6 +146,9 @@ impl<E> DeviceAllocator<E> {
     /// be released. Only blocks of different streams are left unmerged, which happens only
     /// under the ordered policy.
     pub(super) fn coalesce_free_segments(&mut self) -> Result<()> {
+        if !self.streams_may_mix() {
+            return Ok(());
+        }
         let heads: Vec<BlockId> = self
             .segments
             .values()

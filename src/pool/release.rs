@@ -11,7 +11,6 @@ use super::block::{Block, BlockId, BlockState};
 use super::device::{AllocatedBlock, DeviceAllocator, Segment};
 use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
-use crate::config::StreamReuse;
 use crate::error::{Error, OutOfMemoryError, Result};
 use crate::event::{Action, ContextId};
 
@@ -387,9 +386,7 @@ impl<E> DeviceAllocator<E> {
         backend: &B,
     ) -> Result<()> {
         let synced = self.synchronize_and_free_events(backend);
-        if self.config.stream_reuse() == StreamReuse::Ordered {
-            self.coalesce_free_segments()?;
-        }
+        self.coalesce_free_segments()?;
         for small in [false, true] {
             let whole: Vec<BlockId> = self
                 .pool_ref(small)

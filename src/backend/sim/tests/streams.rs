@@ -184,3 +184,28 @@ fn clones_share_devices_across_threads() -> Result<(), BackendError> {
     );
     Ok(())
 }
+
+#[test]
+fn stream_waits_and_order_questions_refuse_bad_devices_and_foreign_events() {
+    let sim = SimBackend::new(2, 1 << 30);
+    let bad = BackendError::InvalidDevice {
+        device: 5,
+        device_count: 2,
+    };
+    let on_1 = sim.record_event(1, S1).unwrap();
+    assert_eq!(sim.stream_wait_event(5, S2, &on_1), Err(bad.clone()));
+    assert_eq!(sim.stream_position(5, S1), Err(bad.clone()));
+    assert_eq!(sim.is_ordered(5, S1, 0, S2), Err(bad));
+    assert_eq!(
+        sim.stream_wait_event(0, S2, &on_1),
+        Err(BackendError::Unsupported {
+            device: 0,
+            what: "waiting on another simulated device's event",
+        })
+    );
+    // Nothing was recorded as a wait: stream 2 of device 0 runs free.
+    assert_eq!(sim.calls(0).stream_waits, 0);
+    let on_0 = sim.record_event(0, S2).unwrap();
+    assert_eq!(sim.advance_stream(0, S2, 1), Ok(1));
+    assert!(sim.query_event(&on_0).unwrap());
+}
