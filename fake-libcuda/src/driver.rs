@@ -480,7 +480,12 @@ impl Driver {
     fn query_record(&mut self, record: usize) -> bool {
         let mut done = true;
         let mut todo = vec![record];
+        // A record two waits lead to counts one query, not two.
+        let mut seen = std::collections::HashSet::new();
         while let Some(id) = todo.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
             let Some(r) = self.records.get_mut(&id) else {
                 continue;
             };

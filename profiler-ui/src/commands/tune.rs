@@ -100,6 +100,9 @@ pub struct Tried {
     pub change: String,
     /// The whole settings, in config syntax.
     pub config: String,
+    /// The variable that takes them (`Recommendation::variable`).
+    #[serde(skip)]
+    pub variable: &'static str,
     /// The recording's own settings.
     pub baseline: bool,
     /// Highest bytes in segments in its replay.
@@ -195,6 +198,7 @@ pub fn tune(
             rank: 0,
             change: candidate.change.clone(),
             config: candidate.config.to_string(),
+            variable: variable_for(&candidate.config),
             baseline: candidate.baseline,
             peak_reserved_bytes: outcome.peak_reserved_bytes,
             peak_reserved_change: change(outcome.peak_reserved_bytes, baseline.peak_reserved_bytes),
@@ -330,6 +334,17 @@ fn confidence(replayed: u64, recorded: Option<u64>) -> Confidence {
     }
 }
 
+/// The variable to set `config` in: `BLOCKPOOL_ALLOC_CONF` for settings only blockpool has
+/// (`stream_reuse`), which PyTorch's own allocator would refuse, else
+/// `PYTORCH_CUDA_ALLOC_CONF`.
+fn variable_for(config: &AllocatorConfig) -> &'static str {
+    if config.stream_reuse() == StreamReuse::Compatible {
+        blockpool::config::PYTORCH_ENV_VAR
+    } else {
+        blockpool::config::ENV_VAR
+    }
+}
+
 /// The best of `ranked` when it beats the recording's settings: fewer out-of-memory errors, or
 /// as few and at least [`MIN_SAVING`] less peak reserved memory.
 fn recommend(ranked: &[Tried]) -> Option<Recommendation> {
@@ -339,14 +354,8 @@ fn recommend(ranked: &[Tried]) -> Option<Recommendation> {
         best.peak_reserved_bytes as f64 <= baseline.peak_reserved_bytes as f64 * (1.0 - MIN_SAVING);
     let better = best.out_of_memory < baseline.out_of_memory
         || best.out_of_memory == baseline.out_of_memory && saves;
-    let blockpool_only = AllocatorConfig::parse(&best.config)
-        .is_ok_and(|c| c.stream_reuse() != StreamReuse::Compatible);
     (!best.baseline && better).then(|| Recommendation {
-        variable: if blockpool_only {
-            blockpool::config::ENV_VAR
-        } else {
-            blockpool::config::PYTORCH_ENV_VAR
-        },
+        variable: best.variable,
         config: best.config.clone(),
         change: best.change.clone(),
         peak_reserved_bytes: best.peak_reserved_bytes,
