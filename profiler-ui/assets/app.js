@@ -13,7 +13,7 @@ const view = {
   meta: null, device: null, axis: 'event', from: 0, to: 1,
   timeline: null, curves: null, segments: null, state: null, targets: [], blockTargets: [],
   segmentTargets: [], ooms: [], oomTargets: [], history: null, historyOffset: 0,
-  selectedEvent: null, limit: 15000, loads: 0, pending: null,
+  selectedEvent: null, limit: 15000, loads: 0, pending: null, streamMemory: null,
   // Zooms and pans, window answers asked of the server, and drawings from answers already in
   // the page.
   moves: 0, requests: 0, previews: 0,
@@ -455,6 +455,7 @@ function debounce(fn, ms) {
 
 async function selectDevice(device) {
   view.device = device;
+  view.streamMemory = null;
   [view.from, view.to] = fullWindow();
   const streams = $('stream');
   streams.replaceChildren(el('option', 'all streams'));
@@ -472,6 +473,7 @@ async function selectDevice(device) {
   await refresh();
   await Promise.all([loadState(null), loadTables()]);
   await loadHistory();
+  await loadStreams();
 }
 
 // One file of several: its label beside the path, and a link back to the comparison page.
@@ -538,7 +540,7 @@ async function main() {
     if (block) showBlock(block);
   });
   setupTooltip();
-  window.addEventListener('resize', debounce(() => { refresh(); if (view.state) drawState(); }, 150));
+  window.addEventListener('resize', debounce(() => { refresh(); if (view.state) drawState(); if (view.streamMemory) drawStreamChart(view.streamMemory.chart); }, 150));
   view.limit = Number($('detail').value) || 15000;
   // The device the server opens by default: its first out-of-memory event's, else the busiest.
   const opened = view.meta.default_device ?? view.meta.devices[0].device;

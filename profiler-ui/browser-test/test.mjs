@@ -6,7 +6,8 @@
 // shows an event's stack; zooming in draws more of the window, at once from the answers in the
 // page and again from the server's, and a window seen before with no request; eight API requests at once all
 // answer; then saves a screenshot and prints its path. Last, it writes a trace without
-// timestamps, serves it itself and checks the page offers no time axis.
+// timestamps, serves it itself and checks the page offers no time axis; and a trace with a new
+// stream per call, whose memory-by-stream panel it checks.
 // Usage: node test.mjs URL PATH/TO/memtrace   (CHROMIUM: the browser, default
 // /usr/bin/chromium; OUT: where the screenshot goes, default a new temp dir)
 import { chromium } from 'playwright-core';
@@ -44,6 +45,28 @@ function untimedTrace(path) {
   lines.push({ end: { events, segments: 0, dropped_events: 0 } });
   writeFileSync(path, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
   return events;
+}
+
+// A new stream for each of 5 calls, each with its own 40 MiB segment, allocating 40 MiB and
+// freeing it; the third call's block is used by the fourth call's stream, so its free
+// completes only after the fourth call has allocated (3 events later).
+function streamPerCallTrace(path) {
+  const MiB = 1024 * 1024;
+  const size = 40 * MiB;
+  const lines = [{ blockpool_trace: 1, created_by: 'memtrace browser test (streams)', allocator_config: '' }];
+  let addr = 0x7f0000000000;
+  let time = 0;
+  const event = (name, stream, a) => { time += 1; lines.push({ event: name, device: 0, stream, addr: a, size, requested: size, time_us: time }); };
+  let deferred = null;
+  for (let stream = 1; stream <= 5; stream += 1) {
+    event('segment_alloc', stream, addr);
+    event('alloc', stream, addr);
+    if (deferred !== null) { event('free_completed', 3, deferred); deferred = null; }
+    event('free_requested', stream, addr);
+    if (stream === 3) deferred = addr; else event('free_completed', stream, addr);
+    addr += size;
+  }
+  writeFileSync(path, lines.map((l) => JSON.stringify(l)).join('\n') + '\n');
 }
 
 // Starts `memtrace serve ARGS --port 0`; resolves with its URL once it prints one.
@@ -313,7 +336,10 @@ try {
   check('zooming draws the answer in the page at once, each band where it lived',
     held.previewed === 2 && held.drawn > 0 && held.misplaced === 0, JSON.stringify(held));
   const counted = await page.evaluate(() => { const v = window.memtrace.view; return { moves: v.moves, previews: v.previews, requests: v.requests }; });
-  await page.mouse.move(timelineBox.x + timelineBox.width * 0.4, timelineBox.y + 150);
+  // Measured again: the steps above may have scrolled the page.
+  await page.locator('#timeline').scrollIntoViewIfNeeded();
+  const wheelBox = await page.locator('#timeline').boundingBox();
+  await page.mouse.move(wheelBox.x + wheelBox.width * 0.4, wheelBox.y + 150);
   for (let i = 0; i < 6; i += 1) { await page.mouse.wheel(0, -100); await page.waitForTimeout(50); }
   await settled();
   const zoomed = await page.evaluate(() => ({ ...window.memtrace.view.timeline, from: window.memtrace.view.from, to: window.memtrace.view.to }));
@@ -391,6 +417,41 @@ try {
       axis.hasTimes === false && axis.window[0] === 0 && axis.window[1] === untimedEvents + 1 && /axis=event/.test(axis.params),
     JSON.stringify(axis));
   check('no script errors on the untimed page', plainErrors.length === 0, plainErrors.join('; '));
+
+  // 13. Memory by stream: a new stream per call strands each call's segment; the panel splits
+  // the reserved peak, names the wait, charts the streams and gives the policy's what-if.
+  streamPerCallTrace(join(work, 'streams.jsonl'));
+  const streamed = await serve([join(work, 'streams.jsonl')]);
+  servers.push(streamed.child);
+  const sp = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
+  const streamErrors = [];
+  sp.on('pageerror', (e) => streamErrors.push(String(e)));
+  await sp.goto(streamed.url);
+  await sp.waitForSelector('body[data-ready="1"]', { timeout: 30000 });
+  await sp.waitForFunction(() => document.getElementById('streams').tBodies[0].rows.length > 1, null, { timeout: 30000 });
+  const panel = await sp.evaluate(() => {
+    const canvas = document.getElementById('stream-chart');
+    const pixels = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    let inked = 0;
+    for (let i = 3; i < pixels.length; i += 4) if (pixels[i] > 0) inked += 1;
+    return {
+      summary: document.getElementById('streams-summary').innerText,
+      rows: [...document.getElementById('streams').tBodies[0].rows].slice(1).map((r) => r.innerText),
+      legend: document.getElementById('stream-legend').innerText,
+      inked,
+    };
+  });
+  check('the streams panel splits the reserved peak and finds the stranded memory',
+    panel.summary.includes('200.0 MiB reserved = 0 B allocated + 0 B waiting for other streams + 200.0 MiB cached, of which 160.0 MiB stranded') &&
+      panel.summary.includes('Stranded: up to 160.0 MiB at once (after event 14) on 4 stream(s)') &&
+      panel.summary.includes('Waiting for other streams (record_stream): 1 free(s), 40.0 MiB; up to 40.0 MiB at once (after event 10); the longest wait 3 events, 3 µs.') &&
+      panel.summary.includes('stream_reuse:ordered: peak reserved 40.0 MiB instead of 200.0 MiB (160.0 MiB less)'),
+    panel.summary);
+  check('the streams panel lists and charts every stream',
+    panel.rows.length === 5 && panel.rows.some((r) => r.startsWith('stream 0x3')) && panel.inked > 300 &&
+      panel.legend.includes('cached, stream 0x5') && panel.legend.includes('stranded'),
+    JSON.stringify(panel));
+  check('no script errors on the streams page', streamErrors.length === 0, streamErrors.join('; '));
 } finally {
   await browser.close();
   for (const child of servers) child.kill();

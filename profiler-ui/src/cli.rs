@@ -95,6 +95,18 @@ A site is where a block was allocated: its annotation tags joined by `/`; else t
 frame of the user's own code (see `memtrace top --help`). With --all-frames, torch's wrappers and
 the allocator can name sites.";
 
+/// `memtrace streams --help`'s epilogue: how bytes are given to streams.
+pub const STREAMS_HELP: &str = "\
+A block belongs to the stream it was allocated on and a segment to the stream it was created for,
+as PyTorch's caching allocator owns them; a stream's cached bytes are its segments' bytes less its
+active blocks', and only that stream can reuse them. Stranded: cached on a stream after its last
+allocation in the trace, while another stream still allocates. Waiting: freed (free_requested)
+but not yet reusable (free_completed) because the block was used on other streams
+(record_stream). The what-if replays the trace twice on a simulated device, as `memtrace replay`
+does: under the recording's settings, then with stream_reuse:ordered, where a block cached on one
+stream serves another after an event wait instead of a host sync, and a record_stream free is
+reusable at once.";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -228,6 +240,29 @@ pub enum Command {
         #[arg(long)]
         device: Option<u32>,
         /// Print the segments and blocks as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Memory by stream: what each stream reserved and cached over the trace, the cache
+    /// stranded on streams that never allocate again, the frees that waited for other streams
+    /// (`record_stream`), and what the stream-ordered policy (`stream_reuse:ordered`) would have
+    /// reserved instead.
+    #[command(after_help = STREAMS_HELP)]
+    Streams {
+        /// The trace file.
+        file: PathBuf,
+        /// The device (default: its first out-of-memory event's, else the busiest: the most
+        /// events, then the most reserved bytes).
+        #[arg(long)]
+        device: Option<u32>,
+        /// The settings the replays start from (default: the trace's own, else PyTorch's
+        /// defaults); the second replay adds `stream_reuse:ordered` to them.
+        #[arg(long, value_name = "STR", value_parser = values::parse_config)]
+        config: Option<blockpool::AllocatorConfig>,
+        /// Leave out the two replays (the policy's what-if).
+        #[arg(long)]
+        no_replay: bool,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },

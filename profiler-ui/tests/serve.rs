@@ -74,6 +74,7 @@ fn every_route_answers_with_exact_values() {
             "/tree.js",
             "/chart.js",
             "/panels.js",
+            "/streams.js",
             "/context.js",
             "/app.js"
         ]
@@ -150,6 +151,19 @@ fn every_route_answers_with_exact_values() {
         leaks["growing"],
         serde_json::json!([]),
         "3 steps flag a site"
+    );
+    // One stream: its memory, and no replay of a policy that would change nothing.
+    let streams = get(port, "/api/streams").json();
+    assert_eq!(streams["streams"].as_array().map(Vec::len), Some(1));
+    assert_eq!(streams["streams"][0]["allocations"], 3);
+    assert_eq!(streams["ordered"], Value::Null);
+    assert_eq!(
+        streams["ordered_note"],
+        "one stream allocates: the stream-ordered policy would change nothing"
+    );
+    assert_eq!(
+        streams["reserved_peak"]["reserved_bytes"],
+        meta["summary"]["devices"][0]["peak_reserved"]["bytes"]
     );
     let k1 = get(port, "/api/leaks?growth_steps=1").json();
     assert_eq!(k1["growing"][0]["label"], "leak");
@@ -232,6 +246,7 @@ fn malformed_requests_get_a_4xx_and_the_server_goes_on() {
         ("/api/leaks?growth_steps=0", 400),
         ("/api/leaks?growth_steps=4294967296", 400),
         (&long_step, 400),
+        ("/api/streams?device=7", 404),
         ("/api/explain?oom=0", 400),
         ("/api/explain?oom=1", 400),
         ("/api/explain?peak=maybe", 400),

@@ -4,8 +4,8 @@
 //! fragmentation ([`fragmentation`], one definition) and out-of-memory events of each device
 //! ([`summary`]), where a device's memory was at an out-of-memory event, split so the parts add
 //! up ([`explain`], live memory by what it holds, [`category`]), two traces site by site
-//! ([`diff`]) and the CI gate on them ([`gate`]), and a figure across several files
-//! ([`spread`]).
+//! ([`diff`]) and the CI gate on them ([`gate`]), memory by stream: cached, stranded, waiting on
+//! other streams ([`streams`]), and a figure across several files ([`spread`]).
 
 pub mod category;
 pub mod diff;
@@ -19,6 +19,7 @@ pub mod settings;
 pub mod sites;
 pub mod spread;
 pub mod steps;
+pub mod streams;
 pub mod summary;
 pub mod timeline;
 pub mod tree;

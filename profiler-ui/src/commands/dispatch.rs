@@ -5,7 +5,7 @@
 
 use super::{
     convert, demo, diff, doctor, explain, info, leaks, plan, rank_summary, replay, segments, serve,
-    summary, timeline, top, tune,
+    streams, summary, timeline, top, tune,
 };
 use crate::analysis::frames::FrameView;
 use crate::analysis::timeline::Point;
@@ -85,6 +85,13 @@ pub fn run(command: Command, out: &mut Output) -> anyhow::Result<Status> {
             };
             top::run(&file, options, out)
         }
+        Command::Streams {
+            file,
+            device,
+            config,
+            no_replay,
+            json,
+        } => streams::run(&file, device, config.as_ref(), !no_replay, json, out),
         Command::Segments {
             file,
             all_frames,

@@ -16,6 +16,7 @@ mod rank_summary;
 pub(crate) mod replay;
 mod segments;
 mod serve;
+mod streams;
 mod summary;
 mod timeline;
 mod top;

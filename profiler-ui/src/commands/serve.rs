@@ -9,8 +9,10 @@ use crate::format::counted;
 use crate::load::load_trace;
 use crate::output::Output;
 use crate::serve::files::resolve;
+use crate::serve::streams::WhatIf;
 use crate::serve::{bind, serve_forever, Limits, TraceModel, TraceSet};
 use anyhow::Context as _;
+use blockpool::trace::file::TraceFormat;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -33,11 +35,9 @@ pub fn run(
             true => format!("cannot read the trace of {}", entry.label),
             false => "cannot read the trace".to_string(),
         })?;
-        traces.push(TraceModel::build(
-            &entry.path,
-            trace.format.as_str(),
-            trace.snapshot,
-        )?);
+        let format = trace.format;
+        let model = TraceModel::build(&entry.path, format.as_str(), trace.snapshot)?;
+        traces.push(model.with_what_if(what_if(format)));
     }
     let set = TraceSet::new(entries, traces)?;
     let (listener, address) = bind(port)?;
@@ -81,6 +81,15 @@ pub fn run(
 }
 
 /// Asks the desktop to open `url`: `$BROWSER`, else the platform's opener.
+/// The viewer's what-if of the stream-ordered policy: `memtrace streams`' two replays, with
+/// the trace's own settings.
+pub(crate) fn what_if(format: TraceFormat) -> WhatIf {
+    WhatIf(Box::new(move |snapshot, device| {
+        let what_if = super::streams::ordered_what_if(snapshot, format, device, None)?;
+        Ok(serde_json::to_value(what_if)?)
+    }))
+}
+
 fn open_browser(url: &str) -> Result<(), String> {
     let browser = std::env::var("BROWSER")
         .ok()

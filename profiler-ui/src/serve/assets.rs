@@ -38,6 +38,7 @@ pub fn asset(path: &str) -> Option<Asset> {
         "/tree.js" => Some(script(include_bytes!("../../assets/tree.js"))),
         "/chart.js" => Some(script(include_bytes!("../../assets/chart.js"))),
         "/panels.js" => Some(script(include_bytes!("../../assets/panels.js"))),
+        "/streams.js" => Some(script(include_bytes!("../../assets/streams.js"))),
         "/context.js" => Some(script(include_bytes!("../../assets/context.js"))),
         "/style.css" => Some(Asset {
             content_type: "text/css; charset=utf-8",

@@ -20,6 +20,7 @@ pub mod query;
 pub mod routes;
 pub mod server;
 pub mod set;
+pub mod streams;
 pub mod tables;
 pub mod tree;
 

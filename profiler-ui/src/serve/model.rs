@@ -9,6 +9,7 @@ use super::error::ServeError;
 use super::joined;
 use super::lifetimes::{allocation_lifetimes, event_lifetimes, segment_spans, EventLifetimes};
 use super::lod::{self, Series};
+use super::streams::{StreamsView, WhatIf};
 use crate::analysis::frames::FrameView;
 use crate::analysis::leaks::{find_leaks_from, LeakOptions, LeakReport};
 use crate::analysis::sites::{site_name, BEFORE_RECORDING};
@@ -18,7 +19,7 @@ use blockpool::trace::perfetto::{annotation_intervals, AnnotationInterval};
 use blockpool::trace::{ContextId, Snapshot, StateError, StateWalker};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Leak reports with other than the default options a device keeps at once.
 const MAX_LEAK_REPORTS: usize = 16;
@@ -113,6 +114,8 @@ pub struct DeviceModel {
     pub leaks_by_options: Mutex<HashMap<LeakOptions, Arc<LeakReport>>>,
     /// Streams that allocations were made on, ascending.
     pub streams: Vec<u64>,
+    /// Memory by stream (`/api/streams`), made when first asked for.
+    pub stream_memory: OnceLock<Arc<StreamsView>>,
     /// Reserved memory as lifetimes, one per segment (or mapped range of an expandable
     /// segment) from the event that reserved it to the one that released it, in the order
     /// they became reserved; `requested` is 0. See [`segment_spans`].
@@ -161,6 +164,9 @@ pub struct TraceModel {
     /// The device opened when a request names none: the first out-of-memory event's, else
     /// the busiest, as every command picks it.
     pub default_device: Option<u32>,
+    /// How to replay a device under the stream-ordered policy, when the command serving the
+    /// trace lends one ([`with_what_if`](Self::with_what_if)).
+    pub what_if: Option<WhatIf>,
 }
 
 impl TraceModel {
@@ -219,7 +225,16 @@ impl TraceModel {
             contexts,
             summary,
             default_device,
+            what_if: None,
         })
+    }
+
+    /// The model, replaying its devices with `what_if` for `/api/streams`.
+    pub fn with_what_if(self, what_if: WhatIf) -> TraceModel {
+        TraceModel {
+            what_if: Some(what_if),
+            ..self
+        }
     }
 
     /// The devices, as the snapshot lists them (without a pass over its events).
@@ -392,6 +407,7 @@ fn build_device(
         leaks,
         leaks_by_options: Mutex::new(HashMap::new()),
         streams,
+        stream_memory: OnceLock::new(),
         segments,
         allocation_bytes,
         segment_bytes,

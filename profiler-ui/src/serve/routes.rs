@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/chart.js`, `/panels.js`, `/context.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
+//! | `/`, `/index.html`, `/app.js`, `/tree.js`, `/chart.js`, `/panels.js`, `/streams.js`, `/context.js`, `/style.css` | the page (the `assets` module); `/` is `compare.html` when several files are served |
 //! | `/compare.html`, `/compare.js`, `/compare.css` | the page of several files side by side |
 //! | `/api/compare` | [`Comparison`](super::compare::Comparison): each file's peaks and sites, the imbalance, the sites of two files |
 //! | `/api/meta` | file, format, devices (events, time span, peak, streams, annotations), the summary |
@@ -18,6 +18,7 @@
 //! | `/api/allocation?device&id` | [`AllocationView`](super::tables::AllocationView) |
 //! | `/api/context?id` | [`ContextView`](super::tables::ContextView) |
 //! | `/api/leaks?device&all_frames&step&growth_steps&warmup_steps` | the leak report (`memtrace leaks --json`'s, one device): steps are the `step` prefix's annotation ranges (default `ProfilerStep#`; empty: the outermost ranges), `growth_steps` is K (default 3), `warmup_steps` the warm-up of persistence (default 1) |
+//! | `/api/streams?device` | [`StreamsView`](super::streams::StreamsView): memory by stream, as `memtrace streams --json` reports it |
 //! | `/api/breakdown?device&index&limit&all_frames` | [`Breakdown`](super::tables::Breakdown) |
 //! | `/api/tree?device&index&all_frames&depth&min_share` | [`TreeView`](super::tree::TreeView) |
 //!
@@ -325,6 +326,10 @@ fn api(model: &TraceModel, target: &Target) -> Result<Option<Reply>, RequestErro
                 Ok(report) => Reply::json(&*report),
                 Err(e) => Reply::error(500, &format!("{e:#}")),
             }
+        }
+        "/api/streams" => {
+            let device = device(model, target)?;
+            Reply::json(&*super::streams::streams_view(model, device))
         }
         "/api/breakdown" => {
             let device = device(model, target)?;

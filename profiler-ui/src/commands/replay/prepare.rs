@@ -10,6 +10,7 @@ use super::start;
 use crate::analysis::timeline::out_of_memory_elsewhere;
 use crate::format::device_list;
 use anyhow::Context as _;
+use blockpool::config::StreamReuse;
 use blockpool::trace::file::TraceFormat;
 use blockpool::trace::snapshot::Segment;
 use blockpool::trace::{Action, DeviceState, Snapshot, StateWalker, TraceEvent};
@@ -81,13 +82,20 @@ impl Prepared {
     }
 
     /// What one replay under `config` runs: from the starting state's segments, or with
-    /// `fresh` from its live blocks alone.
+    /// `fresh` from its live blocks alone. Under the stream-ordered policy a block freed while
+    /// other streams still use it (`record_stream`) is cached at once, its reuse ordered by
+    /// event waits: its memory is freed at `free_requested`, not when the recording's
+    /// allocator saw the streams' work complete.
     pub fn workload(&self, config: &AllocatorConfig, fresh: bool) -> Workload<'_> {
+        let free_on = match config.stream_reuse() {
+            StreamReuse::Ordered => Action::FreeRequested,
+            StreamReuse::Compatible => self.free_on,
+        };
         Workload {
             start: start::plan(&self.start_state, config, fresh),
             events: self.events(),
             numbers: self.numbers.clone(),
-            free_on: self.free_on,
+            free_on,
             trace_span: self.trace_span.clone(),
         }
     }
