@@ -440,6 +440,7 @@ fn every_reading_subcommand_refuses_corrupt_and_hostile_files_with_exit_2() {
             vec!["replay", bad],
             vec!["tune", bad],
             vec!["explain", bad],
+            vec!["streams", bad],
         ] {
             let output = memtrace(&args);
             assert_eq!(

@@ -129,7 +129,13 @@ fn commands_default_to_the_device_that_ran_out_of_memory() {
                 --device 0 shows it\n";
     let svg = scratch("two-devices-oom.svg");
     let svg = svg.to_str().unwrap();
-    for command in [&["top"][..], &["segments"], &["timeline", "-o", svg]] {
+    let streams = ["streams", "--no-replay"];
+    for command in [
+        &["top"][..],
+        &["segments"],
+        &streams,
+        &["timeline", "-o", svg],
+    ] {
         let output = memtrace(&[command, &[path, "--device", "1"]].concat());
         assert!(output.status.success(), "{command:?}: {}", stderr(&output));
         assert_eq!(stderr(&output), note, "{command:?}");

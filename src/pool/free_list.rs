@@ -207,7 +207,11 @@ struct StreamList {
     stream: StreamId,
     /// Blocks cached for this stream.
     len: usize,
-    /// Indexed by class; grown on demand.
+    /// The class of `classes[0]`.
+    base: usize,
+    /// The classes from `base` on, indexed by class less `base`; grown on demand either way,
+    /// so a stream that caches blocks of a few nearby sizes holds a few classes, not one for
+    /// every size below them (a 20 MiB block alone would otherwise take 673).
     classes: Vec<Class>,
     /// Bit c set when class c is non-empty.
     words: [u64; CLASSES / 64],
@@ -220,6 +224,7 @@ impl StreamList {
         StreamList {
             stream,
             len: 0,
+            base: 0,
             classes: Vec::new(),
             words: [0; CLASSES / 64],
             summary: 0,
@@ -284,8 +289,33 @@ impl StreamList {
         Some(w * 64 + 63 - self.words[w].leading_zeros() as usize)
     }
 
+    #[inline]
     fn class(&self, class: usize) -> Option<&Class> {
-        self.classes.get(class)
+        // Below `base` the index wraps to past the end.
+        self.classes.get(class.wrapping_sub(self.base))
+    }
+
+    #[inline]
+    fn class_mut(&mut self, class: usize) -> Option<&mut Class> {
+        self.classes.get_mut(class.wrapping_sub(self.base))
+    }
+
+    /// Class `class`, made (with the empty ones between it and the others) when it is not
+    /// held yet.
+    fn class_made(&mut self, class: usize) -> &mut Class {
+        if self.classes.is_empty() {
+            self.base = class;
+        } else if class < self.base {
+            let missing = self.base - class;
+            self.classes
+                .splice(0..0, std::iter::repeat_with(Class::default).take(missing));
+            self.base = class;
+        }
+        let at = class - self.base;
+        if self.classes.len() <= at {
+            self.classes.resize_with(at + 1, Class::default);
+        }
+        &mut self.classes[at]
     }
 }
 
@@ -379,10 +409,9 @@ impl FreeList {
     pub fn insert(&mut self, key: FreeKey) {
         let class = class_of(key.size);
         let list = self.stream_mut(key.stream);
-        if list.classes.len() <= class {
-            list.classes.resize_with(class + 1, Class::default);
-        }
-        let inserted = list.classes[class].insert(pack(key.size, key.addr), key.id);
+        let inserted = list
+            .class_made(class)
+            .insert(pack(key.size, key.addr), key.id);
         debug_assert!(inserted, "block cached twice");
         list.mark(class, true);
         list.len += usize::from(inserted);
@@ -395,7 +424,7 @@ impl FreeList {
             return false;
         };
         let list = &mut self.streams[at].1;
-        let Some(entries) = list.classes.get_mut(class) else {
+        let Some(entries) = list.class_mut(class) else {
             return false;
         };
         let removed = entries.remove(pack(key.size, key.addr));
@@ -426,7 +455,7 @@ impl FreeList {
             return false;
         };
         let list = &mut self.streams[at].1;
-        let Some(entries) = list.classes.get_mut(class) else {
+        let Some(entries) = list.class_mut(class) else {
             return false;
         };
         entries.replace(pack(old.size, old.addr), pack(new.size, new.addr), new.id)

@@ -155,6 +155,48 @@ fn a_new_stream_takes_a_spare_list_emptied_by_another() {
 }
 
 #[test]
+fn a_stream_holds_the_classes_between_its_blocks_sizes_only() {
+    // A stream per call caching one 20 MiB block each: one class per stream, not the 673 up
+    // to its size (21 KiB a stream).
+    let mut list = FreeList::default();
+    for stream in 0..100u64 {
+        list.insert(key(stream, 20 << 20, stream << 30));
+    }
+    let held: Vec<usize> = (0..100)
+        .filter_map(|s| list.stream(StreamId(s)).map(|l| l.classes.len()))
+        .collect();
+    assert_eq!(held, vec![1; 100]);
+    // A smaller block grows the list down to its class, a larger one up to its own; the order
+    // and every lookup are as before.
+    let (small, large) = (key(7, 1 << 20, 1), key(7, 64 << 20, 2));
+    list.insert(small);
+    list.insert(large);
+    let seven = list.stream(StreamId(7)).expect("stream 7");
+    assert_eq!(
+        seven.classes.len(),
+        class_of(64 << 20) - class_of(1 << 20) + 1
+    );
+    assert_eq!(list.best_fit(StreamId(7), 4096), Some(small));
+    assert_eq!(
+        list.best_fit(StreamId(7), 2 << 20),
+        Some(key(7, 20 << 20, 7 << 30))
+    );
+    assert_eq!(list.best_fit(StreamId(7), 30 << 20), Some(large));
+    assert_eq!(list.largest_below(StreamId(7), 20 << 20), Some(small));
+    assert!(list.contains(&small) && list.contains(&large));
+    assert!(
+        !list.contains(&key(7, 512, 1)),
+        "a class below the list's first"
+    );
+    assert!(list.remove(&small));
+    assert!(!list.remove(&key(7, 512, 1)));
+    assert_eq!(
+        list.best_fit(StreamId(7), 4096),
+        Some(key(7, 20 << 20, 7 << 30))
+    );
+}
+
+#[test]
 fn classes_are_monotonic_in_size() {
     let mut previous = 0;
     for units in 1..100_000usize {
