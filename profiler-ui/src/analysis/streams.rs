@@ -15,7 +15,8 @@
 //! memory with the live blocks and segments, the streams, and the chart's points (at most one
 //! per stream and column in which it changed).
 
-use crate::analysis::timeline::walker;
+use crate::analysis::timeline::walker_taking;
+use ahash::RandomState;
 use blockpool::trace::{
     Action, BlockState, DeviceState, EventNumbers, Snapshot, StateWalker, TraceEvent,
 };
@@ -30,38 +31,56 @@ pub const CHART_COLUMNS: usize = 512;
 /// Streams charted one by one, at most: those that cached the most bytes at once.
 pub const CHART_STREAMS: usize = 8;
 
-/// The streams report of `device` in `snapshot`.
-pub fn streams_report(snapshot: &Snapshot, device: u32) -> anyhow::Result<StreamsReport> {
+/// Why the stream-ordered policy would change nothing on a device where fewer than two
+/// streams allocate.
+pub const ONE_STREAM: &str = "one stream allocates: the stream-ordered policy would change nothing";
+
+/// [`ONE_STREAM`] when fewer than two of `report`'s streams allocate; `None` when the policy
+/// could change something.
+pub fn ordered_note(report: &StreamsReport) -> Option<&'static str> {
+    let allocating = report.streams.iter().filter(|s| s.allocations > 0).count();
+    (allocating < 2).then_some(ONE_STREAM)
+}
+
+/// Whether two or more streams allocate on `device` of `snapshot`, from its events alone.
+pub fn several_streams_allocate(snapshot: &Snapshot, device: u32) -> bool {
+    let mut allocs = snapshot
+        .device_events(device)
+        .filter(|e| e.action == Action::Alloc);
+    let first = allocs.next().map(|e| e.stream);
+    allocs.any(|e| Some(e.stream) != first)
+}
+
+/// The streams report of `device` in `snapshot`, taking its events instead of copying them:
+/// it is left without events.
+pub fn streams_report_taking(
+    snapshot: &mut Snapshot,
+    device: u32,
+) -> anyhow::Result<StreamsReport> {
+    let numbers = snapshot.event_numbers(device);
     Ok(streams_report_from(
-        walker(snapshot, device)?,
-        snapshot.event_numbers(device),
+        walker_taking(snapshot, device)?,
+        numbers,
     ))
 }
 
-/// Why the stream-ordered policy would change nothing on `report`'s device: fewer than two
-/// of its streams allocate. `None` when it could.
-pub fn ordered_note(report: &StreamsReport) -> Option<&'static str> {
-    let allocating = report.streams.iter().filter(|s| s.allocations > 0).count();
-    (allocating < 2)
-        .then_some("one stream allocates: the stream-ordered policy would change nothing")
-}
-
-/// As [`streams_report`], walking `walker` (the device's, whose events `numbers` numbers) from
+/// As [`streams_report_taking`], walking `walker` (the device's, whose events `numbers` numbers) from
 /// its first event instead of rebuilding the device's states.
 pub fn streams_report_from(mut walker: StateWalker, numbers: EventNumbers) -> StreamsReport {
-    // The walk starts at index 0 whatever the position given.
+    // The walk starts at index 0 whatever the position given; from there only the totals and
+    // the changed blocks' sizes are carried from event to event, not the live blocks.
     let _ = walker.seek(0);
-    let mut pass = Pass::new(&walker.state(), walker.events(), numbers);
-    while let Some(event) = walker.step().copied() {
-        let state = walker.position();
-        let step = Step {
-            state,
-            event,
-            next: walker.events().get(state).copied(),
-            block: walker.active_block(event.addr).map(|b| b.size),
-            reserved: walker.totals().reserved_bytes,
-        };
-        pass.apply(&step);
+    let events = walker.events();
+    let mut pass = Pass::new(&walker.state(), events, numbers);
+    for (position, (event, (totals, block))) in events.iter().zip(walker.blocks_ahead()).enumerate()
+    {
+        pass.apply(&Step {
+            state: position + 1,
+            event: *event,
+            next: events.get(position + 1).copied(),
+            block,
+            reserved: totals.reserved_bytes,
+        });
     }
     pass.finish(walker.device())
 }
@@ -73,7 +92,7 @@ struct Step {
     event: TraceEvent,
     /// The event after it, if any.
     next: Option<TraceEvent>,
-    /// The size of the active block at its address after it.
+    /// The size of the active block it changed.
     block: Option<u64>,
     /// The device's reserved bytes after it.
     reserved: u64,
@@ -113,13 +132,13 @@ impl Running {
 struct Pass {
     numbers: EventNumbers,
     completions: bool,
-    streams: HashMap<u64, Running>,
-    blocks: HashMap<u64, Live>,
-    segments: HashMap<u64, (u64, u64)>,
+    streams: HashMap<u64, Running, RandomState>,
+    blocks: HashMap<u64, Live, RandomState>,
+    segments: HashMap<u64, (u64, u64), RandomState>,
     /// Streams changed since the last state.
     touched: Vec<u64>,
     /// Per stream, the position of its last `alloc` event.
-    last_alloc: HashMap<u64, usize>,
+    last_alloc: HashMap<u64, usize, RandomState>,
     /// The position of the device's last `alloc` event.
     device_last_alloc: Option<usize>,
     /// Totals over the streams.
@@ -139,7 +158,7 @@ struct Pass {
 
 impl Pass {
     fn new(start: &DeviceState, events: &[TraceEvent], numbers: EventNumbers) -> Pass {
-        let mut last_alloc = HashMap::new();
+        let mut last_alloc = HashMap::default();
         for (position, event) in events.iter().enumerate() {
             if event.action == Action::Alloc {
                 last_alloc.insert(event.stream.0, position);
@@ -151,9 +170,9 @@ impl Pass {
         let mut pass = Pass {
             numbers,
             completions: events.iter().any(|e| e.action == Action::FreeCompleted),
-            streams: HashMap::new(),
-            blocks: HashMap::new(),
-            segments: HashMap::new(),
+            streams: HashMap::default(),
+            blocks: HashMap::default(),
+            segments: HashMap::default(),
             touched: Vec::new(),
             last_alloc,
             device_last_alloc,

@@ -6,7 +6,9 @@
 //! recording's settings, and under them with the policy.
 
 use crate::analysis::settings::recorded_config;
-use crate::analysis::streams::{ordered_note, streams_report, Moment, StreamUsage, StreamsReport};
+use crate::analysis::streams::{
+    several_streams_allocate, streams_report_taking, Moment, StreamUsage, StreamsReport, ONE_STREAM,
+};
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device};
 use crate::commands::replay::engine::{self, Settings};
 use crate::commands::replay::prepare::{self, Prepared};
@@ -80,19 +82,19 @@ pub fn run(
     json: bool,
     out: &mut Output,
 ) -> anyhow::Result<()> {
-    let trace = load_trace(file).context("cannot read the trace")?;
-    let snapshot = &trace.snapshot;
-    let device = pick_device(snapshot, device)?;
-    note_other_devices_out_of_memory(snapshot, device);
-    let streams = streams_report(snapshot, device)?;
+    let mut trace = load_trace(file).context("cannot read the trace")?;
+    let device = pick_device(&trace.snapshot, device)?;
+    note_other_devices_out_of_memory(&trace.snapshot, device);
+    // The replays first: the walk then takes the trace's events instead of copying them.
     let (ordered, ordered_note) = if !replay {
         (None, Some("not replayed (--no-replay)".to_string()))
-    } else if let Some(note) = ordered_note(&streams) {
-        (None, Some(note.to_string()))
+    } else if !several_streams_allocate(&trace.snapshot, device) {
+        (None, Some(ONE_STREAM.to_string()))
     } else {
-        let what_if = ordered_what_if(snapshot, trace.format, device, config)?;
+        let what_if = ordered_what_if(&trace.snapshot, trace.format, device, config)?;
         (Some(what_if), None)
     };
+    let streams = streams_report_taking(&mut trace.snapshot, device)?;
     let report = Report {
         file: file.display().to_string(),
         streams,

@@ -68,6 +68,14 @@ impl Change {
         }
     }
 
+    /// The size of the block a block change names.
+    pub fn block_size(&self) -> Option<u64> {
+        match self {
+            Change::Block(change) => Some(change.size),
+            Change::None | Change::Segments(_) => None,
+        }
+    }
+
     /// Applies the change forward to `totals` alone: what [`apply`](Self::apply) does to the
     /// totals of a memory in the state before it, without the memory.
     pub fn apply_to_totals(&self, totals: &mut MemoryTotals) {

@@ -67,6 +67,9 @@ proptest! {
         let start = walker.state();
         let ahead: Vec<_> = walker.totals_ahead().collect();
         prop_assert_eq!(ahead.len(), walker.len());
+        let blocks: Vec<_> = walker.blocks_ahead().collect();
+        let totals: Vec<_> = blocks.iter().map(|(totals, _)| *totals).collect();
+        prop_assert_eq!(&totals, &ahead, "blocks ahead carry the same totals");
         for index in 0..=walker.len() {
             if index > 0 {
                 prop_assert_eq!(walker.totals(), ahead[index - 1], "totals ahead, {}", index);
@@ -76,7 +79,16 @@ proptest! {
             prop_assert_eq!(walker.totals(), state.totals(), "totals at {}", index);
             let tiled = Snapshot { segments: state.segments.clone(), ..Snapshot::default() };
             prop_assert_eq!(tiled.validate(), Ok(()), "tiling at {}", index);
+            let Some(&(_, size)) = blocks.get(index) else { break };
+            // The size given is that of the block the event changed: there before it, or
+            // after it.
+            let addr = walker.events()[index].addr;
+            let before = walker.active_block(addr).map(|b| b.size);
             walker.step();
+            let after = walker.active_block(addr).map(|b| b.size);
+            if let Some(size) = size {
+                prop_assert!(before == Some(size) || after == Some(size), "block size at {}", index);
+            }
         }
         walker.seek(0).unwrap();
         prop_assert_eq!(walker.state(), start, "walking back returns to the start");

@@ -215,6 +215,19 @@ impl StateWalker {
             })
     }
 
+    /// As [`totals_ahead`](Self::totals_ahead), each with the size of the active block the
+    /// event changed (the block it allocated, freed or made pending; `None` when it changed
+    /// segments or nothing): per-event figures of a whole trace without moving the state.
+    pub fn blocks_ahead(&self) -> impl Iterator<Item = (MemoryTotals, Option<u64>)> + '_ {
+        let mut totals = self.memory.totals;
+        self.changes[self.position.min(self.changes.len())..]
+            .iter()
+            .map(move |change| {
+                change.apply_to_totals(&mut totals);
+                (totals, change.block_size())
+            })
+    }
+
     /// The totals of the current state.
     pub fn totals(&self) -> MemoryTotals {
         self.memory.totals

@@ -11,6 +11,11 @@ const MIB: u64 = 1 << 20;
 const SIZE: u64 = 40 * MIB;
 const BASE: u64 = 0x7f00_0000_0000;
 
+/// The report of device 0.
+fn report_of(snapshot: &Snapshot) -> anyhow::Result<StreamsReport> {
+    streams_report_taking(&mut snapshot.clone(), 0)
+}
+
 /// Events, each at the next microsecond.
 #[derive(Default)]
 struct Trace {
@@ -90,7 +95,7 @@ fn moment(state: usize, reserved: u64, allocated: u64, waiting: u64, stranded: u
 
 #[test]
 fn a_stream_done_allocating_strands_its_cache_while_others_still_allocate() {
-    let report = streams_report(&stream_per_call(), 0).expect("the trace rebuilds");
+    let report = report_of(&stream_per_call()).expect("the trace rebuilds");
     assert!(report.completions);
     let last_allocs = [1, 5, 9, 12, 17];
     let expected: Vec<StreamUsage> = (1..=5u64)
@@ -143,7 +148,7 @@ fn a_stream_done_allocating_strands_its_cache_while_others_still_allocate() {
 
 #[test]
 fn the_chart_has_a_column_per_state_of_a_short_trace_and_a_line_per_stream() {
-    let report = streams_report(&stream_per_call(), 0).expect("the trace rebuilds");
+    let report = report_of(&stream_per_call()).expect("the trace rebuilds");
     let chart = &report.chart;
     assert_eq!(chart.column_ends, (0..=20).collect::<Vec<usize>>());
     // All streams' cache: each call's segment cached once its block is free.
@@ -189,7 +194,7 @@ fn a_long_trace_keeps_the_peak_of_every_state_a_column_covers() {
     }
     let snapshot = trace.snapshot();
     let states = snapshot.events.len() + 1;
-    let report = streams_report(&snapshot, 0).expect("the trace rebuilds");
+    let report = report_of(&snapshot).expect("the trace rebuilds");
     let chart = &report.chart;
     assert_eq!(chart.column_ends.len(), CHART_COLUMNS);
     assert_eq!(chart.column_ends.last(), Some(&(states - 1)));
@@ -231,7 +236,7 @@ fn without_completions_a_requested_free_frees_at_once() {
         .event(Action::Alloc, 7, BASE + MIB, MIB)
         .event(Action::FreeRequested, 0, BASE, MIB)
         .event(Action::Alloc, 0, BASE + 2 * MIB, MIB);
-    let report = streams_report(&trace.snapshot(), 0).expect("the trace rebuilds");
+    let report = report_of(&trace.snapshot()).expect("the trace rebuilds");
     assert!(!report.completions);
     assert_eq!(report.waiting, Waiting::default());
     // Stream 7's block lies in stream 0's segment: stream 0 caches the segment less its own
@@ -294,7 +299,7 @@ fn memory_alive_before_the_trace_belongs_to_its_segments_stream() {
         ),
         segment(nine, 9, vec![block(nine, 8 * MIB, BlockState::Inactive)]),
     ];
-    let report = streams_report(&snapshot, 0).expect("the trace rebuilds");
+    let report = report_of(&snapshot).expect("the trace rebuilds");
     let nine = &report.streams[1];
     assert_eq!(nine.stream, 9);
     assert_eq!(nine.allocations, 0);
