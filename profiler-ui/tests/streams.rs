@@ -1,7 +1,7 @@
 //! `memtrace streams`: memory by stream on a trace with a new stream per call (the vLLM
 //! pattern), in text and JSON, the same as a PyTorch pickle; the frees that waited for other
-//! streams in a trace blockpool recorded with `record_stream`; the one-stream fixtures, whose
-//! figures must add up to `memtrace summary`'s; and bad input.
+//! streams in a trace blockpool recorded with `record_stream`; the summary's line on streams;
+//! the one-stream fixtures, whose figures must add up to `memtrace summary`'s; and bad input.
 
 mod common;
 
@@ -99,6 +99,20 @@ fn a_new_stream_per_call_strands_four_segments_and_the_ordered_policy_would_rese
     assert_eq!(
         row.split_whitespace().collect::<Vec<_>>().join(" "),
         "0x3 1 40.00 MiB 40.00 MiB 40.00 MiB 40.00 MiB 40.00 MiB event 9"
+    );
+
+    // The summary says it in brief.
+    let summary = run_json(&["summary", &path]);
+    assert_eq!(
+        summary["devices"][0]["streams"],
+        json!({"allocating": 5, "stranded_at_reserved_peak_bytes": 4 * SIZE,
+               "waiting_at_reserved_peak_bytes": 0, "stranded_peak_bytes": 4 * SIZE,
+               "frees_waited": 1})
+    );
+    let text = run_ok(&["summary", &path]);
+    assert!(
+        text.contains("  streams:   5 allocate; at the reserved peak 160.00 MiB is cached on streams done allocating (stranded) and 0 bytes waits for other streams; 1 free waited (`memtrace streams` for each stream and what stream_reuse:ordered would reserve)\n"),
+        "{text}"
     );
 
     // Without the replays, and as a PyTorch snapshot: the same figures.
@@ -204,6 +218,7 @@ fn check_against_summary(names: &[String]) {
         );
         // None of these traces allocates on more than one stream.
         assert!(report["ordered"].is_null(), "{name}");
+        assert!(summarized["streams"].is_null(), "{name}");
         assert!(
             allocations <= summarized["events"].as_u64().expect("events"),
             "{name}"

@@ -483,7 +483,7 @@ const CAUSES: [(&str, &str, &str); 5] = [
         "other_streams",
         "a block is reused only on the stream that freed it: allocate on fewer streams, \
          synchronize and empty_cache() before moving work to another, or with blockpool set \
-         stream_reuse:ordered, which `memtrace tune` replays",
+         stream_reuse:ordered: `memtrace streams` shows each stream's cache and replays it",
     ),
     (
         "in blocks freed but waiting on other streams (record_stream)",

@@ -42,11 +42,9 @@ pub fn ordered_note(report: &StreamsReport) -> Option<&'static str> {
     (allocating < 2).then_some(ONE_STREAM)
 }
 
-/// Whether two or more streams allocate on `device` of `snapshot`, from its events alone.
-pub fn several_streams_allocate(snapshot: &Snapshot, device: u32) -> bool {
-    let mut allocs = snapshot
-        .device_events(device)
-        .filter(|e| e.action == Action::Alloc);
+/// Whether two or more streams allocate in `events`.
+pub fn several_streams_allocate<'a>(events: impl IntoIterator<Item = &'a TraceEvent>) -> bool {
+    let mut allocs = events.into_iter().filter(|e| e.action == Action::Alloc);
     let first = allocs.next().map(|e| e.stream);
     allocs.any(|e| Some(e.stream) != first)
 }

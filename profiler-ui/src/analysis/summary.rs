@@ -14,6 +14,7 @@ use super::fragmentation::ReservedPeak;
 use super::frames::FrameView;
 use super::frames::{shown_frames, stack_line};
 use super::sites::{sites_named_by, Site, SiteNames};
+use super::streams::{several_streams_allocate, streams_report_from, StreamsReport};
 use super::timeline::{time_span, walker, walker_taking};
 use blockpool::trace::{
     Action, BlockState, ContextId, DeviceState, EventNumbers, Snapshot, StateWalker,
@@ -85,6 +86,37 @@ pub struct DeviceSummary {
     pub out_of_memory: Vec<OomExplained>,
     /// Without one, the device's memory at the reserved peak, split so the parts add up.
     pub at_reserved_peak: Option<Explanation>,
+    /// When two or more streams allocate, what the streams held (`memtrace streams` tells it
+    /// all); absent otherwise.
+    pub streams: Option<StreamsBrief>,
+}
+
+/// The streams of a device where two or more allocate, in brief.
+#[derive(Debug, Serialize)]
+pub struct StreamsBrief {
+    /// Streams that allocated during the trace.
+    pub allocating: u64,
+    /// At the reserved peak, bytes cached on streams that had made their last allocation while
+    /// others still allocated.
+    pub stranded_at_reserved_peak_bytes: u64,
+    /// At the reserved peak, bytes freed and waiting for other streams (`record_stream`).
+    pub waiting_at_reserved_peak_bytes: u64,
+    /// The most bytes stranded at once.
+    pub stranded_peak_bytes: u64,
+    /// Frees that waited for other streams.
+    pub frees_waited: u64,
+}
+
+impl StreamsBrief {
+    fn of(report: &StreamsReport) -> StreamsBrief {
+        StreamsBrief {
+            allocating: report.streams.iter().filter(|s| s.allocations > 0).count() as u64,
+            stranded_at_reserved_peak_bytes: report.reserved_peak.stranded_bytes,
+            waiting_at_reserved_peak_bytes: report.reserved_peak.waiting_bytes,
+            stranded_peak_bytes: report.stranded.peak_bytes,
+            frees_waited: report.waiting.frees,
+        }
+    }
 }
 
 /// Out-of-memory events of one device.
@@ -254,6 +286,8 @@ fn summarize_walk(
     mut walker: StateWalker,
 ) -> anyhow::Result<DeviceSummary> {
     walker.seek(0)?;
+    // A copy of the walker at the start, for the streams' own walk when several allocate.
+    let streams_walker = several_streams_allocate(walker.events()).then(|| walker.clone());
     let start = walker.totals();
     let time_of = |index: usize, walker: &blockpool::trace::StateWalker| {
         index
@@ -391,6 +425,8 @@ fn summarize_walk(
         top_sites: top_sites(&names, &walker),
         out_of_memory,
         at_reserved_peak,
+        streams: streams_walker
+            .map(|walker| StreamsBrief::of(&streams_report_from(walker, numbers.clone()))),
         peak_allocated: allocated,
         peak_reserved: reserved,
         peak_requested: requested,

@@ -88,7 +88,7 @@ pub fn run(
     // The replays first: the walk then takes the trace's events instead of copying them.
     let (ordered, ordered_note) = if !replay {
         (None, Some("not replayed (--no-replay)".to_string()))
-    } else if !several_streams_allocate(&trace.snapshot, device) {
+    } else if !several_streams_allocate(trace.snapshot.device_events(device)) {
         (None, Some(ONE_STREAM.to_string()))
     } else {
         let what_if = ordered_what_if(&trace.snapshot, trace.format, device, config)?;

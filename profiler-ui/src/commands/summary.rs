@@ -88,6 +88,18 @@ pub fn render(report: &SummaryReport, full_stack: bool) -> String {
             "  fragmentation: {:.2} % ({FRAGMENTATION}, as replay reports it)",
             100.0 * d.fragmentation_at_reserved_peak
         );
+        if let Some(streams) = &d.streams {
+            let _ = writeln!(
+                text,
+                "  streams:   {} allocate; at the reserved peak {} is cached on streams done \
+                 allocating (stranded) and {} waits for other streams; {} waited \
+                 (`memtrace streams` for each stream and what stream_reuse:ordered would reserve)",
+                count(streams.allocating),
+                format_size(streams.stranded_at_reserved_peak_bytes),
+                format_size(streams.waiting_at_reserved_peak_bytes),
+                counted(streams.frees_waited, "free")
+            );
+        }
         let _ = writeln!(
             text,
             "  free memory at the allocated peak: {} in blocks, largest {}; {:.1} % scattered \
