@@ -6,6 +6,7 @@
 //! events when other streams used it (`events.rs`).
 
 use super::block::{Block, BlockArena, BlockId, BlockState};
+use super::events::EventQueues;
 use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
 use super::history::History;
@@ -15,7 +16,7 @@ use crate::config::{AllocatorConfig, StreamReuse};
 use crate::error::{Error, Result};
 use crate::event::{Action, ContextId};
 use crate::stats::DeviceStats;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 /// A block id that names no block: a bookkeeping bug.
 pub(crate) const NO_BLOCK: Error = Error::InvariantViolated {
@@ -71,12 +72,8 @@ pub struct DeviceAllocator<E> {
     pub(crate) large: FreeList,
     /// Segments by address.
     pub(crate) segments: BTreeMap<u64, Segment>,
-    /// Deferred frees per stream, oldest first: (event, block waiting on it). Ordered by
-    /// stream so that completing them is deterministic.
-    pub(crate) events: BTreeMap<StreamId, VecDeque<(E, BlockId)>>,
-    /// Events that could not be recorded: each keeps its block pending forever, so memory a
-    /// stream may still use is never handed out again.
-    pub(crate) stranded_events: usize,
+    /// The events deferred frees wait on (`events.rs`).
+    pub(crate) events: EventQueues<E>,
     pub(crate) stats: DeviceStats,
     /// Sum of segment sizes, in bytes.
     pub(crate) reserved: usize,
@@ -112,8 +109,7 @@ impl<E> DeviceAllocator<E> {
             small: FreeList::default(),
             large: FreeList::default(),
             segments: BTreeMap::new(),
-            events: BTreeMap::new(),
-            stranded_events: 0,
+            events: EventQueues::default(),
             stats,
             reserved: 0,
             total_bytes: None,

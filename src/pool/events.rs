@@ -1,14 +1,112 @@
 //! Deferred frees: a block used on other streams (`record_stream`) is freed only after events
 //! recorded on each of those streams at free time have completed.
 //!
-//! Events wait in one queue per stream, oldest first. `process_events`, run at every
-//! allocation, pops completed events from the front of every queue, so a slow stream delays
-//! only its own blocks (no head-of-line blocking across streams).
+//! Events wait in [`EventQueues`], one queue per stream, oldest first: a component with its
+//! state private, reached through pushes, pops of completed events and a drain for a full
+//! synchronization. `process_events`, run at every allocation, pops completed events from the
+//! front of every queue, so a slow stream delays only its own blocks (no head-of-line blocking
+//! across streams).
 
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
-use crate::backend::Backend;
+use crate::backend::{Backend, StreamId};
 use crate::error::{Error, Result};
+use std::collections::{BTreeMap, VecDeque};
+
+/// The events that deferred frees wait on, per stream.
+#[derive(Debug)]
+pub(crate) struct EventQueues<E> {
+    /// Per stream, oldest first: (event, block waiting on it). Ordered by stream so that
+    /// completing them is deterministic.
+    queues: BTreeMap<StreamId, VecDeque<(E, BlockId)>>,
+    /// Events that could not be recorded: each keeps its block pending forever, so memory a
+    /// stream may still use is never handed out again.
+    stranded: usize,
+}
+
+impl<E> Default for EventQueues<E> {
+    fn default() -> Self {
+        EventQueues {
+            queues: BTreeMap::new(),
+            stranded: 0,
+        }
+    }
+}
+
+impl<E> EventQueues<E> {
+    /// Queues `event`, recorded on `stream`, for the block `id`.
+    fn push(&mut self, stream: StreamId, event: E, id: BlockId) {
+        self.queues
+            .entry(stream)
+            .or_default()
+            .push_back((event, id));
+    }
+
+    /// Counts an event that could not be recorded.
+    fn strand(&mut self) {
+        self.stranded += 1;
+    }
+
+    /// Whether no event is queued.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// Events queued.
+    pub fn len(&self) -> usize {
+        self.queues.values().map(VecDeque::len).sum()
+    }
+
+    /// Events that could not be recorded.
+    pub fn stranded(&self) -> usize {
+        self.stranded
+    }
+
+    /// The streams with queued events, in order.
+    fn streams(&self) -> Vec<StreamId> {
+        self.queues.keys().copied().collect()
+    }
+
+    /// The block whose event at the front of `stream`'s queue has completed, the event
+    /// released; `None` when the front event has not completed or the queue is empty (an
+    /// emptied queue is dropped).
+    fn pop_completed<B: Backend<Event = E>>(
+        &mut self,
+        backend: &B,
+        stream: StreamId,
+    ) -> Result<Option<BlockId>> {
+        let Some(queue) = self.queues.get_mut(&stream) else {
+            return Ok(None);
+        };
+        let Some((event, _)) = queue.front() else {
+            self.queues.remove(&stream);
+            return Ok(None);
+        };
+        if !backend.query_event(event)? {
+            return Ok(None);
+        }
+        let popped = queue.pop_front();
+        if queue.is_empty() {
+            self.queues.remove(&stream);
+        }
+        Ok(popped.map(|(event, id)| {
+            backend.release_event(event);
+            id
+        }))
+    }
+
+    /// Every queue, taken out: for a full synchronization, which puts back what it could not
+    /// wait for ([`requeue`](Self::requeue)).
+    fn drain(&mut self) -> BTreeMap<StreamId, VecDeque<(E, BlockId)>> {
+        std::mem::take(&mut self.queues)
+    }
+
+    /// Puts `entries` back at the end of `stream`'s queue.
+    fn requeue(&mut self, stream: StreamId, entries: impl IntoIterator<Item = (E, BlockId)>) {
+        self.queues.entry(stream).or_default().extend(entries);
+    }
+}
 
 impl<E> DeviceAllocator<E> {
     /// Records an event on every stream that used the freed block `id`.
@@ -26,14 +124,11 @@ impl<E> DeviceAllocator<E> {
             match backend.record_event(self.device, stream) {
                 Ok(event) => {
                     self.block_mut(id)?.event_count += 1;
-                    self.events
-                        .entry(stream)
-                        .or_default()
-                        .push_back((event, id));
+                    self.events.push(stream, event, id);
                 }
                 Err(e) => {
                     self.block_mut(id)?.event_count += 1;
-                    self.stranded_events += 1;
+                    self.events.strand();
                     return Err(e.into());
                 }
             }
@@ -51,31 +146,18 @@ impl<E> DeviceAllocator<E> {
     }
 
     fn process_pending_events<B: Backend<Event = E>>(&mut self, backend: &B) -> Result<()> {
-        let mut done_streams = Vec::new();
         let mut result = Ok(());
-        let streams: Vec<_> = self.events.keys().copied().collect();
-        for stream in streams {
-            while let Some(queue) = self.events.get_mut(&stream) {
-                let Some((event, _)) = queue.front() else {
-                    done_streams.push(stream);
-                    break;
-                };
-                match backend.query_event(event) {
-                    Ok(true) => {}
-                    Ok(false) => break,
+        for stream in self.events.streams() {
+            loop {
+                match self.events.pop_completed(backend, stream) {
+                    Ok(Some(id)) => self.event_completed(id)?,
+                    Ok(None) => break,
                     Err(e) => {
-                        result = Err(e.into());
+                        result = Err(e);
                         break;
                     }
                 }
-                if let Some((event, id)) = queue.pop_front() {
-                    backend.release_event(event);
-                    self.event_completed(id)?;
-                }
             }
-        }
-        for stream in done_streams {
-            self.events.remove(&stream);
         }
         result
     }
@@ -90,8 +172,7 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<()> {
         self.stats.num_sync_all_streams += 1;
         let mut result = Ok(());
-        let queues = std::mem::take(&mut self.events);
-        for (stream, queue) in queues {
+        for (stream, queue) in self.events.drain() {
             let mut queue = queue.into_iter();
             while let Some((event, id)) = queue.next() {
                 let synced = backend.synchronize_event(&event).map_err(Error::from);
@@ -100,9 +181,8 @@ impl<E> DeviceAllocator<E> {
                         result = Err(e);
                     }
                     // Keep this event and the ones behind it for later.
-                    let rest = self.events.entry(stream).or_default();
-                    rest.push_back((event, id));
-                    rest.extend(queue);
+                    self.events
+                        .requeue(stream, std::iter::once((event, id)).chain(queue));
                     break;
                 }
                 backend.release_event(event);
@@ -132,6 +212,6 @@ impl<E> DeviceAllocator<E> {
 
     /// Number of events still outstanding.
     pub fn pending_events(&self) -> usize {
-        self.events.values().map(|q| q.len()).sum()
+        self.events.len()
     }
 }

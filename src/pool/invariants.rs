@@ -276,7 +276,7 @@ impl<E> DeviceAllocator<E> {
             ));
         }
         reserved += mapped;
-        let queued = self.pending_events() + self.stranded_events;
+        let queued = self.pending_events() + self.events.stranded();
         if queued != pending_event_count {
             return fail(format!(
                 "{queued} events queued or stranded but pending blocks wait on {pending_event_count}"
