@@ -303,6 +303,11 @@ impl StreamList {
     /// Class `class`, made (with the empty ones between it and the others) when it is not
     /// held yet.
     fn class_made(&mut self, class: usize) -> &mut Class {
+        // A list holding nothing (a spare given to a new stream among them) starts over at
+        // this class, whatever classes it held before.
+        if self.len == 0 {
+            self.classes.clear();
+        }
         if self.classes.is_empty() {
             self.base = class;
         } else if class < self.base {

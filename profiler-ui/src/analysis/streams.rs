@@ -35,13 +35,6 @@ pub const CHART_STREAMS: usize = 8;
 /// streams allocate.
 pub const ONE_STREAM: &str = "one stream allocates: the stream-ordered policy would change nothing";
 
-/// [`ONE_STREAM`] when fewer than two of `report`'s streams allocate; `None` when the policy
-/// could change something.
-pub fn ordered_note(report: &StreamsReport) -> Option<&'static str> {
-    let allocating = report.streams.iter().filter(|s| s.allocations > 0).count();
-    (allocating < 2).then_some(ONE_STREAM)
-}
-
 /// Whether two or more streams allocate in `events`.
 pub fn several_streams_allocate<'a>(events: impl IntoIterator<Item = &'a TraceEvent>) -> bool {
     let mut allocs = events.into_iter().filter(|e| e.action == Action::Alloc);
@@ -144,7 +137,6 @@ struct Pass {
     stranded: u64,
     waiting: u64,
     allocated: u64,
-    reserved: u64,
     peak_reserved: Option<u64>,
     reserved_peak: Moment,
     stranded_summary: Stranded,
@@ -178,7 +170,6 @@ impl Pass {
             stranded: 0,
             waiting: 0,
             allocated: 0,
-            reserved: 0,
             peak_reserved: None,
             reserved_peak: Moment::default(),
             stranded_summary: Stranded::default(),
@@ -207,7 +198,7 @@ impl Pass {
         for block in &start.unsegmented {
             pass.add_block(block.address, 0, block.size, block.state, None);
         }
-        pass.enter_state(0, pass.reserved);
+        pass.enter_state(0, start.totals().reserved_bytes);
         pass
     }
 
@@ -356,11 +347,10 @@ impl Pass {
             running.cached(),
             running.waiting,
             running.allocated,
-            running.reserved,
             running.done,
         );
         f(running);
-        let (cached, waiting, allocated, reserved, done) = before;
+        let (cached, waiting, allocated, done) = before;
         let stranded_before = if done { cached } else { 0 };
         let stranded_after = if running.done { running.cached() } else { 0 };
         // Each total is the sum of the streams' values, the old one among them.
@@ -368,7 +358,6 @@ impl Pass {
         self.stranded = self.stranded - stranded_before + stranded_after;
         self.waiting = self.waiting - waiting + running.waiting;
         self.allocated = self.allocated - allocated + running.allocated;
-        self.reserved = self.reserved - reserved + running.reserved;
         if !self.touched.contains(&stream) {
             self.touched.push(stream);
         }

@@ -10,8 +10,7 @@ use crate::analysis::streams::{
     several_streams_allocate, streams_report_taking, Moment, StreamUsage, StreamsReport, ONE_STREAM,
 };
 use crate::analysis::timeline::{note_other_devices_out_of_memory, pick_device};
-use crate::commands::replay::engine::{self, Settings};
-use crate::commands::replay::prepare::{self, Prepared};
+use crate::commands::replay::prepare::Prepared;
 use crate::commands::replay::progress_bar;
 use crate::format::{count, counted, format_size, signed_size};
 use crate::load::load_trace;
@@ -112,7 +111,6 @@ pub fn ordered_what_if(
     device: u32,
     given: Option<&AllocatorConfig>,
 ) -> anyhow::Result<WhatIf> {
-    let device = prepare::pick_device(snapshot, Some(device))?;
     let (config, config_source, _) = recorded_config(given, snapshot);
     let ordered = AllocatorConfigBuilder::from(config.clone())
         .stream_reuse(StreamReuse::Ordered)
@@ -121,21 +119,9 @@ pub fn ordered_what_if(
     let prepared = Prepared::new(snapshot, format, device)?;
     let (capacity_bytes, capacity_source) = prepared.capacity(None);
     let progress = progress_bar((prepared.events().len() as u64).saturating_mul(2));
-    let mut outcomes = Vec::with_capacity(2);
-    for config in [&config, &ordered] {
-        let settings = Settings {
-            config: config.clone(),
-            capacity_bytes,
-            exact: false,
-        };
-        outcomes.push(engine::run(
-            &prepared.workload(config, false),
-            &settings,
-            &progress,
-        )?);
-    }
+    let first = prepared.replay(&config, capacity_bytes, false, &progress)?;
+    let second = prepared.replay(&ordered, capacity_bytes, false, &progress)?;
     progress.finish_and_clear();
-    let (first, second) = (&outcomes[0], &outcomes[1]);
     Ok(WhatIf {
         config: config.to_string(),
         config_source,

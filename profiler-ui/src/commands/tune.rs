@@ -11,7 +11,7 @@
 mod candidates;
 mod render;
 
-use super::replay::engine::{self, Outcome, Settings};
+use super::replay::engine::Outcome;
 use super::replay::prepare::{self, Prepared};
 use super::replay::{
     no_out_of_memory_event, notes, out_of_memory_elsewhere_note, progress_bar, Asked,
@@ -262,13 +262,8 @@ fn replay_all(
 ) -> anyhow::Result<Vec<Outcome>> {
     let next = AtomicUsize::new(0);
     let replay = |index: usize, candidate: &Candidate| {
-        let settings = Settings {
-            config: candidate.config.clone(),
-            capacity_bytes,
-            exact: false,
-        };
-        let workload = prepared.workload(&candidate.config, fresh);
-        let outcome = engine::run(&workload, &settings, progress)
+        let outcome = prepared
+            .replay(&candidate.config, capacity_bytes, fresh, progress)
             .with_context(|| format!("replay under `{}`", candidate.change));
         (index, outcome)
     };

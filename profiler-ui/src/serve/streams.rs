@@ -4,7 +4,9 @@
 
 use super::model::{DeviceModel, TraceModel};
 use super::tables;
-use crate::analysis::streams::{ordered_note, streams_report_from, StreamsReport};
+use crate::analysis::streams::{
+    several_streams_allocate, streams_report_from, StreamsReport, ONE_STREAM,
+};
 use blockpool::trace::Snapshot;
 use serde::Serialize;
 use std::sync::Arc;
@@ -42,14 +44,15 @@ pub fn streams_view(model: &TraceModel, device: &DeviceModel) -> Arc<StreamsView
     let view = device.stream_memory.get_or_init(|| {
         // On a clone of the device's walker (no rebuild): other requests go on meanwhile.
         let walker = tables::lock(device).clone();
+        let several = several_streams_allocate(walker.events());
         let streams = streams_report_from(walker, device.numbers.clone());
-        let (ordered, ordered_note) = match (ordered_note(&streams), &model.what_if) {
-            (Some(note), _) => (None, Some(note.to_string())),
-            (None, None) => (
+        let (ordered, ordered_note) = match (several, &model.what_if) {
+            (false, _) => (None, Some(ONE_STREAM.to_string())),
+            (true, None) => (
                 None,
                 Some("no replay in this viewer: `memtrace streams FILE` replays it".to_string()),
             ),
-            (None, Some(what_if)) => match (what_if.0)(&model.snapshot, device.device) {
+            (true, Some(what_if)) => match (what_if.0)(&model.snapshot, device.device) {
                 Ok(value) => (Some(value), None),
                 Err(e) => (None, Some(format!("the replay failed: {e:#}"))),
             },

@@ -152,6 +152,17 @@ fn a_new_stream_takes_a_spare_list_emptied_by_another() {
         Some(key(100, 12 << 20, 0))
     );
     assert_eq!(list.len(), 1);
+    // A spare taken by a stream caching a much smaller block starts over at its class, not
+    // with every class between the two sizes.
+    assert!(list.remove(&key(100, 12 << 20, 0)));
+    for stream in 200..=200 + MAX_IDLE_STREAM_LISTS as u64 {
+        list.insert(key(stream, 12 << 20, stream));
+        assert!(list.remove(&key(stream, 12 << 20, stream)));
+    }
+    assert!(!list.spare.is_empty());
+    list.insert(key(300, 4096, 0));
+    assert_eq!(list.stream(StreamId(300)).map(|l| l.classes.len()), Some(1));
+    assert_eq!(list.best_fit(StreamId(300), 512), Some(key(300, 4096, 0)));
 }
 
 #[test]

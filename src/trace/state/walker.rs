@@ -206,13 +206,7 @@ impl StateWalker {
     /// only the totals are carried from change to change, so a whole trace's curves cost a
     /// pass over numbers rather than over the live blocks.
     pub fn totals_ahead(&self) -> impl Iterator<Item = MemoryTotals> + '_ {
-        let mut totals = self.memory.totals;
-        self.changes[self.position.min(self.changes.len())..]
-            .iter()
-            .map(move |change| {
-                change.apply_to_totals(&mut totals);
-                totals
-            })
+        self.blocks_ahead().map(|(totals, _)| totals)
     }
 
     /// As [`totals_ahead`](Self::totals_ahead), each with the size of the active block the

@@ -4,7 +4,7 @@
 //! it under many settings.
 
 use super::capacity::DEFAULT_CAPACITY;
-use super::engine::Workload;
+use super::engine::{self, Outcome, Settings, Workload};
 use super::recorded::{self, Recorded};
 use super::start;
 use crate::analysis::timeline::out_of_memory_elsewhere;
@@ -15,6 +15,7 @@ use blockpool::trace::file::TraceFormat;
 use blockpool::trace::snapshot::Segment;
 use blockpool::trace::{Action, DeviceState, Snapshot, StateWalker, TraceEvent};
 use blockpool::AllocatorConfig;
+use indicatif::ProgressBar;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -98,6 +99,23 @@ impl Prepared {
             free_on,
             trace_span: self.trace_span.clone(),
         }
+    }
+
+    /// One replay under `config` on a simulated device of `capacity_bytes` (trace addresses
+    /// not kept), from the starting state's segments or with `fresh` its live blocks alone.
+    pub fn replay(
+        &self,
+        config: &AllocatorConfig,
+        capacity_bytes: u64,
+        fresh: bool,
+        progress: &ProgressBar,
+    ) -> anyhow::Result<Outcome> {
+        let settings = Settings {
+            config: config.clone(),
+            capacity_bytes,
+            exact: false,
+        };
+        engine::run(&self.workload(config, fresh), &settings, progress)
     }
 
     /// The events whose runs the replay takes for `empty_cache` calls, as the trace has them:
