@@ -253,7 +253,6 @@ impl<E> DeviceAllocator<E> {
         );
         self.count_segment(segment.size, small);
 
-        let max_split = self.config.max_split_size();
         let split = pieces.len() > 1;
         let mut adopted = Vec::new();
         for (piece, &id) in pieces.iter().zip(&ids) {
@@ -261,7 +260,8 @@ impl<E> DeviceAllocator<E> {
             let stats = &mut self.stats;
             match piece.live {
                 Some(requested) => {
-                    count_allocation(stats, small, (size, requested), max_split);
+                    let oversize = self.policy.is_oversize(size);
+                    count_allocation(stats, small, (size, requested), oversize);
                     adopted.push(AdoptedBlock {
                         id,
                         addr: block_addr,
@@ -292,7 +292,7 @@ impl<E> DeviceAllocator<E> {
         self.reserved += size;
         increase(&mut self.stats.segment, small, 1);
         increase(&mut self.stats.reserved_bytes, small, size as u64);
-        if size >= self.config.max_split_size() {
+        if self.policy.is_oversize(size) {
             self.stats.oversize_segments.increase(1);
         }
     }

@@ -10,9 +10,10 @@ use super::events::EventQueues;
 use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
 use super::history::History;
+use super::policy::PoolPolicy;
 use super::stat_updates::{apply_net, decrease};
 use crate::backend::{Backend, DeviceIndex, StreamId};
-use crate::config::{AllocatorConfig, StreamReuse};
+use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
 use crate::event::{Action, ContextId};
 use crate::stats::DeviceStats;
@@ -66,7 +67,8 @@ pub(crate) struct Segment {
 /// [`CachingAllocator`](crate::CachingAllocator) keeps each behind a mutex.
 pub struct DeviceAllocator<E> {
     pub(crate) device: DeviceIndex,
-    pub(crate) config: AllocatorConfig,
+    /// The decisions the settings make: sizing, which cached block, splitting, release.
+    pub(crate) policy: PoolPolicy,
     pub(crate) blocks: BlockArena,
     pub(crate) small: FreeList,
     pub(crate) large: FreeList,
@@ -86,9 +88,6 @@ pub struct DeviceAllocator<E> {
     pub(crate) history: Option<Box<History>>,
     /// Expandable segments: whether they are on, and the unmapped blocks (`expandable.rs`).
     pub(crate) expandable: Expandable,
-    /// Whether the stream-ordered policy is in force: asked for (`stream_reuse:ordered`) and
-    /// not turned off by a backend that cannot make a stream wait (`ordered.rs`).
-    pub(crate) ordered: bool,
 }
 
 impl<E> DeviceAllocator<E> {
@@ -103,8 +102,7 @@ impl<E> DeviceAllocator<E> {
         DeviceAllocator {
             device,
             fraction: config.per_process_memory_fraction(),
-            ordered: config.stream_reuse() == StreamReuse::Ordered,
-            config,
+            policy: PoolPolicy::new(config),
             blocks: BlockArena::default(),
             small: FreeList::default(),
             large: FreeList::default(),
@@ -132,7 +130,7 @@ impl<E> DeviceAllocator<E> {
 
     /// The settings this allocator runs with.
     pub fn config(&self) -> &AllocatorConfig {
-        &self.config
+        self.policy.config()
     }
 
     pub(crate) fn pool_ref(&self, small: bool) -> &FreeList {
@@ -181,7 +179,6 @@ impl<E> DeviceAllocator<E> {
     /// A failure to record an event keeps the block pending forever: memory a stream may still
     /// use is kept rather than risked (see `insert_events`).
     pub fn free<B: Backend<Event = E>>(&mut self, backend: &B, id: BlockId) -> Result<()> {
-        let max_split = self.config.max_split_size();
         let block = self.blocks.get_mut(id).ok_or(Error::InvariantViolated {
             what: "block id names no block",
         })?;
@@ -201,10 +198,12 @@ impl<E> DeviceAllocator<E> {
         let stats = &mut self.stats;
         decrease(&mut stats.allocation, small, 1);
         decrease(&mut stats.allocated_bytes, small, size);
-        if size >= max_split as u64 {
+        if self.policy.is_oversize(size as usize) {
             stats.oversize_allocations.decrease(1);
         }
-        if block.stream_uses.is_none() || (self.ordered && self.order_uses(backend, id)?) {
+        if block.stream_uses.is_none()
+            || (self.policy.serves_other_streams() && self.order_uses(backend, id)?)
+        {
             self.free_block(id)
         } else {
             self.block_mut(id)?.state = BlockState::PendingFree;

@@ -60,8 +60,9 @@ impl<E> DeviceAllocator<E> {
                 message,
             })
         };
-        let max_split = self.config.max_split_size();
-        let mixed_streams = self.streams_may_mix();
+        // Read from the settings, not the policy: the check is independent of the bookkeeping.
+        let max_split = self.config().max_split_size();
+        let mixed_streams = self.policy.streams_may_mix();
         let mut expected = Expected::default();
         let mut seen_blocks = 0usize;
         let mut free_blocks = [0usize; 2];

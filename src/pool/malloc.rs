@@ -13,7 +13,7 @@ use super::release::{Attempt, MallocStep, SegmentRequest};
 use super::sizing;
 use super::stat_updates::{count_allocation, decrease, increase};
 use crate::backend::{Backend, StreamId};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 impl<E> DeviceAllocator<E> {
     /// Allocates `size` bytes on `stream`: a cached block when one fits, else a new segment.
@@ -48,15 +48,8 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
     ) -> Result<Option<AllocatedBlock>> {
         self.process_events(backend)?;
-        let rounded = self.rounded(size)?;
+        let rounded = self.policy.round(size)?;
         self.take_cached(stream, rounded, size)
-    }
-
-    /// `size` rounded as its block will be; [`Error::SizeTooLarge`] when that overflows.
-    fn rounded(&self, size: usize) -> Result<usize> {
-        sizing::round_size(size, &self.config).ok_or(Error::SizeTooLarge {
-            requested_bytes: size,
-        })
     }
 
     /// The best cached block for `rounded` bytes on `stream`, split and counted as allocated
@@ -89,22 +82,18 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
         search_cache: bool,
     ) -> Result<MallocStep> {
-        let rounded = self.rounded(size)?;
+        let rounded = self.policy.round(size)?;
         if search_cache {
             if let Some(block) = self.take_cached(stream, rounded, size)? {
                 return Ok(MallocStep::Done(block));
             }
         }
-        if self.ordered {
+        if self.policy.serves_other_streams() {
             if let Some(block) = self.take_from_other_streams(backend, stream, rounded, size)? {
                 return Ok(MallocStep::Done(block));
             }
         }
-        let Some(segment_size) = sizing::segment_size(rounded) else {
-            return Err(Error::SizeTooLarge {
-                requested_bytes: size,
-            });
-        };
+        let segment_size = self.policy.segment_size(rounded, size)?;
         let request = SegmentRequest {
             requested: size,
             rounded,
@@ -145,24 +134,12 @@ impl<E> DeviceAllocator<E> {
         let pool = self.pool_ref(small);
         let key = pool.best_fit(stream, rounded)?;
         let key = self.prefer_less_expandable(key);
-        (key.size <= self.largest_block_for(rounded)).then_some(key)
+        (key.size <= self.policy.largest_block_for(rounded)).then_some(key)
     }
 
-    /// The largest cached block the oversize rules let serve `rounded` bytes: an oversize
-    /// block never goes to a request that splitting could serve, and an oversize request
-    /// takes one only when little of it is wasted (`max_non_split_rounding_size`).
-    #[inline]
-    pub(super) fn largest_block_for(&self, rounded: usize) -> usize {
-        let max_split = self.config.max_split_size();
-        if rounded < max_split {
-            max_split - 1
-        } else {
-            rounded.saturating_add(self.config.max_non_split_rounding_size()) - 1
-        }
-    }
-
+    /// Whether garbage collection runs: a memory fraction is set and the policy collects.
     pub(crate) fn gc_enabled(&self) -> bool {
-        self.fraction.is_some() && self.config.garbage_collection_threshold() > 0.0
+        self.fraction.is_some() && self.policy.collects_garbage()
     }
 
     /// Marks a block found in the cache (`cached` is its free-list entry) or a new segment as
@@ -179,7 +156,6 @@ impl<E> DeviceAllocator<E> {
         rounded: usize,
         requested: usize,
     ) -> Result<AllocatedBlock> {
-        let max_split = self.config.max_split_size();
         let block = self.blocks.get(id).ok_or(NO_BLOCK)?;
         let (small, addr, stream, old_size, old_next) = (
             block.small,
@@ -198,7 +174,9 @@ impl<E> DeviceAllocator<E> {
         // whole units can always be unmapped.
         let expandable = block.expandable;
         // With no slot left for a remainder, the whole block is handed out instead.
-        let split = sizing::should_split(old_size, rounded, pool, self.expandable.on, &self.config)
+        let split = self
+            .policy
+            .should_split(old_size, rounded, pool, self.expandable.on)
             && self.blocks.has_room();
         let size = if split {
             let rest_size = old_size - rounded;
@@ -263,7 +241,8 @@ impl<E> DeviceAllocator<E> {
         block.requested = requested;
 
         self.next_alloc_id += 1;
-        count_allocation(&mut self.stats, small, (size, requested), max_split);
+        let oversize = self.policy.is_oversize(size);
+        count_allocation(&mut self.stats, small, (size, requested), oversize);
         let sizes = (addr, size as u64, requested as u64);
         self.record_alloc(id, stream, sizes);
         Ok(AllocatedBlock {

@@ -13,6 +13,7 @@ mod history;
 mod invariants;
 mod malloc;
 mod ordered;
+mod policy;
 mod release;
 pub mod sizing;
 mod stat_updates;

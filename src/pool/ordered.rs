@@ -24,16 +24,9 @@ use super::free_list::FreeKey;
 use super::sizing;
 use super::stat_updates::apply_net;
 use crate::backend::{Backend, BackendError, StreamId};
-use crate::config::StreamReuse;
 use crate::error::Result;
 
 impl<E> DeviceAllocator<E> {
-    /// Whether a fixed segment may hold blocks of several streams: under the ordered policy,
-    /// even once a backend that cannot wait has turned it off (blocks moved before stay).
-    pub(crate) fn streams_may_mix(&self) -> bool {
-        self.config.stream_reuse() == StreamReuse::Ordered
-    }
-
     /// Under the ordered policy, serves `rounded` bytes (asked as `size`) on `stream` from
     /// the best block cached for another stream, after ordering `stream` behind that
     /// stream's work; `None` when no such block fits or the ordering could not be made.
@@ -46,7 +39,7 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<Option<AllocatedBlock>> {
         let small = sizing::is_small(rounded);
         // The oversize rules of a cache hit hold here too.
-        let largest = self.largest_block_for(rounded);
+        let largest = self.policy.largest_block_for(rounded);
         let blocks = &self.blocks;
         let found = self
             .pool_ref(small)
@@ -94,7 +87,7 @@ impl<E> DeviceAllocator<E> {
                     "the backend cannot make a stream wait on an event; stream_reuse:ordered \
                      is off for this device, which keeps each stream's cache to itself"
                 );
-                self.ordered = false;
+                self.policy.keep_streams_apart();
                 false
             }
             Err(e) => {
@@ -146,7 +139,7 @@ impl<E> DeviceAllocator<E> {
     /// be released. Only blocks of different streams are left unmerged, which happens only
     /// under the ordered policy.
     pub(super) fn coalesce_free_segments(&mut self) -> Result<()> {
-        if !self.streams_may_mix() {
+        if !self.policy.streams_may_mix() {
             return Ok(());
         }
         let heads: Vec<BlockId> = self

@@ -299,7 +299,7 @@ impl<E> DeviceAllocator<E> {
         self.reserved += size;
         increase(&mut self.stats.segment, small, 1);
         increase(&mut self.stats.reserved_bytes, small, size as u64);
-        if size >= self.config.max_split_size() {
+        if self.policy.is_oversize(size) {
             self.stats.oversize_segments.increase(1);
         }
         self.stats.num_device_alloc += 1;
@@ -331,7 +331,7 @@ impl<E> DeviceAllocator<E> {
         self.stats.num_device_free += 1;
         decrease(&mut self.stats.segment, small, 1);
         decrease(&mut self.stats.reserved_bytes, small, size as u64);
-        if size >= self.config.max_split_size() {
+        if self.policy.is_oversize(size) {
             self.stats.oversize_segments.decrease(1);
         }
         Ok(())
@@ -347,11 +347,9 @@ impl<E> DeviceAllocator<E> {
         stream: StreamId,
         small: bool,
     ) -> Result<bool> {
-        let max_split = self.config.max_split_size();
-        if max_split == usize::MAX {
+        let Some(target) = self.policy.oversize_release_target(rounded) else {
             return Ok(false);
-        }
-        let target = rounded.max(max_split);
+        };
         // Only blocks of fixed segments are released here: free units of expandable segments
         // are unmapped by `release_cached_blocks` instead, as in PyTorch.
         let fixed = |d: &Self, id: BlockId| d.blocks.get(id).is_some_and(|b| !b.expandable);
@@ -366,7 +364,7 @@ impl<E> DeviceAllocator<E> {
         let mut released = 0usize;
         let mut next = self.pool_ref(small).largest_below(stream, target);
         while released < target {
-            let Some(key) = next.filter(|k| k.size >= max_split) else {
+            let Some(key) = next.filter(|k| self.policy.is_oversize(k.size)) else {
                 break;
             };
             next = self.pool_ref(small).before(&key);
@@ -415,7 +413,7 @@ impl<E> DeviceAllocator<E> {
         let Some(limit) = self.limit_bytes(backend)? else {
             return Ok(());
         };
-        let threshold = (self.config.garbage_collection_threshold() * limit as f64) as usize;
+        let threshold = self.policy.gc_threshold(limit);
         if self.reserved <= threshold {
             return Ok(());
         }

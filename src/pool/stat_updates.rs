@@ -27,21 +27,21 @@ pub(crate) fn apply_net(array: &mut StatArray, small: bool, net: i64) {
 }
 
 /// Counts a block of `size` bytes handed out for a request of `requested` bytes: allocations,
-/// allocated, active and requested bytes, and an oversize allocation when `size` reaches
-/// `max_split` (`max_split_size`).
+/// allocated, active and requested bytes, and an oversize allocation when `oversize` (the
+/// policy's `is_oversize`).
 #[inline]
 pub(crate) fn count_allocation(
     stats: &mut DeviceStats,
     small: bool,
     (size, requested): (usize, usize),
-    max_split: usize,
+    oversize: bool,
 ) {
     increase(&mut stats.allocation, small, 1);
     increase(&mut stats.allocated_bytes, small, size as u64);
     increase(&mut stats.active, small, 1);
     increase(&mut stats.active_bytes, small, size as u64);
     increase(&mut stats.requested_bytes, small, requested as u64);
-    if size >= max_split {
+    if oversize {
         stats.oversize_allocations.increase(1);
     }
 }
