@@ -204,7 +204,12 @@ const MULTI_STREAM_WINDOW: usize = 32;
 /// Sizes cycled through in `multi_stream`, in bytes: both pools, split and unsplit blocks.
 const MULTI_STREAM_SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 3 << 20, 12 << 20];
 /// The four streams of `multi_stream`.
-const STREAMS: [StreamId; 4] = [StreamId::DEFAULT, StreamId(1), StreamId(2), StreamId(3)];
+const STREAMS: [StreamId; 4] = [
+    StreamId::DEFAULT,
+    StreamId::from_raw(1),
+    StreamId::from_raw(2),
+    StreamId::from_raw(3),
+];
 
 fn multi_stream(c: &mut Criterion) {
     let mut group = c.benchmark_group("multi_stream");
@@ -346,7 +351,7 @@ fn slow_device(c: &mut Criterion) {
                 s.spawn(|| {
                     let mut segments = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        let segment = alloc.allocate(0, SEGMENT, StreamId(1));
+                        let segment = alloc.allocate(0, SEGMENT, StreamId::from_raw(1));
                         drop(segment.expect("the device has room"));
                         alloc.empty_cache().expect("empty_cache");
                         segments += 1;

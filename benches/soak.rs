@@ -31,7 +31,10 @@ fn worker(
         state ^= state >> 27;
         state.wrapping_mul(0x2545_f491_4f6c_dd1d)
     };
-    let streams = [StreamId(2 * t as u64 + 1), StreamId(2 * t as u64 + 2)];
+    let streams = [
+        StreamId::from_raw(2 * t as u64 + 1),
+        StreamId::from_raw(2 * t as u64 + 2),
+    ];
     let mut held = Vec::with_capacity(64);
     let mut windows = Vec::new();
     let mut start = Instant::now();

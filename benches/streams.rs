@@ -65,15 +65,19 @@ fn main() {
         let sim = SimBackend::new(1, 64 << 30);
         let alloc = CachingAllocator::new(sim, AllocatorConfig::default());
         for s in 1..=n as u64 {
-            drop(alloc.allocate(0, SIZE, StreamId(s)).expect("fits"));
+            drop(
+                alloc
+                    .allocate(0, SIZE, StreamId::from_raw(s))
+                    .expect("fits"),
+            );
         }
-        let hit = per_pair(&alloc, PAIRS, |_| StreamId(1 << 39));
+        let hit = per_pair(&alloc, PAIRS, |_| StreamId::from_raw(1 << 39));
         let base = 1 << 40;
-        let new = per_pair(&alloc, NEW_PAIRS, |i| StreamId(base + i as u64));
+        let new = per_pair(&alloc, NEW_PAIRS, |i| StreamId::from_raw(base + i as u64));
         let start = Instant::now();
         alloc.empty_cache().expect("empty_cache");
         let empty = start.elapsed().as_secs_f64() * 1e6;
-        let after = per_pair(&alloc, PAIRS, |_| StreamId(1 << 39));
+        let after = per_pair(&alloc, PAIRS, |_| StreamId::from_raw(1 << 39));
         let ratio = hit / *first.get_or_insert(hit);
         println!("{n:>8} {hit:>12.0} {new:>12.0} {empty:>16.0} {after:>15.0} {ratio:>10.2}");
     }

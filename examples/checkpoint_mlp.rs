@@ -40,7 +40,7 @@ const ROUNDS: usize = 3;
 const LEARNING_RATE: f32 = 0.05;
 const DROPOUT: f32 = 0.1;
 const SEED: u64 = 2026;
-const STREAM: StreamId = StreamId(1);
+const STREAM: StreamId = StreamId::from_raw(1);
 
 /// `len` floats in the simulated device's memory.
 struct Tensor {

@@ -227,7 +227,9 @@ struct Outcome {
 
 fn run(mlp: &Mlp, mut layers: Vec<Dense>, plan: &Plan) -> Outcome {
     let alloc = allocator();
-    let executor = Executor::new(&alloc, 0, StreamId(1)).seed(42).step(7);
+    let executor = Executor::new(&alloc, 0, StreamId::from_raw(1))
+        .seed(42)
+        .step(7);
     let input = input_tensor(&alloc, mlp.widths[0]);
     let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
     let mut stages = lend(&mut layers);
@@ -368,7 +370,9 @@ fn a_stage_that_allocates_more_than_it_declares_is_exposed_and_nothing_is_corrup
         let what = planner.name();
         let honest = run(&mlp, mlp.stages(), &plan);
         let alloc = allocator();
-        let executor = Executor::new(&alloc, 0, StreamId(1)).seed(42).step(7);
+        let executor = Executor::new(&alloc, 0, StreamId::from_raw(1))
+            .seed(42)
+            .step(7);
         let input = input_tensor(&alloc, mlp.widths[0]);
         let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
         let mut layers = liar(mlp.stages());
@@ -409,7 +413,7 @@ fn a_stage_that_allocates_more_than_it_declares_is_exposed_and_nothing_is_corrup
 
 fn input_tensor(alloc: &CachingAllocator<SimBackend>, width: usize) -> Tensor {
     let data: Vec<f32> = (0..width).map(|k| (k as f32 * 0.37).sin()).collect();
-    let memory = alloc.allocate(0, width * 4, StreamId(1)).unwrap();
+    let memory = alloc.allocate(0, width * 4, StreamId::from_raw(1)).unwrap();
     Tensor {
         data,
         _memory: memory,
@@ -421,7 +425,7 @@ fn input_tensor(alloc: &CachingAllocator<SimBackend>, width: usize) -> Tensor {
 fn measuring_a_chain_once_gives_its_declared_sizes() {
     let mlp = Mlp::random(11, 7);
     let alloc = allocator();
-    let executor = Executor::new(&alloc, 0, StreamId(1));
+    let executor = Executor::new(&alloc, 0, StreamId::from_raw(1));
     let input = input_tensor(&alloc, mlp.widths[0]);
     let mut layers = mlp.stages();
     let mut stages = lend(&mut layers);
@@ -476,7 +480,7 @@ fn bad_input_is_a_typed_error_and_frees_what_the_run_held() {
     let mlp = Mlp::random(13, 4);
     let chain = mlp.chain();
     let alloc = allocator();
-    let executor = Executor::new(&alloc, 0, StreamId(1));
+    let executor = Executor::new(&alloc, 0, StreamId::from_raw(1));
     let input = input_tensor(&alloc, mlp.widths[0]);
     let before = alloc.device_stats(0).unwrap().allocated_bytes.all.current;
     let plan = StoreAll.plan(&chain).unwrap();

@@ -419,7 +419,7 @@ fn spread_over_devices(events: usize, devices: u32) -> blockpool::trace::Snapsho
             snapshot.events.push(TraceEvent {
                 action,
                 device,
-                stream: StreamId(0),
+                stream: StreamId::from_raw(0),
                 addr,
                 size: 512,
                 requested: 512,

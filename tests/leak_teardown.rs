@@ -64,7 +64,7 @@ fn dropping_the_last_allocator_reports_what_is_live() {
         let alloc = new_allocator();
         let line = line!() + 1;
         std::mem::forget(alloc.allocate(0, 3 << 20, StreamId::DEFAULT).unwrap());
-        let _raw = alloc.malloc(0, 4096, StreamId(1)).unwrap();
+        let _raw = alloc.malloc(0, 4096, StreamId::from_raw(1)).unwrap();
         let clone = alloc.clone();
         drop(alloc);
         assert!(

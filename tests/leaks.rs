@@ -34,9 +34,9 @@ fn site(line: u32, column: u32) -> String {
 fn handle_knows_its_id_sizes_device_stream_site_and_name() {
     let (_, alloc) = new_allocator();
     let line = line!() + 1;
-    let mut a = alloc.allocate(0, 1000, StreamId(3)).unwrap();
+    let mut a = alloc.allocate(0, 1000, StreamId::from_raw(3)).unwrap();
     assert_eq!((a.id(), a.size(), a.requested_size()), (1, 1024, 1000));
-    assert_eq!((a.device(), a.stream()), (0, StreamId(3)));
+    assert_eq!((a.device(), a.stream()), (0, StreamId::from_raw(3)));
     assert_eq!(
         a.site_label(),
         site(line, 23),
@@ -52,7 +52,7 @@ fn handle_knows_its_id_sizes_device_stream_site_and_name() {
     assert_eq!(live.len(), 1);
     assert_eq!(
         (live[0].id, live[0].size, live[0].requested, live[0].stream),
-        (1, 1024, 1000, StreamId(3))
+        (1, 1024, 1000, StreamId::from_raw(3))
     );
     assert_eq!((live[0].ptr, live[0].raw), (a.ptr(), false));
     assert_eq!(live[0].name.as_deref(), Some("activations"));
@@ -155,7 +155,7 @@ fn rc_cycle_holding_a_buffer_is_found() {
     let scope = alloc.leak_scope("cycle");
     let line = line!() + 2;
     let node = Rc::new(Node {
-        buffer: alloc.allocate(0, 2 * MIB, StreamId(7)).unwrap(),
+        buffer: alloc.allocate(0, 2 * MIB, StreamId::from_raw(7)).unwrap(),
         next: RefCell::new(None),
     });
     *node.next.borrow_mut() = Some(Rc::clone(&node));
@@ -264,8 +264,8 @@ fn raw_pointer_leaks_are_found_the_same_way() {
     let (_, alloc) = new_allocator();
     let scope = alloc.leak_scope("raw");
     let line = line!() + 1;
-    let kept = alloc.malloc(0, 4096, StreamId(2)).unwrap();
-    let freed = alloc.malloc(0, 4096, StreamId(2)).unwrap();
+    let kept = alloc.malloc(0, 4096, StreamId::from_raw(2)).unwrap();
+    let freed = alloc.malloc(0, 4096, StreamId::from_raw(2)).unwrap();
     alloc.free(0, freed).unwrap();
     let report = scope.finish();
     assert_eq!(
@@ -287,10 +287,10 @@ fn deferred_frees_on_other_streams_are_not_live() {
     let (sim, alloc) = new_allocator();
     assert_no_leaks(&alloc, || {
         for _ in 0..4 {
-            let a = alloc.allocate(0, 4 * MIB, StreamId(1)).unwrap();
-            a.record_stream(StreamId(2)).unwrap();
-            let ptr = alloc.malloc(0, MIB, StreamId(1)).unwrap();
-            alloc.record_stream(0, ptr, StreamId(3)).unwrap();
+            let a = alloc.allocate(0, 4 * MIB, StreamId::from_raw(1)).unwrap();
+            a.record_stream(StreamId::from_raw(2)).unwrap();
+            let ptr = alloc.malloc(0, MIB, StreamId::from_raw(1)).unwrap();
+            alloc.record_stream(0, ptr, StreamId::from_raw(3)).unwrap();
             drop(a);
             alloc.free(0, ptr).unwrap();
         }
@@ -301,8 +301,8 @@ fn deferred_frees_on_other_streams_are_not_live() {
         "the frees still wait for streams 2 and 3"
     );
     assert!(alloc.live_allocations(0).unwrap().is_empty());
-    sim.complete_stream(0, StreamId(2)).unwrap();
-    sim.complete_stream(0, StreamId(3)).unwrap();
+    sim.complete_stream(0, StreamId::from_raw(2)).unwrap();
+    sim.complete_stream(0, StreamId::from_raw(3)).unwrap();
 }
 
 #[test]
@@ -413,7 +413,7 @@ fn reports_span_devices_and_threads() {
     let line = line!() + 1;
     let on_0 = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
     let on_1 = std::thread::scope(|s| {
-        s.spawn(|| alloc.allocate(1, 8192, StreamId(5)).unwrap())
+        s.spawn(|| alloc.allocate(1, 8192, StreamId::from_raw(5)).unwrap())
             .join()
             .unwrap()
     });

@@ -43,7 +43,7 @@ fn a_training_loop_on_the_allocator_flags_only_the_buffer_it_keeps() {
         .record_memory_history(HistorySettings::default())
         .expect("records");
     let stream = StreamId::DEFAULT;
-    let side = StreamId(3);
+    let side = StreamId::from_raw(3);
     let allocate = |bytes: usize| alloc.allocate(0, bytes, stream).expect("fits");
     let weights: Vec<_> = {
         let _tag = annotate("weights");

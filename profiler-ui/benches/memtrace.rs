@@ -94,7 +94,7 @@ fn step(
     grads: &mut Held,
 ) -> blockpool::Result<()> {
     let main = StreamId::DEFAULT;
-    let side = StreamId(1);
+    let side = StreamId::from_raw(1);
     let seq = SEQUENCE_LENGTHS[step % SEQUENCE_LENGTHS.len()];
     let tokens = BATCH * seq;
     let _step = annotate(&format!("step{step}"));

@@ -59,7 +59,9 @@ fn profiler_trace() -> &'static str {
             {
                 let _comm = annotate("comm");
                 let buffer = allocate(2 * MIB);
-                buffer.record_stream(StreamId(7)).expect("records");
+                buffer
+                    .record_stream(StreamId::from_raw(7))
+                    .expect("records");
                 drop(buffer);
             }
             drop(activations);

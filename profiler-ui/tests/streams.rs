@@ -143,7 +143,7 @@ fn record_stream_frees_that_blockpool_recorded_are_seen_waiting() {
         .record_memory_history(HistorySettings::default())
         .expect("records");
     let main = StreamId::DEFAULT;
-    let side = StreamId(7);
+    let side = StreamId::from_raw(7);
     // A 4 MiB buffer used on the side stream and dropped: its free waits for the side stream.
     let used = alloc.allocate(0, (4 * MIB) as usize, main).expect("fits");
     used.record_stream(side).expect("records");

@@ -46,13 +46,13 @@ pub fn byte_len<T>(len: usize) -> Result<usize, BufferError> {
 ///
 /// let sim = SimBackend::new(1, 1 << 30);
 /// let alloc = CachingAllocator::new(sim.clone(), AllocatorConfig::default());
-/// let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1000, StreamId(1))?;
+/// let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1000, StreamId::from_raw(1))?;
 /// assert_eq!((buf.len(), buf.num_bytes()), (1000, 4000));
-/// buf.record_stream(StreamId(2))?; // read by work queued on stream 2
+/// buf.record_stream(StreamId::from_raw(2))?; // read by work queued on stream 2
 /// let ptr = buf.ptr();
 /// drop(buf);
 /// // Stream 2 has not run yet: the block is not handed out again.
-/// assert_ne!(alloc.allocate(0, 4000, StreamId(1))?.ptr(), ptr);
+/// assert_ne!(alloc.allocate(0, 4000, StreamId::from_raw(1))?.ptr(), ptr);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct TypedAllocation<T, B: Backend> {
@@ -186,22 +186,23 @@ mod tests {
     #[test]
     fn length_and_byte_size_follow_the_element_type() {
         let (_, alloc) = allocator();
-        let buf = TypedAllocation::<u64, _>::new(&alloc, 1, 300, StreamId(5)).unwrap();
+        let buf = TypedAllocation::<u64, _>::new(&alloc, 1, 300, StreamId::from_raw(5)).unwrap();
         assert_eq!(buf.len(), 300);
         assert_eq!(buf.num_bytes(), 2400, "300 u64 are 2400 bytes");
         assert!(
             buf.allocation().size() >= 2400,
             "the block holds every element"
         );
-        assert_eq!((buf.device(), buf.stream()), (1, StreamId(5)));
+        assert_eq!((buf.device(), buf.stream()), (1, StreamId::from_raw(5)));
         assert!(!buf.is_empty());
     }
 
     #[test]
     fn byte_size_overflow_is_a_typed_error_and_allocates_nothing() {
         let (sim, alloc) = allocator();
-        let err = TypedAllocation::<[u8; 16], _>::new(&alloc, 0, usize::MAX / 8, StreamId(0))
-            .unwrap_err();
+        let err =
+            TypedAllocation::<[u8; 16], _>::new(&alloc, 0, usize::MAX / 8, StreamId::from_raw(0))
+                .unwrap_err();
         assert_eq!(
             err,
             BufferError::SizeOverflow {
@@ -218,29 +219,29 @@ mod tests {
     #[test]
     fn an_empty_buffer_has_no_memory() {
         let (sim, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 0, StreamId(0)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 0, StreamId::from_raw(0)).unwrap();
         assert!(buf.is_empty());
         assert_eq!((buf.ptr(), buf.num_bytes()), (0, 0));
-        buf.record_stream(StreamId(3)).unwrap();
+        buf.record_stream(StreamId::from_raw(3)).unwrap();
         assert_eq!(sim.calls(0).segment_allocs, 0);
     }
 
     #[test]
     fn block_used_on_another_stream_is_not_reused_before_that_stream_finishes() {
         let (sim, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId(1)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId::from_raw(1)).unwrap();
         let ptr = buf.ptr();
-        buf.record_stream(StreamId(2)).unwrap();
+        buf.record_stream(StreamId::from_raw(2)).unwrap();
         drop(buf);
-        let other = alloc.allocate(0, 4096, StreamId(1)).unwrap();
+        let other = alloc.allocate(0, 4096, StreamId::from_raw(1)).unwrap();
         assert_ne!(
             other.ptr(),
             ptr,
             "the block was handed out while stream 2 still had work queued on it"
         );
         drop(other);
-        sim.advance_stream(0, StreamId(2), 1).unwrap();
-        let again = alloc.allocate(0, 4096, StreamId(1)).unwrap();
+        sim.advance_stream(0, StreamId::from_raw(2), 1).unwrap();
+        let again = alloc.allocate(0, 4096, StreamId::from_raw(1)).unwrap();
         assert_eq!(
             again.ptr(),
             ptr,
@@ -251,11 +252,11 @@ mod tests {
     #[test]
     fn use_on_the_own_stream_records_nothing() {
         let (_, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId(1)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId::from_raw(1)).unwrap();
         let ptr = buf.ptr();
-        buf.record_stream(StreamId(1)).unwrap();
+        buf.record_stream(StreamId::from_raw(1)).unwrap();
         drop(buf);
-        let again = alloc.allocate(0, 4096, StreamId(1)).unwrap();
+        let again = alloc.allocate(0, 4096, StreamId::from_raw(1)).unwrap();
         assert_eq!(
             again.ptr(),
             ptr,
@@ -266,7 +267,7 @@ mod tests {
     #[test]
     fn copies_of_another_length_are_refused() {
         let (_, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 8, StreamId(0)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 8, StreamId::from_raw(0)).unwrap();
         assert_eq!(buf.check_len(8, "copy_from_host"), Ok(()));
         let err = buf.check_len(9, "copy_from_host").unwrap_err();
         assert_eq!(
@@ -287,7 +288,7 @@ mod tests {
     #[test]
     fn another_device_is_refused() {
         let (_, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 1, 8, StreamId(0)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, 1, 8, StreamId::from_raw(0)).unwrap();
         assert_eq!(buf.check_device(1), Ok(()));
         let err = buf.check_device(0).unwrap_err();
         assert_eq!(
@@ -306,7 +307,7 @@ mod tests {
     #[test]
     fn allocator_refusals_pass_through_typed() {
         let (_, alloc) = allocator();
-        let err = TypedAllocation::<f32, _>::new(&alloc, 7, 8, StreamId(0)).unwrap_err();
+        let err = TypedAllocation::<f32, _>::new(&alloc, 7, 8, StreamId::from_raw(0)).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -314,7 +315,8 @@ mod tests {
             ),
             "{err:?}"
         );
-        let oom = TypedAllocation::<u8, _>::new(&alloc, 0, 2 << 30, StreamId(0)).unwrap_err();
+        let oom =
+            TypedAllocation::<u8, _>::new(&alloc, 0, 2 << 30, StreamId::from_raw(0)).unwrap_err();
         assert!(matches!(oom, BufferError::Allocator(_)), "{oom:?}");
     }
 }

@@ -17,11 +17,22 @@ pub type DeviceIndex = usize;
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
-pub struct StreamId(pub u64);
+pub struct StreamId(u64);
 
 impl StreamId {
     /// The default stream (handle value 0).
     pub const DEFAULT: StreamId = StreamId(0);
+
+    /// The stream whose handle value is `raw`: a `CUstream` on CUDA, any number on
+    /// [`SimBackend`].
+    pub const fn from_raw(raw: u64) -> StreamId {
+        StreamId(raw)
+    }
+
+    /// The stream's handle value, as [`StreamId::from_raw`] took it.
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
 }
 
 impl fmt::Display for StreamId {

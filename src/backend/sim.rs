@@ -62,9 +62,9 @@ const DEFAULT_HOST_CAPACITY: usize = 4 << 30;
 /// assert_eq!(ptr, 0x7f00_0000_0000);
 /// assert_eq!(sim.allocated_bytes(0), 2 << 20);
 ///
-/// let event = sim.record_event(0, StreamId(7))?;
+/// let event = sim.record_event(0, StreamId::from_raw(7))?;
 /// assert!(!sim.query_event(&event)?, "no work has run on the stream yet");
-/// sim.advance_stream(0, StreamId(7), 1)?;
+/// sim.advance_stream(0, StreamId::from_raw(7), 1)?;
 /// assert!(sim.query_event(&event)?);
 ///
 /// sim.free_segment(0, ptr, 2 << 20)?;
@@ -275,7 +275,7 @@ impl SimBackend {
     /// use blockpool::{Backend, SimBackend, StreamId};
     ///
     /// let sim = SimBackend::new(1, 1 << 30);
-    /// let s = StreamId(1);
+    /// let s = StreamId::from_raw(1);
     /// let first = sim.record_event(0, s)?;
     /// let second = sim.record_event(0, s)?;
     /// assert_eq!(sim.advance_stream(0, s, 1)?, 1);
@@ -312,7 +312,7 @@ impl SimBackend {
     /// use blockpool::{Backend, SimBackend, StreamId};
     ///
     /// let sim = SimBackend::new(1, 1 << 30);
-    /// let (a, b) = (StreamId(1), StreamId(2));
+    /// let (a, b) = (StreamId::from_raw(1), StreamId::from_raw(2));
     /// let used_at = sim.stream_position(0, a)?; // work on `a` uses some memory here
     /// assert!(!sim.is_ordered(0, a, used_at, b)?);
     /// let event = sim.record_event(0, a)?;

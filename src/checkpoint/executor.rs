@@ -150,11 +150,11 @@ impl<T> Run<T> {
 /// }
 ///
 /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
-/// let input = Tensor(1.0, alloc.allocate(0, 512, StreamId(1))?);
+/// let input = Tensor(1.0, alloc.allocate(0, 512, StreamId::from_raw(1))?);
 /// let mut stages: Vec<Box<dyn Stage<Tensor, SimBackend>>> = (0..8).map(|_| Box::new(Double) as _).collect();
 /// let chain = ChainCosts::uniform(8, 512)?;
 /// let plan = Revolve { slots: 2 }.plan(&chain)?;
-/// let run = Executor::new(&alloc, 0, StreamId(1)).run(&chain, &plan, &mut stages, &mut Sum, &input)?;
+/// let run = Executor::new(&alloc, 0, StreamId::from_raw(1)).run(&chain, &plan, &mut stages, &mut Sum, &input)?;
 /// assert_eq!(run.input_gradient.0, 256.0); // d(2^8 x)/dx
 /// assert_eq!(run.backward_calls_per_stage, vec![1; 8]);
 /// assert_eq!(run.measured_peak_bytes, plan.peak_bytes()); // the model is exact here

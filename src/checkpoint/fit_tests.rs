@@ -23,7 +23,7 @@ fn fit_sees_a_fraction_set_after_construction() {
         "a fraction set later caps the budget as it caps the allocator"
     );
     // A cached segment counts once: it is inside the fraction's limit already.
-    drop(alloc.allocate(0, 3 << 20, StreamId(1)).unwrap());
+    drop(alloc.allocate(0, 3 << 20, StreamId::from_raw(1)).unwrap());
     let cached = alloc.device_stats(0).unwrap().reserved_bytes.all.current;
     assert!(cached > 0, "the freed block's segment stays cached");
     assert_eq!(Budget::fit(&alloc, 0).unwrap().bytes, 2 * GIB);

@@ -223,7 +223,7 @@ impl CudaBackend {
 
     /// The [`StreamId`] the allocator knows `stream` by: its `CUstream` handle value.
     pub fn stream_id(stream: &CudaStream) -> StreamId {
-        StreamId(stream.cu_stream() as u64)
+        StreamId::from_raw(stream.cu_stream() as u64)
     }
 
     /// The device whose primary context `stream` belongs to: `device` for the default streams
@@ -237,14 +237,14 @@ impl CudaBackend {
     ) -> Result<DeviceIndex, BackendError> {
         // CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2), like the null stream, are the
         // current context's.
-        if stream.0 <= 2 {
+        if stream.raw() <= 2 {
             return Ok(device);
         }
         let driver = self.inner.driver;
         // SAFETY: `stream.0` is a `CUstream` handle value the caller keeps alive while it has
         // work queued (the contract of `record_stream`); a destroyed one is reported by the
         // driver as an error (`CUDA_ERROR_INVALID_HANDLE`), which is this call's.
-        let context = unsafe { driver.stream_context(stream.0 as sys::CUstream) }.on(device)?;
+        let context = unsafe { driver.stream_context(stream.raw() as sys::CUstream) }.on(device)?;
         if self.device(device)?.context.cu_ctx() == context {
             return Ok(device);
         }

@@ -335,7 +335,10 @@ impl<T> std::fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBuffer")
             .field("typed", &self.typed)
-            .field("stream", &StreamId(self.slice.stream().cu_stream() as u64))
+            .field(
+                "stream",
+                &StreamId::from_raw(self.slice.stream().cu_stream() as u64),
+            )
             .finish()
     }
 }

@@ -279,10 +279,10 @@ fn default_allocator_on_the_simulated_device_caches_like_any_other() {
     let stats = || alloc.memory_stats(0).map_err(|e| e.to_string());
     {
         let block = alloc
-            .allocate(0, 4096, StreamId(3))
+            .allocate(0, 4096, StreamId::from_raw(3))
             .map_err(|e| e.to_string());
         assert_eq!(block.as_ref().map(|b| b.size()), Ok(4096));
-        let event = alloc.backend().record_event(0, StreamId(3));
+        let event = alloc.backend().record_event(0, StreamId::from_raw(3));
         let event = event.map_err(|e| e.to_string());
         assert!(matches!(event, Ok(DefaultEvent::Sim(_))), "{event:?}");
         if let Ok(event) = event {

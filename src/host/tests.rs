@@ -5,8 +5,8 @@ use super::*;
 use crate::backend::{BackendError, SimBackend, SimFault, SimHostCalls, StreamId};
 use crate::stats::Stat;
 
-const S1: StreamId = StreamId(1);
-const S2: StreamId = StreamId(2);
+const S1: StreamId = StreamId::from_raw(1);
+const S2: StreamId = StreamId::from_raw(2);
 
 fn cache() -> (SimBackend, HostCachingAllocator<SimBackend>) {
     cache_with_capacity(1 << 30)

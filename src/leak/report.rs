@@ -145,7 +145,7 @@ impl fmt::Display for LeakSite {
         })?;
         for (i, stream) in self.streams.iter().enumerate() {
             let sep = if i > 0 { ", " } else { "" };
-            write!(f, "{sep}{:#x}", stream.0)?;
+            write!(f, "{sep}{:#x}", stream.raw())?;
         }
         write!(f, ", oldest #{}", self.oldest_id)?;
         if let (true, Some(age)) = (f.alternate(), self.oldest_age) {
@@ -242,7 +242,7 @@ mod tests {
             ptr: 0x1000 * id,
             size,
             requested: size - 1,
-            stream: StreamId(stream),
+            stream: StreamId::from_raw(stream),
             site: site.into(),
             name: None,
             age: None,

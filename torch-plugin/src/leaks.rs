@@ -85,7 +85,7 @@ pub fn leak_report_to_json(report: &LeakReport) -> Value {
                 "count": site.count,
                 "bytes": site.bytes,
                 "requested_bytes": site.requested_bytes,
-                "streams": site.streams.iter().map(|s| s.0).collect::<Vec<u64>>(),
+                "streams": site.streams.iter().map(|s| s.raw()).collect::<Vec<u64>>(),
                 "oldest_id": site.oldest_id,
                 "names": site.names,
                 "raw": site.raw,

@@ -17,7 +17,7 @@ use crate::global::allocator;
 
 /// A `cudaStream_t` as the allocator's stream id: its handle value (NULL: the default stream).
 pub(crate) fn stream_id(stream: *mut c_void) -> StreamId {
-    StreamId(stream as usize as u64)
+    StreamId::from_raw(stream as usize as u64)
 }
 
 /// A device index from C: negative ones are refused here, too large ones by the allocator.

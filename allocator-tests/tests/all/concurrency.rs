@@ -19,7 +19,7 @@ use crate::support::Rng;
 
 const MIB: usize = 1 << 20;
 const WORKERS: usize = 4;
-const STREAMS: [StreamId; 2] = [StreamId::DEFAULT, StreamId(1)];
+const STREAMS: [StreamId; 2] = [StreamId::DEFAULT, StreamId::from_raw(1)];
 
 /// Workers allocating and freeing sizes up to `max_bytes` (a few held at once) until `stop`,
 /// beside `other` run on the test's thread; out-of-memory errors are counted, any other error

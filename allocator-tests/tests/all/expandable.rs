@@ -15,7 +15,7 @@ use blockpool::{AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBa
 const BASE: u64 = 0x1000_0000_0000_0000;
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
-const S1: StreamId = StreamId(1);
+const S1: StreamId = StreamId::from_raw(1);
 
 fn expandable() -> AllocatorConfig {
     AllocatorConfig::builder()

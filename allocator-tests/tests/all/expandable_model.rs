@@ -96,21 +96,25 @@ impl Model {
 
     fn run(&mut self, op: &Op) {
         match *op {
-            Op::Allocate { size, stream } => match self.alloc.allocate(0, size, StreamId(stream)) {
-                Ok(handle) => {
-                    self.forget_synced();
-                    let (start, end) = (handle.ptr(), handle.ptr() + handle.size() as u64);
-                    if let Some(p) = self.pending.iter().find(|p| p.0 < end && start < p.1) {
-                        panic!("{start:#x}..{end:#x} handed out while {p:x?} waits for events");
+            Op::Allocate { size, stream } => {
+                match self.alloc.allocate(0, size, StreamId::from_raw(stream)) {
+                    Ok(handle) => {
+                        self.forget_synced();
+                        let (start, end) = (handle.ptr(), handle.ptr() + handle.size() as u64);
+                        if let Some(p) = self.pending.iter().find(|p| p.0 < end && start < p.1) {
+                            panic!("{start:#x}..{end:#x} handed out while {p:x?} waits for events");
+                        }
+                        self.live.push(Live {
+                            handle,
+                            uses: Vec::new(),
+                        });
                     }
-                    self.live.push(Live {
-                        handle,
-                        uses: Vec::new(),
-                    });
+                    Err(Error::OutOfMemory(_) | Error::ExceedsCapacity { .. }) => {
+                        self.forget_synced()
+                    }
+                    Err(e) => panic!("allocation of {size} bytes failed unexpectedly: {e}"),
                 }
-                Err(Error::OutOfMemory(_) | Error::ExceedsCapacity { .. }) => self.forget_synced(),
-                Err(e) => panic!("allocation of {size} bytes failed unexpectedly: {e}"),
-            },
+            }
             Op::Free(i) if !self.live.is_empty() => {
                 let live = self.live.swap_remove(i % self.live.len());
                 let (start, end) = (
@@ -126,15 +130,17 @@ impl Model {
                 let n = self.live.len();
                 let live = &mut self.live[i % n];
                 live.handle
-                    .record_stream(StreamId(stream))
+                    .record_stream(StreamId::from_raw(stream))
                     .expect("record_stream of a live allocation");
-                if StreamId(stream) != live.handle.stream() && !live.uses.contains(&stream) {
+                if StreamId::from_raw(stream) != live.handle.stream()
+                    && !live.uses.contains(&stream)
+                {
                     live.uses.push(stream);
                 }
             }
             Op::Complete(stream) => {
                 self.sim
-                    .complete_stream(0, StreamId(stream))
+                    .complete_stream(0, StreamId::from_raw(stream))
                     .expect("device 0");
                 self.pending.retain(|p| p.2 != stream);
             }

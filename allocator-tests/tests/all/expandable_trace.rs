@@ -12,7 +12,7 @@ use blockpool::{
 
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
-const S1: StreamId = StreamId(1);
+const S1: StreamId = StreamId::from_raw(1);
 
 struct Checkpoint {
     snapshot: Snapshot,

@@ -27,7 +27,7 @@ pub(crate) fn annotating() -> MutexGuard<'static, ()> {
 const BASE: u64 = 0x7f00_0000_0000;
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
-const S1: StreamId = StreamId(1);
+const S1: StreamId = StreamId::from_raw(1);
 
 fn setup(devices: usize, capacity: usize) -> (SimBackend, CachingAllocator<SimBackend>) {
     let sim = SimBackend::new(devices, capacity);

@@ -258,7 +258,7 @@ impl Harness {
             Op::Record(i, device, stream) if !self.handles.is_empty() => {
                 let handle = &self.handles[i % self.handles.len()];
                 handle
-                    .record_event(device, StreamId(stream))
+                    .record_event(device, StreamId::from_raw(stream))
                     .expect("recording");
                 let block = self
                     .model
@@ -268,10 +268,10 @@ impl Harness {
                 let State::InUse(streams) = &mut block.state else {
                     panic!("model: live handle on a block not in use");
                 };
-                streams.insert((device, StreamId(stream)));
+                streams.insert((device, StreamId::from_raw(stream)));
             }
             Op::Advance(device, stream, n) => {
-                let key = (device, StreamId(stream));
+                let key = (device, StreamId::from_raw(stream));
                 let done = self.sim.advance_stream(device, key.1, n).expect("advance");
                 let (recorded, completed) = self.model.streams.entry(key).or_default();
                 let expected = n.min(*recorded - *completed);
@@ -367,7 +367,7 @@ fn threads_share_the_cache_and_everything_is_given_back() {
             let (sim, host) = (sim.clone(), host.clone());
             scope.spawn(move || {
                 let mut rng = Lcg(t + 1);
-                let stream = StreamId(t + 1);
+                let stream = StreamId::from_raw(t + 1);
                 let device = (t as usize) % DEVICES;
                 let mut live = Vec::new();
                 for _ in 0..OPS {
@@ -427,11 +427,14 @@ fn pinned_buffer_reuse_waits_for_the_copy_stream() {
     let staging = host.allocate(3 << 20).expect("pin");
     assert_eq!(staging.size(), 4 << 20, "3 MiB rounds to 4 MiB");
     let ptr = staging.ptr();
-    staging.record_event(0, StreamId(9)).expect("record");
+    staging
+        .record_event(0, StreamId::from_raw(9))
+        .expect("record");
     drop(staging);
     let next = host.allocate(4 << 20).expect("pin");
     assert_ne!(next.ptr(), ptr, "the copy may still be reading");
-    sim.complete_stream(0, StreamId(9)).expect("complete");
+    sim.complete_stream(0, StreamId::from_raw(9))
+        .expect("complete");
     let again = host.allocate(4 << 20).expect("reuse");
     assert_eq!(again.ptr(), ptr);
     assert_eq!(sim.host_calls().host_allocs, 2);

@@ -16,7 +16,7 @@ use blockpool::{
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-const S1: StreamId = StreamId(1);
+const S1: StreamId = StreamId::from_raw(1);
 
 fn path(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("blockpool-it-{}-{name}", std::process::id()))

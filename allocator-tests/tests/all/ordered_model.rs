@@ -139,7 +139,7 @@ impl Model {
             Op::RecordStream(i, stream) if !self.live.is_empty() => {
                 let n = self.live.len();
                 let live = &mut self.live[i % n];
-                let stream = StreamId(stream);
+                let stream = StreamId::from_raw(stream);
                 live.handle
                     .record_stream(stream)
                     .expect("record_stream of a live allocation");
@@ -149,12 +149,12 @@ impl Model {
             }
             Op::Advance(stream) => {
                 self.sim
-                    .advance_stream(0, StreamId(stream), 1)
+                    .advance_stream(0, StreamId::from_raw(stream), 1)
                     .expect("device 0");
             }
             Op::Complete(stream) => {
                 self.sim
-                    .complete_stream(0, StreamId(stream))
+                    .complete_stream(0, StreamId::from_raw(stream))
                     .expect("device 0");
             }
             Op::EmptyCache => {
@@ -173,7 +173,7 @@ impl Model {
 
     /// Allocates, forgetting every use when the allocator gave a segment back on the way.
     fn allocate(&mut self, size: usize, stream: u64) -> blockpool::Result<Allocation<SimBackend>> {
-        let result = self.alloc.allocate(0, size, StreamId(stream));
+        let result = self.alloc.allocate(0, size, StreamId::from_raw(stream));
         self.forget_if_synchronized();
         result
     }

@@ -57,7 +57,7 @@ fn hand_built() -> Snapshot {
         event(Alloc, 0, 6, (0x1000, 1024, 1000)),
         annotation(7, attn),
         TraceEvent {
-            stream: StreamId(7),
+            stream: StreamId::from_raw(7),
             ..event(Oom, 0, 9, (2048, 8192, 0))
         },
         event(Oom, 1, 9, (0, 1 << 40, 0)),

@@ -19,7 +19,7 @@ use blockpool::{
 use crate::fixtures::pytorch_snapshot_bytes;
 
 const BASE: u64 = 0x7f00_0000_0000;
-const S1: StreamId = StreamId(1);
+const S1: StreamId = StreamId::from_raw(1);
 
 fn settings(stacks: Backtraces) -> HistorySettings {
     HistorySettings {
@@ -106,7 +106,13 @@ fn a_recorded_run_round_trips_exactly_through_pytorchs_format() {
                 .expect("recording has an origin");
             assert_eq!(
                 (t.action, t.addr, t.size, t.stream, t.time_us),
-                (e.action, e.addr, size, e.stream.0, Some(origin + e.time_us)),
+                (
+                    e.action,
+                    e.addr,
+                    size,
+                    e.stream.raw(),
+                    Some(origin + e.time_us)
+                ),
                 "device {device}: entry of {e:?}"
             );
         }

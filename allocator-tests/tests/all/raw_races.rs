@@ -18,7 +18,7 @@ use crate::support::Rng;
 const MIB: usize = 1 << 20;
 
 /// The stream the racing thread records; the freeing thread never uses it.
-const RECORDED: StreamId = StreamId(7);
+const RECORDED: StreamId = StreamId::from_raw(7);
 
 /// One thread allocates pairs of neighbouring large blocks, publishes the first, frees both
 /// (they merge, so the block slots are given back) and allocates small blocks that take those
@@ -64,7 +64,13 @@ fn record_stream_racing_a_free_and_malloc_never_touches_another_block() {
         alloc.free(0, first).unwrap();
         alloc.free(0, second).unwrap();
         let small: Vec<u64> = (0..1 + rng.next() % 4)
-            .map(|_| alloc.malloc(0, 512 * (1 + rng.next() % 8) as usize, StreamId(1)))
+            .map(|_| {
+                alloc.malloc(
+                    0,
+                    512 * (1 + rng.next() % 8) as usize,
+                    StreamId::from_raw(1),
+                )
+            })
             .collect::<Result<_, _>>()
             .unwrap();
         for ptr in small {

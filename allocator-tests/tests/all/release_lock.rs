@@ -147,7 +147,7 @@ fn every_rung_of_the_out_of_memory_ladder_asks_the_device_without_the_lock() {
     // Cached oversize blocks: 64 MiB on stream 0 (too large to serve 40 MiB: the rounding
     // margin is 20 MiB), 30 MiB on stream 1.
     drop(alloc.allocate(0, 64 * MIB, S0).unwrap());
-    drop(alloc.allocate(0, 30 * MIB, StreamId(1)).unwrap());
+    drop(alloc.allocate(0, 30 * MIB, StreamId::from_raw(1)).unwrap());
     let unlocked = Arc::new(Mutex::new(Vec::new()));
     {
         let (visitor, unlocked) = (alloc.clone(), Arc::clone(&unlocked));
@@ -212,8 +212,8 @@ fn script(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) -> Vec<String>
         (512, S0),
         (3 * MIB, S0),
         (30 * MIB, S0),
-        (25 * MIB, StreamId(1)),
-        (700 * 1024, StreamId(1)),
+        (25 * MIB, StreamId::from_raw(1)),
+        (700 * 1024, StreamId::from_raw(1)),
     ] {
         step(alloc, &mut log, &mut held, request);
     }
@@ -228,9 +228,19 @@ fn script(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) -> Vec<String>
     }
     sim.inject(0, SimFault::AllocOutOfMemory { nth: 1 })
         .unwrap();
-    step(alloc, &mut log, &mut held, (11 * MIB, StreamId(2)));
+    step(
+        alloc,
+        &mut log,
+        &mut held,
+        (11 * MIB, StreamId::from_raw(2)),
+    );
     alloc.set_per_process_memory_fraction(0.5, 0).unwrap();
-    step(alloc, &mut log, &mut held, (30 * MIB, StreamId(2)));
+    step(
+        alloc,
+        &mut log,
+        &mut held,
+        (30 * MIB, StreamId::from_raw(2)),
+    );
     log.push(format!("{:?}", alloc.empty_cache()));
     drop(kept);
     held.clear();
@@ -311,7 +321,7 @@ fn segments_allocated_at_once_by_two_threads_never_pass_the_memory_fraction() {
                 return; // thread B's own allocation
             }
             let visitor = visitor.clone();
-            let b = thread::spawn(move || visitor.allocate(0, 17 * MIB, StreamId(1)));
+            let b = thread::spawn(move || visitor.allocate(0, 17 * MIB, StreamId::from_raw(1)));
             *b_block.lock().unwrap() = Some(b.join().expect("thread B ran"));
         })));
     }

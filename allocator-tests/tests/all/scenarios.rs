@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 const BASE: u64 = 0x7f00_0000_0000;
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
-const S1: StreamId = StreamId(1);
-const S2: StreamId = StreamId(2);
+const S1: StreamId = StreamId::from_raw(1);
+const S2: StreamId = StreamId::from_raw(2);
 
 fn setup(capacity: usize, config: AllocatorConfig) -> (SimBackend, CachingAllocator<SimBackend>) {
     let sim = SimBackend::new(1, capacity);

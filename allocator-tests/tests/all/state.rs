@@ -16,7 +16,7 @@ use crate::fixtures::{external_snapshot_names, project_snapshot_names, pytorch_s
 
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
-const S1: StreamId = StreamId(1);
+const S1: StreamId = StreamId::from_raw(1);
 
 /// Recording without contexts: an intermediate snapshot numbers its contexts apart from the
 /// final one, and a segment's context is only known to events.

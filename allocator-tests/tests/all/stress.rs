@@ -19,7 +19,11 @@ const THREADS: usize = 8;
 const ITERATIONS: usize = if cfg!(debug_assertions) { 500 } else { 2_000 };
 const DEVICES: usize = 2;
 const CAPACITY: usize = 256 << 20;
-const STREAMS: [StreamId; 3] = [StreamId::DEFAULT, StreamId(1), StreamId(2)];
+const STREAMS: [StreamId; 3] = [
+    StreamId::DEFAULT,
+    StreamId::from_raw(1),
+    StreamId::from_raw(2),
+];
 /// Most allocations one thread holds at once.
 const MAX_LIVE: usize = 24;
 const TAG_BYTES: usize = 16;

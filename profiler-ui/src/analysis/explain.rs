@@ -167,7 +167,7 @@ pub fn request_of(
     Request {
         bytes: size,
         rounded_bytes: rounded,
-        stream: stream.0,
+        stream: stream.raw(),
         pool: if size <= SMALL_SIZE as u64 {
             "small"
         } else {
@@ -226,7 +226,7 @@ pub fn explain(ctx: &Context, walker: &StateWalker, request: Option<&Request>) -
                         continue;
                     };
                     let same_pool = pool_name(segment.pool) == request.pool && !private;
-                    let cause = if segment.stream.0 != request.stream {
+                    let cause = if segment.stream.raw() != request.stream {
                         "other_streams"
                     } else if !same_pool {
                         "other_pools"

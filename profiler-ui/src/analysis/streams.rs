@@ -151,7 +151,7 @@ impl Pass {
         let mut last_alloc = HashMap::default();
         for (position, event) in events.iter().enumerate() {
             if event.action == Action::Alloc {
-                last_alloc.insert(event.stream.0, position);
+                last_alloc.insert(event.stream.raw(), position);
             }
         }
         let device_last_alloc = last_alloc.values().copied().max();
@@ -187,7 +187,7 @@ impl Pass {
             },
         };
         for segment in &start.segments {
-            let stream = segment.stream.0;
+            let stream = segment.stream.raw();
             pass.segments
                 .insert(segment.address, (stream, segment.size));
             pass.change(stream, |s| s.reserved += segment.size);
@@ -234,7 +234,7 @@ impl Pass {
     fn apply(&mut self, step: &Step) {
         let (state, event) = (step.state, &step.event);
         let position = state - 1;
-        let stream = event.stream.0;
+        let stream = event.stream.raw();
         match event.action {
             Action::Alloc => {
                 let size = step.block.unwrap_or(event.size);

@@ -315,7 +315,7 @@ fn summarize_walk(
     let steps = walker.events().iter().zip(walker.totals_ahead());
     for (i, (event, totals)) in steps.enumerate() {
         let (action, size, free) = (event.action, event.size, event.addr);
-        let (stream, context) = (event.stream.0, event.context);
+        let (stream, context) = (event.stream.raw(), event.context);
         let index = i + 1;
         end = totals;
         fragmentation.note(index, totals.reserved_bytes, totals.allocated_bytes);
@@ -358,7 +358,7 @@ fn summarize_walk(
                 let time_us = walker.events().get(index).map_or(0, |e| e.time_us);
                 let request = request_of(
                     requested_bytes,
-                    blockpool::StreamId(stream),
+                    blockpool::StreamId::from_raw(stream),
                     device_free_bytes,
                     &config,
                 );

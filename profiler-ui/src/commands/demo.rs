@@ -143,7 +143,7 @@ impl Device {
     fn simulated(hidden: usize, description: &str) -> Device {
         Device {
             backend: DefaultBackend::Sim(SimBackend::new(1, SIM_CAPACITY)),
-            side: StreamId(1),
+            side: StreamId::from_raw(1),
             #[cfg(feature = "cuda")]
             _cuda_stream: None,
             description: description.into(),

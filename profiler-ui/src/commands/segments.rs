@@ -195,7 +195,7 @@ pub fn map(names: &SiteNames, recorded: &Recorded, segment: &Segment) -> Segment
     SegmentMap {
         address: segment.address,
         size: segment.size,
-        stream: segment.stream.0,
+        stream: segment.stream.raw(),
         pool: pool_name(segment.pool),
         expandable: segment.expandable,
         private_pool: Some(

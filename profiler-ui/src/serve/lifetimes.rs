@@ -55,7 +55,7 @@ pub fn event_lifetimes(events: &[TraceEvent]) -> EventLifetimes {
                 addr: event.addr,
                 size: event.size,
                 requested: event.requested,
-                stream: event.stream.0,
+                stream: event.stream.raw(),
                 context: event.context,
                 start: state,
                 end: alive_at_end,
@@ -89,7 +89,7 @@ pub fn allocation_lifetimes(
     let alive_at_end = state_time_us.len();
     let in_segments = initial.segments.iter().flat_map(|segment| {
         let active = segment.blocks.iter().filter(|b| b.state.is_active());
-        active.map(move |block| (block, segment.stream.0))
+        active.map(move |block| (block, segment.stream.raw()))
     });
     let unsegmented = initial.unsegmented.iter().map(|block| (block, 0));
     let mut allocations: Vec<Allocation> = in_segments
@@ -136,7 +136,7 @@ pub fn segment_spans(initial: &DeviceState, events: &[TraceEvent]) -> Vec<Alloca
         spans.push(span(
             segment.address,
             segment.size,
-            segment.stream.0,
+            segment.stream.raw(),
             segment.context,
             0,
         ));
@@ -152,7 +152,7 @@ pub fn segment_spans(initial: &DeviceState, events: &[TraceEvent]) -> Vec<Alloca
                 spans.push(span(
                     event.addr,
                     event.size,
-                    event.stream.0,
+                    event.stream.raw(),
                     event.context,
                     state,
                 ));
@@ -267,7 +267,7 @@ mod tests {
             s.blocks
                 .iter()
                 .filter(|b| b.state.is_active())
-                .map(move |b| (b, s.stream.0))
+                .map(move |b| (b, s.stream.raw()))
         });
         for (block, stream) in blocks.chain(initial.unsegmented.iter().map(|b| (b, 0))) {
             open.insert(block.address, allocations.len());
@@ -296,7 +296,7 @@ mod tests {
                     addr: e.addr,
                     size: e.size,
                     requested: e.requested,
-                    stream: e.stream.0,
+                    stream: e.stream.raw(),
                     context: e.context,
                     start: state,
                     end: alive_at_end,
@@ -335,7 +335,7 @@ mod tests {
                     device: 0,
                     address: 0,
                     size: 0x800,
-                    stream: StreamId(3),
+                    stream: StreamId::from_raw(3),
                     pool: blockpool::introspect::PoolKind::Small,
                     expandable: false,
                     context: ContextId::NONE,

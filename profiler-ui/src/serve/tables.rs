@@ -131,7 +131,7 @@ pub fn state_view(
         segments.push(SegmentView {
             address: format!("{:#x}", segment.address),
             size: segment.size,
-            stream: segment.stream.0,
+            stream: segment.stream.raw(),
             pool: pool_name(segment.pool),
             expandable: segment.expandable,
             blocks: segment

@@ -196,9 +196,9 @@ impl Streams {
 mod tests {
     use super::*;
 
-    const A: StreamId = StreamId(1);
-    const B: StreamId = StreamId(2);
-    const C: StreamId = StreamId(3);
+    const A: StreamId = StreamId::from_raw(1);
+    const B: StreamId = StreamId::from_raw(2);
+    const C: StreamId = StreamId::from_raw(3);
 
     #[test]
     fn a_stream_cannot_complete_past_a_wait_before_the_event_it_waits_for() {

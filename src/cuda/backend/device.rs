@@ -218,7 +218,10 @@ impl CudaDevice {
         // handle value (0 = legacy default stream): a handle of another context or a destroyed
         // stream is reported by the driver as an error, not undefined behaviour, for streams
         // the caller obtained from cudarc and keeps alive while it has work queued.
-        let recorded = unsafe { self.driver.event_record(event.0, stream.0 as sys::CUstream) };
+        let recorded = unsafe {
+            self.driver
+                .event_record(event.0, stream.raw() as sys::CUstream)
+        };
         if let Err(e) = recorded.on(self.index) {
             self.events.lock().push(event);
             return Err(e);
@@ -238,7 +241,7 @@ impl CudaDevice {
         // until `release_event`); `stream.0` is a `CUstream` handle value, as in `record_event`.
         unsafe {
             self.driver
-                .stream_wait_event(stream.0 as sys::CUstream, event.0)
+                .stream_wait_event(stream.raw() as sys::CUstream, event.0)
         }
         .on(self.index)
     }

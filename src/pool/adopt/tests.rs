@@ -131,18 +131,18 @@ fn a_small_segment_whole_live_block_and_oversize_counts() {
     let segment = AdoptSegment {
         size: 2 * MIB,
         pool: PoolKind::Small,
-        stream: StreamId(7),
+        stream: StreamId::from_raw(7),
         blocks: &small,
     };
     let small_adopted = dev.adopt_segment(&sim, &segment).unwrap();
     check(&dev, "adopting a small segment");
-    let block = dev.malloc(&sim, 512, StreamId(7)).unwrap();
+    let block = dev.malloc(&sim, 512, StreamId::from_raw(7)).unwrap();
     assert_eq!(
         block.addr,
         small_adopted[0].addr - 512,
         "the 512-byte gap in front"
     );
-    let other = dev.malloc(&sim, 512, StreamId(0)).unwrap();
+    let other = dev.malloc(&sim, 512, StreamId::from_raw(0)).unwrap();
     assert_ne!(
         other.addr - other.addr % (2 * MIB as u64),
         small_adopted[0].addr - 512,

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 fn key(stream: u64, size: usize, addr: u64) -> FreeKey {
     FreeKey {
-        stream: StreamId(stream),
+        stream: StreamId::from_raw(stream),
         size,
         addr,
         id: BlockId::from_index(addr as usize),
@@ -21,15 +21,24 @@ fn best_fit_prefers_smallest_then_lowest_address_on_the_same_stream() {
     list.insert(key(0, 2048, 200));
     list.insert(key(0, 2048, 100));
     list.insert(key(1, 1024, 400));
-    assert_eq!(list.best_fit(StreamId(0), 1024), Some(key(0, 2048, 100)));
-    assert_eq!(list.best_fit(StreamId(0), 3000), Some(key(0, 4096, 300)));
     assert_eq!(
-        list.best_fit(StreamId(0), 8192),
+        list.best_fit(StreamId::from_raw(0), 1024),
+        Some(key(0, 2048, 100))
+    );
+    assert_eq!(
+        list.best_fit(StreamId::from_raw(0), 3000),
+        Some(key(0, 4096, 300))
+    );
+    assert_eq!(
+        list.best_fit(StreamId::from_raw(0), 8192),
         None,
         "never a block of stream 1"
     );
-    assert_eq!(list.best_fit(StreamId(1), 512), Some(key(1, 1024, 400)));
-    assert_eq!(list.best_fit(StreamId(2), 512), None);
+    assert_eq!(
+        list.best_fit(StreamId::from_raw(1), 512),
+        Some(key(1, 1024, 400))
+    );
+    assert_eq!(list.best_fit(StreamId::from_raw(2), 512), None);
     assert_eq!(list.len(), 4);
 }
 
@@ -39,12 +48,12 @@ fn largest_below_stays_on_the_stream() {
     list.insert(key(0, 4096, 300));
     list.insert(key(1, 1024, 400));
     assert_eq!(
-        list.largest_below(StreamId(1), 8192),
+        list.largest_below(StreamId::from_raw(1), 8192),
         Some(key(1, 1024, 400))
     );
-    assert_eq!(list.largest_below(StreamId(0), 4096), None);
+    assert_eq!(list.largest_below(StreamId::from_raw(0), 4096), None);
     assert_eq!(
-        list.largest_below(StreamId(0), 4097),
+        list.largest_below(StreamId::from_raw(0), 4097),
         Some(key(0, 4096, 300))
     );
 }
@@ -96,7 +105,10 @@ fn lists_of_idle_streams_are_dropped_past_a_bound() {
     // An idle list in use again is no longer idle; emptied, it is idle again.
     list.insert(key(7, 1024, 1));
     assert_eq!(list.idle, MAX_IDLE_STREAM_LISTS - 1);
-    assert_eq!(list.best_fit(StreamId(7), 512), Some(key(7, 1024, 1)));
+    assert_eq!(
+        list.best_fit(StreamId::from_raw(7), 512),
+        Some(key(7, 1024, 1))
+    );
     assert!(list.remove(&key(7, 1024, 1)));
     assert_eq!(list.idle, MAX_IDLE_STREAM_LISTS);
 }
@@ -111,7 +123,7 @@ fn the_state_of_many_streams_is_released_when_their_caches_empty() {
     }
     assert_eq!(list.streams.len(), 10_000);
     assert_eq!(
-        list.best_fit(StreamId(9_999), 4096),
+        list.best_fit(StreamId::from_raw(9_999), 4096),
         Some(key(9_999, 4096, 9_999))
     );
     for stream in 0..10_000u64 {
@@ -144,11 +156,12 @@ fn a_new_stream_takes_a_spare_list_emptied_by_another() {
     list.insert(key(100, 12 << 20, 0));
     assert_eq!(list.spare.len(), 0, "stream 100 took it");
     assert_eq!(
-        list.stream(StreamId(100)).map(|l| l.classes.len()),
+        list.stream(StreamId::from_raw(100))
+            .map(|l| l.classes.len()),
         Some(grown)
     );
     assert_eq!(
-        list.best_fit(StreamId(100), 4096),
+        list.best_fit(StreamId::from_raw(100), 4096),
         Some(key(100, 12 << 20, 0))
     );
     assert_eq!(list.len(), 1);
@@ -161,8 +174,15 @@ fn a_new_stream_takes_a_spare_list_emptied_by_another() {
     }
     assert!(!list.spare.is_empty());
     list.insert(key(300, 4096, 0));
-    assert_eq!(list.stream(StreamId(300)).map(|l| l.classes.len()), Some(1));
-    assert_eq!(list.best_fit(StreamId(300), 512), Some(key(300, 4096, 0)));
+    assert_eq!(
+        list.stream(StreamId::from_raw(300))
+            .map(|l| l.classes.len()),
+        Some(1)
+    );
+    assert_eq!(
+        list.best_fit(StreamId::from_raw(300), 512),
+        Some(key(300, 4096, 0))
+    );
 }
 
 #[test]
@@ -174,7 +194,7 @@ fn a_stream_holds_the_classes_between_its_blocks_sizes_only() {
         list.insert(key(stream, 20 << 20, stream << 30));
     }
     let held: Vec<usize> = (0..100)
-        .filter_map(|s| list.stream(StreamId(s)).map(|l| l.classes.len()))
+        .filter_map(|s| list.stream(StreamId::from_raw(s)).map(|l| l.classes.len()))
         .collect();
     assert_eq!(held, vec![1; 100]);
     // A smaller block grows the list down to its class, a larger one up to its own; the order
@@ -182,18 +202,21 @@ fn a_stream_holds_the_classes_between_its_blocks_sizes_only() {
     let (small, large) = (key(7, 1 << 20, 1), key(7, 64 << 20, 2));
     list.insert(small);
     list.insert(large);
-    let seven = list.stream(StreamId(7)).expect("stream 7");
+    let seven = list.stream(StreamId::from_raw(7)).expect("stream 7");
     assert_eq!(
         seven.classes.len(),
         class_of(64 << 20) - class_of(1 << 20) + 1
     );
-    assert_eq!(list.best_fit(StreamId(7), 4096), Some(small));
+    assert_eq!(list.best_fit(StreamId::from_raw(7), 4096), Some(small));
     assert_eq!(
-        list.best_fit(StreamId(7), 2 << 20),
+        list.best_fit(StreamId::from_raw(7), 2 << 20),
         Some(key(7, 20 << 20, 7 << 30))
     );
-    assert_eq!(list.best_fit(StreamId(7), 30 << 20), Some(large));
-    assert_eq!(list.largest_below(StreamId(7), 20 << 20), Some(small));
+    assert_eq!(list.best_fit(StreamId::from_raw(7), 30 << 20), Some(large));
+    assert_eq!(
+        list.largest_below(StreamId::from_raw(7), 20 << 20),
+        Some(small)
+    );
     assert!(list.contains(&small) && list.contains(&large));
     assert!(
         !list.contains(&key(7, 512, 1)),
@@ -202,7 +225,7 @@ fn a_stream_holds_the_classes_between_its_blocks_sizes_only() {
     assert!(list.remove(&small));
     assert!(!list.remove(&key(7, 512, 1)));
     assert_eq!(
-        list.best_fit(StreamId(7), 4096),
+        list.best_fit(StreamId::from_raw(7), 4096),
         Some(key(7, 20 << 20, 7 << 30))
     );
 }
@@ -270,10 +293,10 @@ proptest! {
         for op in ops {
             match op {
                 Op::Insert(s, z, a) => {
-                    if reference.iter().any(|k| k.stream.0 == s && k.addr == a) {
+                    if reference.iter().any(|k| k.stream.raw() == s && k.addr == a) {
                         continue;
                     }
-                    let k = FreeKey { stream: StreamId(s), size: z, addr: a, id: BlockId::from_index(reference.len()) };
+                    let k = FreeKey { stream: StreamId::from_raw(s), size: z, addr: a, id: BlockId::from_index(reference.len()) };
                     reference.insert(k);
                     list.insert(k);
                 }
@@ -284,8 +307,8 @@ proptest! {
                     prop_assert!(list.remove(&k));
                 }
                 Op::BestFit(s, z) => {
-                    let want = reference.iter().find(|k| k.stream.0 == s && k.size >= z).copied();
-                    prop_assert_eq!(list.best_fit(StreamId(s), z), want);
+                    let want = reference.iter().find(|k| k.stream.raw() == s && k.size >= z).copied();
+                    prop_assert_eq!(list.best_fit(StreamId::from_raw(s), z), want);
                 }
                 Op::Replace(i, z, a) => {
                     if reference.is_empty() { continue; }
@@ -311,8 +334,8 @@ proptest! {
                     prop_assert_eq!(list.before(&k).map(|p| (p.size, p.addr)), want.map(|p| (p.size, p.addr)));
                 }
                 Op::LargestBelow(s, z) => {
-                    let want = reference.iter().rev().find(|k| k.stream.0 == s && k.size < z).copied();
-                    prop_assert_eq!(list.largest_below(StreamId(s), z), want);
+                    let want = reference.iter().rev().find(|k| k.stream.raw() == s && k.size < z).copied();
+                    prop_assert_eq!(list.largest_below(StreamId::from_raw(s), z), want);
                 }
             }
             prop_assert_eq!(list.len(), reference.len());

@@ -18,7 +18,7 @@ fn a_device_allocator_refuses_a_bad_fraction_itself() {
         );
     }
     let block = dev
-        .malloc(&sim, 900 * MIB, StreamId(0))
+        .malloc(&sim, 900 * MIB, StreamId::from_raw(0))
         .expect("no limit was set");
     dev.free(&sim, block.id).unwrap();
     dev.check_invariants().unwrap();

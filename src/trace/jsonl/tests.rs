@@ -66,7 +66,7 @@ fn sample() -> Snapshot {
             ..event(Action::Alloc, 0, base, 1024, 2)
         },
         TraceEvent {
-            stream: StreamId(7),
+            stream: StreamId::from_raw(7),
             requested: 3 << 20,
             context: ContextId(2),
             ..event(Action::Alloc, 1, base, 3 << 20, 3)
@@ -97,7 +97,7 @@ fn sample() -> Snapshot {
                 device: 1,
                 address: base,
                 size: 20 << 20,
-                stream: StreamId(7),
+                stream: StreamId::from_raw(7),
                 pool: PoolKind::Large,
                 expandable: true,
                 context: ContextId(2),

@@ -134,9 +134,9 @@ impl<W: Write> TraceWriter<W> {
         line.extend_from_slice(event.action.as_str().as_bytes());
         line.extend_from_slice(b"\",\"device\":");
         line.extend_from_slice(number.format(event.device).as_bytes());
-        if event.stream.0 != 0 {
+        if event.stream.raw() != 0 {
             line.extend_from_slice(b",\"stream\":");
-            line.extend_from_slice(number.format(event.stream.0).as_bytes());
+            line.extend_from_slice(number.format(event.stream.raw()).as_bytes());
         }
         line.extend_from_slice(b",\"addr\":");
         line.extend_from_slice(number.format(event.addr).as_bytes());
@@ -171,8 +171,8 @@ impl<W: Write> TraceWriter<W> {
             "{{\"segment\":{},\"device\":{},\"size\":{}",
             segment.address, segment.device, segment.size
         )?;
-        if segment.stream.0 != 0 {
-            write!(out, ",\"stream\":{}", segment.stream.0)?;
+        if segment.stream.raw() != 0 {
+            write!(out, ",\"stream\":{}", segment.stream.raw())?;
         }
         write!(out, ",\"pool\":\"{}\"", pool_name(segment.pool))?;
         if segment.expandable {

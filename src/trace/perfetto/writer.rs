@@ -196,7 +196,7 @@ fn write_device<W: Write>(
             args: Some(OomArgs {
                 requested_bytes: event.size,
                 device_free_bytes: event.addr,
-                stream: event.stream.0,
+                stream: event.stream.raw(),
             }),
         })?;
     }

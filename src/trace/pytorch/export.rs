@@ -425,7 +425,7 @@ impl<'s> Exporter<'s> {
             ),
             (k.active_size.clone(), int(segment.active_bytes())),
             (k.requested_size.clone(), int(segment.requested_bytes())),
-            (k.stream.clone(), int(segment.stream.0)),
+            (k.stream.clone(), int(segment.stream.raw())),
             (k.segment_type.clone(), pool),
             (k.segment_pool_id.clone(), self.pool_id(segment)),
             (k.is_expandable.clone(), Value::Bool(segment.expandable)),
@@ -505,7 +505,7 @@ impl<'s> Exporter<'s> {
         pairs.extend([
             (k.addr.clone(), int(event.addr)),
             (k.size.clone(), int(size)),
-            (k.stream.clone(), int(event.stream.0)),
+            (k.stream.clone(), int(event.stream.raw())),
             (k.time_us.clone(), int(time_us)),
         ]);
         if let Some(compile_context) = compile_context {

@@ -473,7 +473,7 @@ impl<'a, 'r> Importer<'a, 'r> {
                 device: segment.device,
                 address: segment.address,
                 size: segment.total_size,
-                stream: StreamId(segment.stream),
+                stream: StreamId::from_raw(segment.stream),
                 pool: match segment.segment_type {
                     SegmentType::Small => PoolKind::Small,
                     SegmentType::Large => PoolKind::Large,

@@ -80,7 +80,7 @@ fn event(action: Action, device: u32, addr: u64, size: u64, requested: u64) -> T
     TraceEvent {
         action,
         device,
-        stream: StreamId(7),
+        stream: StreamId::from_raw(7),
         addr,
         size,
         requested,
@@ -115,7 +115,7 @@ pub(super) fn sample() -> Snapshot {
             device: 0,
             address: BASE,
             size: 2 << 20,
-            stream: StreamId(7),
+            stream: StreamId::from_raw(7),
             pool: PoolKind::Small,
             expandable: true,
             context: ContextId(1),

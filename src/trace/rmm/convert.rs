@@ -121,7 +121,7 @@ impl RmmImport {
         let event = |action, addr, requested| TraceEvent {
             action,
             device: 0,
-            stream: StreamId(record.stream),
+            stream: StreamId::from_raw(record.stream),
             addr,
             size: record.size,
             requested,
@@ -248,7 +248,7 @@ pub fn snapshot_to_rmm(snapshot: &Snapshot) -> Vec<RmmRecord> {
             action,
             pointer,
             size,
-            stream: event.stream.0,
+            stream: event.stream.raw(),
         });
     }
     records
@@ -301,7 +301,7 @@ mod tests {
                 let tags = snapshot.contexts.tag_path(e.context);
                 (
                     e.action,
-                    e.stream.0,
+                    e.stream.raw(),
                     e.addr,
                     e.size,
                     e.requested,
@@ -424,7 +424,7 @@ mod tests {
         let event = |action, device, addr, size, requested, time_us, context| TraceEvent {
             action,
             device,
-            stream: StreamId(1),
+            stream: StreamId::from_raw(1),
             addr,
             size,
             requested,
@@ -439,7 +439,7 @@ mod tests {
                 device: 0,
                 address: 0x1000,
                 size: 2048,
-                stream: StreamId(1),
+                stream: StreamId::from_raw(1),
                 pool: PoolKind::Small,
                 expandable: false,
                 context: ContextId::NONE,

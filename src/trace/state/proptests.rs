@@ -19,7 +19,7 @@ fn arb_event() -> impl Strategy<Value = TraceEvent> {
             TraceEvent {
                 action,
                 device: 0,
-                stream: StreamId(stream),
+                stream: StreamId::from_raw(stream),
                 addr,
                 size: size * 0x100,
                 requested: size * 0x80,

@@ -10,7 +10,11 @@ pub(super) const MIB: usize = 1 << 20;
 pub(super) const DEVICES: usize = 2;
 /// Small devices, so that out-of-memory and the release ladder happen often.
 pub(super) const CAPACITY: [usize; DEVICES] = [256 * MIB, 192 * MIB];
-pub(super) const STREAMS: [StreamId; 3] = [StreamId::DEFAULT, StreamId(1), StreamId(2)];
+pub(super) const STREAMS: [StreamId; 3] = [
+    StreamId::DEFAULT,
+    StreamId::from_raw(1),
+    StreamId::from_raw(2),
+];
 
 /// Configurations the model runs under; each case picks one.
 pub(super) const CONFIGS: &[&str] = &[

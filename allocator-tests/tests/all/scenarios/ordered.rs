@@ -155,7 +155,7 @@ fn reserved_per_step(config: AllocatorConfig, steps: u64, calls: u64) -> Vec<i64
     for step in 0..steps {
         let mut outputs = Vec::new();
         for call in 0..calls {
-            let stream = StreamId(1 + step * calls + call);
+            let stream = StreamId::from_raw(1 + step * calls + call);
             let work = alloc.allocate(0, 12 * MIB, stream).unwrap();
             let scratch = alloc.allocate(0, MIB, stream).unwrap();
             outputs.push(alloc.allocate(0, 256 << 10, S0).unwrap());

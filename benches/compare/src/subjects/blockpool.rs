@@ -67,7 +67,7 @@ impl Instance for BlockpoolInstance {
                     stream,
                 } => match self
                     .allocator
-                    .allocate(device, size_bytes, StreamId(u64::from(stream)))
+                    .allocate(device, size_bytes, StreamId::from_raw(u64::from(stream)))
                 {
                     Ok(allocation) => slots[slot as usize] = Some(allocation),
                     Err(Error::OutOfMemory(_) | Error::ExceedsCapacity { .. }) => failed += 1,
@@ -76,12 +76,12 @@ impl Instance for BlockpoolInstance {
                 Op::Free { slot } => drop(slots[slot as usize].take()),
                 Op::RecordStream { slot, stream } => {
                     if let Some(allocation) = &slots[slot as usize] {
-                        allocation.record_stream(StreamId(u64::from(stream)))?;
+                        allocation.record_stream(StreamId::from_raw(u64::from(stream)))?;
                     }
                 }
                 Op::CompleteStream { stream } => {
                     self.sim
-                        .complete_stream(device, StreamId(u64::from(stream)))?;
+                        .complete_stream(device, StreamId::from_raw(u64::from(stream)))?;
                 }
             }
         }

@@ -28,7 +28,7 @@ impl Trace {
         self.events.push(TraceEvent {
             action,
             device: 0,
-            stream: StreamId(stream),
+            stream: StreamId::from_raw(stream),
             addr,
             size,
             requested: size,
@@ -274,7 +274,7 @@ fn memory_alive_before_the_trace_belongs_to_its_segments_stream() {
         device: 0,
         address,
         size: 8 * MIB,
-        stream: StreamId(stream),
+        stream: StreamId::from_raw(stream),
         pool: PoolKind::Large,
         expandable: false,
         context: ContextId::NONE,

@@ -161,7 +161,7 @@ mod tests {
             device: 0,
             address,
             size,
-            stream: StreamId(3),
+            stream: StreamId::from_raw(3),
             pool: PoolKind::Large,
             expandable: false,
             context: ContextId::NONE,
@@ -208,7 +208,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(start.segments[0].stream, StreamId(3));
+        assert_eq!(start.segments[0].stream, StreamId::from_raw(3));
         assert_eq!(
             start.fresh,
             [FreshBlock {
@@ -247,6 +247,6 @@ mod tests {
         assert!(start.segments.is_empty());
         assert_eq!(start.not_adoptable, 2);
         assert_eq!(start.fresh.len(), 2);
-        assert_eq!(start.fresh[0].stream, StreamId(3));
+        assert_eq!(start.fresh[0].stream, StreamId::from_raw(3));
     }
 }

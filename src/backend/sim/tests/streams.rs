@@ -28,7 +28,7 @@ fn event_completes_only_when_its_stream_advances() -> Result<(), BackendError> {
     assert_eq!(sim.complete_stream(0, S1)?, 1);
     assert_eq!(sim.complete_stream(0, S1)?, 0, "nothing left to complete");
     assert_eq!(
-        sim.advance_stream(0, StreamId(99), 5)?,
+        sim.advance_stream(0, StreamId::from_raw(99), 5)?,
         0,
         "a stream with no events"
     );

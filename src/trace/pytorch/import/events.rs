@@ -157,7 +157,7 @@ impl Importer<'_, '_> {
         Ok(TraceEvent {
             action: entry.action,
             device,
-            stream: StreamId(entry.stream),
+            stream: StreamId::from_raw(entry.stream),
             addr: entry.addr,
             size,
             requested,
