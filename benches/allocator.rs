@@ -25,11 +25,11 @@
 //!
 //! Run with `cargo bench --bench allocator`; see `benches/README.md` for the numbers.
 
+use blockpool::event::{Backtraces, ContextLevel};
 use blockpool::introspect::Introspect;
 use blockpool::leak::LeakTracking;
 use blockpool::{
-    annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings,
-    SimBackend, StreamId,
+    annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
 use criterion::measurement::WallTime;
 use criterion::{black_box, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode, Throughput};

@@ -9,10 +9,8 @@
 
 use std::time::Instant;
 
-use blockpool::{
-    AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings, SimBackend,
-    StreamId,
-};
+use blockpool::event::{Backtraces, ContextLevel};
+use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
 
 const PAIRS: usize = 2_000;
 

@@ -29,7 +29,8 @@ use blockpool::checkpoint::{
     Budget, ChainCosts, CheckpointError, Executor, Loss, Plan, Planner, Revolve, Sqrt, Stage,
     StageContext, StageCost, StageError, StoreAll, Uniform,
 };
-use blockpool::{format_size, Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+use blockpool::error::format_size;
+use blockpool::{Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
 
 const LAYERS: usize = 32;
 const WIDTH: usize = 128;

@@ -31,7 +31,7 @@
 //!   while the device allocates a segment, so other threads keep allocating from the cache
 //!   during a slow `cuMemAlloc`.
 //! * **Leaks.** Every live allocation is tracked with its site (the caller's source line);
-//!   leak scopes report what a step left behind, [`LiveSnapshot::compare_to`] which sites
+//!   leak scopes report what a step left behind, [`LiveSnapshot::compare_to`](leak::LiveSnapshot::compare_to) which sites
 //!   grew, and dropping the allocator with memory still live says so, LeakSanitizer-style
 //!   ([`leak`]).
 //! * **Statistics.** [`DeviceView::stats`] reads them typed
@@ -56,6 +56,11 @@
 //! print!("{}", dev.memory_summary());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! The crate root holds what that tour meets (the allocator and its handles, the simulated and
+//! CUDA backends, settings, errors, statistics, `annotate`); everything else is named by its
+//! module (`blockpool::event::TraceEvent`, `blockpool::backend::SimFault`,
+//! `blockpool::leak::LiveSnapshot`).
 //!
 //! The index-taking methods of [`CachingAllocator`] (`alloc.memory_stats(0)?`,
 //! `alloc.allocate(0, size, stream)?`) mirror PyTorch's `torch.cuda.*(device)` functions and
@@ -100,7 +105,7 @@
 //! | module | what lives there |
 //! |---|---|
 //! | [`backend`] | the [`Backend`] trait (segments, streams, events) and [`SimBackend`] |
-//! | [`event`] | the event model: [`TraceEvent`], contexts and [`annotate`], history settings and the per-device ring |
+//! | [`event`] | the event model: [`TraceEvent`](event::TraceEvent), contexts and [`annotate`], history settings and the per-device ring |
 //! | `pool` (private) | pure bookkeeping: sizing rules, blocks, free lists, one device's allocator; its types and sizing rules are shown through [`introspect`] |
 //! | [`CachingAllocator`] | one pool per device behind a mutex, per-device [`DeviceView`]s, owning handles ([`Allocation`], and [`TypedAllocation`]: one seen as `len` elements of a type), raw pointers, history recording ([`CachingAllocator::record_memory_history`]), [`CachingAllocator::snapshot`] |
 //! | [`config`] | [`AllocatorConfig`] and the `BLOCKPOOL_ALLOC_CONF` parser |
@@ -111,7 +116,7 @@
 //! | [`introspect`] | [`Introspect`](introspect::Introspect): bookkeeping access for replay tools and tests (segments, invariants, adopting a trace's segments); not needed to allocate |
 //! | [`leak`] | leak detection: the step detector ([`leak::StepDetector`]: sites whose live memory grows for K consecutive steps, and persistent memory apart), the same analysis `memtrace leaks` runs on files |
 //! | [`host`] | [`HostCachingAllocator`]: pinned host memory cache (power-of-two buckets, event-guarded reuse, `host_memory_stats`) |
-//! | [`leak`] | lifetime tracking on the live handles: each allocation's site (`#[track_caller]`, plus annotation tags with context capture), leak scopes ([`CachingAllocator::leak_scope`]), live snapshots and their difference ([`CachingAllocator::live_snapshot`], [`LiveSnapshot::compare_to`]), the teardown report and [`CachingAllocator::shutdown`] |
+//! | [`leak`] | lifetime tracking on the live handles: each allocation's site (`#[track_caller]`, plus annotation tags with context capture), leak scopes ([`CachingAllocator::leak_scope`]), live snapshots and their difference ([`CachingAllocator::live_snapshot`], [`LiveSnapshot::compare_to`](leak::LiveSnapshot::compare_to)), the teardown report and [`CachingAllocator::shutdown`] |
 //! | [`testing`] | [`testing::assert_no_leaks`]: fail a test when code leaves allocations live |
 //! | [`checkpoint`] | trading recompute for memory: chain costs rounded as the allocator rounds, planners ([`checkpoint::StoreAll`], [`checkpoint::Uniform`] with `checkpoint_sequential`'s split, [`checkpoint::Sqrt`], [`checkpoint::Revolve`]) and the one simulator of the memory model that gives every [`checkpoint::Plan`]'s forward calls and peak bytes |
 //!
@@ -154,21 +159,13 @@ pub use allocator::{
     byte_len, Allocation, BufferError, CachingAllocator, DeviceView, FreeMemoryCallback, LeakScope,
     TypedAllocation,
 };
-pub use backend::{
-    Backend, BackendError, DeviceIndex, MemInfo, SimBackend, SimBackendBuilder, SimCalls, SimEvent,
-    SimFault, SimHostCalls, StreamId,
-};
-pub use config::{AllocatorConfig, ConfigError};
+pub use backend::{Backend, DeviceIndex, SimBackend, StreamId};
+pub use config::AllocatorConfig;
 #[cfg(feature = "cuda")]
-pub use cuda::DeviceBuffer;
-#[cfg(feature = "cuda")]
-pub use cuda::{CudaBackend, CudaBackendEvent, CudaDeviceProperties};
-pub use error::{format_size, Error, OutOfMemoryError, Result};
-pub use event::{
-    annotate, AnnotationGuard, Backtraces, Context, ContextLevel, Frame, HistorySettings,
-    TraceEvent,
-};
-pub use global::{try_default_allocator, DefaultAllocatorError, DefaultBackend};
-pub use host::{HostAllocation, HostCachingAllocator, HostError, HostStats};
-pub use leak::{LeakReport, LeakTracking, LiveSnapshot, ScopeReport, TeardownReport};
-pub use stats::{DeviceStats, MemoryStats};
+pub use cuda::{CudaBackend, DeviceBuffer};
+pub use error::{Error, Result};
+pub use event::{annotate, HistorySettings};
+pub use global::try_default_allocator;
+pub use host::HostCachingAllocator;
+pub use leak::LeakTracking;
+pub use stats::DeviceStats;

@@ -6,7 +6,8 @@
 //! One test in its own binary: it installs a thread-local `tracing` subscriber, and no other
 //! test may log meanwhile.
 
-use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId, TeardownReport};
+use blockpool::leak::TeardownReport;
+use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};

@@ -6,7 +6,7 @@
 //! reader of byte sizes as people write them ([`parse_bytes`]: `80G`, `64MiB`), for the
 //! command line and the files and rules that name sizes.
 
-pub use blockpool::format_size;
+pub use blockpool::error::format_size;
 
 /// `1234567` as `1,234,567`.
 pub fn count(n: u64) -> String {

@@ -142,10 +142,10 @@ impl<B: Backend> Allocation<B> {
     }
 
     /// Where it was allocated: the thread's [`annotate`](crate::annotate) tags, with the call
-    /// stack when history records [`Backtraces::Rust`](crate::Backtraces::Rust) (or leak
+    /// stack when history records [`Backtraces::Rust`](crate::event::Backtraces::Rust) (or leak
     /// tracking is [`LeakTracking::Backtraces`](crate::leak::LeakTracking::Backtraces)).
     /// Gathered only while history is recorded with
-    /// [`ContextLevel::State`](crate::ContextLevel::State) or more (PyTorch's
+    /// [`ContextLevel::State`](crate::event::ContextLevel::State) or more (PyTorch's
     /// `context="state"` / `"all"`) or leak tracking captures context; `None` otherwise.
     ///
     /// ```

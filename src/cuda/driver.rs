@@ -13,7 +13,7 @@
 //! whose callers say why it holds.
 //!
 //! A failure is a [`CallError`], the function and the code it returned; what it means (a typed
-//! [`BackendError`](crate::BackendError), a probe's `DriverCallError`) is the caller's to say.
+//! [`BackendError`](crate::backend::BackendError), a probe's `DriverCallError`) is the caller's to say.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};

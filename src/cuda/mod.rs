@@ -8,7 +8,7 @@
 //! | `backend.rs`, `backend/` | `CudaBackend`: creation checks, one device's context, segments and events (`device.rs`), expandable segments (`vmm.rs`) |
 //! | `driver.rs`, `driver/` | the one path into libcuda: every driver function blockpool calls (virtual memory management in `vmm.rs`), and their list, which the probe and `CudaBackend::new` check before any call |
 //! | `buffer.rs` | `DeviceBuffer<T>`: cudarc's `DeviceSlice` / `DevicePtr` / `DevicePtrMut` and kernel-argument traits over a [`TypedAllocation`] |
-//! | `error.rs` | driver codes as [`BackendError`](crate::BackendError)s, with what to do |
+//! | `error.rs` | driver codes as [`BackendError`](crate::backend::BackendError)s, with what to do |
 //! | `probe.rs`, `probe/` | [`probe()`]: the driver and each device, and a [`Diagnosis`] when CUDA is unusable |
 //!
 //! The element count, overflow checks and use on other streams of a `DeviceBuffer` are

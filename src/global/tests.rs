@@ -198,7 +198,7 @@ fn sim_default_backend_is_one_16_gib_device() {
     );
     assert_eq!(
         backend.mem_get_info(0),
-        Ok(crate::MemInfo {
+        Ok(crate::backend::MemInfo {
             free_bytes: 16 << 30,
             total_bytes: 16 << 30
         })

@@ -18,10 +18,11 @@
 use std::sync::OnceLock;
 
 use blockpool::cuda::Diagnosis;
+use blockpool::error::format_size;
 use blockpool::global::{
     default_backend_for, BackendRequest, DefaultAllocatorError, DefaultBackend,
 };
-use blockpool::{format_size, AllocatorConfig, CachingAllocator, LeakTracking, SimBackend};
+use blockpool::{AllocatorConfig, CachingAllocator, LeakTracking, SimBackend};
 
 use crate::error::Error;
 

@@ -15,9 +15,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use blockpool::event::{AnnotationGuard, Backtraces, ContextLevel};
 use blockpool::trace::pytorch::write_pytorch_snapshot;
 use blockpool::trace::Snapshot;
-use blockpool::{AnnotationGuard, Backtraces, ContextLevel, HistorySettings};
+use blockpool::HistorySettings;
 
 use crate::boundary::status;
 use crate::error::Error;

@@ -8,11 +8,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use blockpool::event::ContextLevel;
 use blockpool::introspect::Introspect;
 use blockpool::leak::StepDetector;
 use blockpool::{
-    annotate, AllocatorConfig, CachingAllocator, ContextLevel, HistorySettings, LeakTracking,
-    SimBackend, StreamId,
+    annotate, AllocatorConfig, CachingAllocator, HistorySettings, LeakTracking, SimBackend,
+    StreamId,
 };
 
 use crate::support::Rng;

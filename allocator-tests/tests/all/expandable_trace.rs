@@ -2,13 +2,11 @@
 //! final snapshot equals the live state the allocator showed there, and the snapshot survives
 //! our JSON Lines file and PyTorch's pickle unchanged, with PyTorch's `is_expandable` set.
 
+use blockpool::event::{Backtraces, ContextLevel};
 use blockpool::trace::pytorch::{load_pytorch_snapshot_as_snapshot, write_pytorch_snapshot};
 use blockpool::trace::state::MemoryTotals;
 use blockpool::trace::{jsonl, Action, Snapshot};
-use blockpool::{
-    AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings, SimBackend,
-    StreamId,
-};
+use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
 
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;

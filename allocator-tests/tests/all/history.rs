@@ -7,11 +7,11 @@
 //! allocator that records under that lock sees the annotate events of its own test only, in
 //! exact sequence.
 
+use blockpool::event::{Backtraces, ContextLevel, TraceEvent};
 use blockpool::introspect::Introspect;
 use blockpool::trace::{Action, ContextId};
 use blockpool::{
-    annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, Error, HistorySettings,
-    SimBackend, StreamId, TraceEvent,
+    annotate, AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId,
 };
 use std::sync::{Mutex, MutexGuard};
 

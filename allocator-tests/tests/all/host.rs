@@ -13,9 +13,10 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::support::proptest_config;
+use blockpool::backend::BackendError;
 use blockpool::host::{round_size, size_index, HostAllocation, HostCachingAllocator, HostError};
 use blockpool::host::{HostStats, HOST_BUCKETS};
-use blockpool::{BackendError, SimBackend, StreamId};
+use blockpool::{SimBackend, StreamId};
 use proptest::prelude::*;
 
 const CAPACITY: usize = 64 << 10;

@@ -5,13 +5,13 @@
 //! `annotate` sends events to every recording allocator in the process and tests run in
 //! parallel, so event sequences are compared without `annotate` events.
 
+use blockpool::event::{Backtraces, Context, TraceEvent};
 use blockpool::introspect::Introspect;
 use blockpool::trace::jsonl::{self, JsonlError};
 use blockpool::trace::snapshot::Snapshot;
 use blockpool::trace::{Action, BlockState};
 use blockpool::{
-    annotate, AllocatorConfig, Backtraces, CachingAllocator, Context, HistorySettings, SimBackend,
-    StreamId, TraceEvent,
+    annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

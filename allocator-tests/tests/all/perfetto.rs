@@ -3,13 +3,14 @@
 //!
 //! Tests that annotate hold [`annotating`](crate::history::annotating) (see `history.rs`).
 
+use blockpool::event::TraceEvent;
 use blockpool::introspect::PoolKind;
 use blockpool::trace::perfetto::{annotation_intervals, write_perfetto, AnnotationInterval};
 use blockpool::trace::rmm::{read_rmm_csv, snapshot_from_rmm};
 use blockpool::trace::snapshot::{Block, Segment};
 use blockpool::trace::{Action, BlockState, Context, ContextId, Snapshot};
 use blockpool::{
-    annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId, TraceEvent,
+    annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
 
 fn json(snapshot: &Snapshot) -> String {

@@ -6,14 +6,14 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use blockpool::event::{Backtraces, ContextLevel};
 use blockpool::trace::pytorch::{
     load_pytorch_snapshot, load_pytorch_snapshot_as_snapshot, snapshot_to_pytorch_value,
     write_pytorch_snapshot, BlockState as PtState, PytorchSnapshot, TAG_FILENAME,
 };
 use blockpool::trace::{Action, BlockState, ContextId, Snapshot};
 use blockpool::{
-    annotate, AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings,
-    SimBackend, StreamId,
+    annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
 
 use crate::fixtures::pytorch_snapshot_bytes;

@@ -5,11 +5,9 @@
 //! every placement PyTorch's rules imply can be asserted exactly.
 
 use crate::support::{stat, valid};
+use blockpool::backend::{BackendError, SimFault};
 use blockpool::introspect::BlockState;
-use blockpool::{
-    Allocation, AllocatorConfig, BackendError, CachingAllocator, Error, SimBackend, SimFault,
-    StreamId,
-};
+use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use std::sync::{Arc, Mutex};
 
 const BASE: u64 = 0x7f00_0000_0000;

@@ -4,13 +4,11 @@
 //! pending frees, `empty_cache`, two devices and a ring buffer that lost the start of the
 //! history. Every PyTorch fixture must rebuild at index 0.
 
+use blockpool::event::{Backtraces, ContextLevel};
 use blockpool::trace::pytorch::load_pytorch_snapshot_as_snapshot;
 use blockpool::trace::state::{MemoryTotals, StateWalker};
 use blockpool::trace::{BlockState, Snapshot};
-use blockpool::{
-    AllocatorConfig, Backtraces, CachingAllocator, ContextLevel, HistorySettings, SimBackend,
-    StreamId,
-};
+use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
 
 use crate::fixtures::{external_snapshot_names, project_snapshot_names, pytorch_snapshot_bytes};
 

@@ -159,7 +159,10 @@ fn bad_input_is_refused_with_typed_errors() {
         1 => assert!(
             matches!(
                 err,
-                BufferError::Backend(blockpool::BackendError::InvalidDevice { device: 1, .. })
+                BufferError::Backend(blockpool::backend::BackendError::InvalidDevice {
+                    device: 1,
+                    ..
+                })
             ),
             "{err:?}"
         ),

@@ -11,10 +11,11 @@
 
 use std::process::Command;
 
+use blockpool::backend::BackendError;
 use blockpool::cuda::DeviceBuffer;
 use blockpool::introspect::Introspect;
 use blockpool::CudaBackend;
-use blockpool::{AllocatorConfig, Backend, BackendError, CachingAllocator, Error, StreamId};
+use blockpool::{AllocatorConfig, Backend, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 
 use crate::MIB;
@@ -307,7 +308,7 @@ fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
     let message = err.to_string();
     // What the driver's cuMemGetInfo says is free: 4 GiB less 3.5 GiB and what earlier tests
     // of this process left stranded.
-    let free = blockpool::format_size((512 * MIB) as u64 - before.live_bytes);
+    let free = blockpool::error::format_size((512 * MIB) as u64 - before.live_bytes);
     for part in [
         "tried to allocate 1024.00 MiB",
         &format!("total capacity of 4.00 GiB of which {free} is free"),

@@ -160,7 +160,10 @@ fn pinned_host_memory_round_trips_through_the_device() {
     assert_eq!(backend.host_allocated_bytes(), 0);
     let err = backend.free_host(src_ptr, bytes).unwrap_err();
     assert!(
-        matches!(err, blockpool::BackendError::UnknownHostAllocation { .. }),
+        matches!(
+            err,
+            blockpool::backend::BackendError::UnknownHostAllocation { .. }
+        ),
         "a double free is refused, typed: {err:?}"
     );
 }

@@ -4,7 +4,7 @@
 
 use crate::faithful::Faithfulness;
 use crate::threads::Scaling;
-use blockpool::format_size;
+use blockpool::error::format_size;
 use serde::Serialize;
 use std::fmt::Write as _;
 

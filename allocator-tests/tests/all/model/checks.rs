@@ -2,9 +2,10 @@
 //! failed with the error the model predicts, and every invariant of DESIGN.md section 7 after
 //! every step.
 
+use blockpool::backend::BackendError;
 use blockpool::introspect::Introspect;
 use blockpool::introspect::{BlockState, PoolKind};
-use blockpool::{BackendError, Error, StreamId};
+use blockpool::{Error, StreamId};
 
 use super::harness::Harness;
 use super::ops::{CAPACITY, DEVICES, MIB};

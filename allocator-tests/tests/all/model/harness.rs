@@ -2,12 +2,11 @@
 //! reference model, reads what the operation did to each device, and checks the result of
 //! each call; `checks` then checks every invariant after the step.
 
+use blockpool::backend::{BackendError, SimFault};
 use blockpool::introspect::Introspect;
 use blockpool::introspect::SegmentView;
-use blockpool::{
-    AllocatorConfig, BackendError, CachingAllocator, Error, MemoryStats, SimBackend, SimFault,
-    StreamId,
-};
+use blockpool::stats::MemoryStats;
+use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use proptest::sample::Index;
 
 use super::ops::{Op, Reset, CAPACITY, DEVICES, STREAMS};

@@ -2,7 +2,8 @@
 //! simulated devices and their streams, the allocator configurations, request sizes at every
 //! boundary of the sizing rules, injected faults, and ways to misuse a raw pointer.
 
-use blockpool::{SimFault, StreamId};
+use blockpool::backend::SimFault;
+use blockpool::StreamId;
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 

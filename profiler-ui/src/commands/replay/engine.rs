@@ -12,10 +12,9 @@ use crate::analysis::fragmentation::unallocated_share;
 use anyhow::Context as _;
 use blockpool::introspect::Introspect;
 use blockpool::introspect::{AdoptError, AdoptSegment};
+use blockpool::leak::TeardownReport;
 use blockpool::trace::{Action, EventNumbers, TraceEvent};
-use blockpool::{
-    AllocatorConfig, CachingAllocator, Error, LeakTracking, SimBackend, TeardownReport,
-};
+use blockpool::{AllocatorConfig, CachingAllocator, Error, LeakTracking, SimBackend};
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::collections::HashMap;
