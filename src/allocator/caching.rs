@@ -337,6 +337,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Err(Error::InvalidMemoryFraction { fraction });
         }
         self.lock_device(device)?
+            .pool
             .set_memory_fraction(&self.shared.backend, fraction)
     }
 
@@ -354,7 +355,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn memory_fraction(&self, device: DeviceIndex) -> Result<Option<f64>> {
-        Ok(self.lock_device(device)?.fraction)
+        Ok(self.lock_device(device)?.pool.fraction)
     }
 }
 
@@ -397,8 +398,8 @@ impl<B: Backend> Shared<B> {
     ) -> Result<AllocatedBlock> {
         let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
-        dev.set_event_stamp(stamp);
-        if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
+        dev.pool.set_event_stamp(stamp);
+        if let Some(block) = dev.pool.malloc_cached(&self.backend, size, stream)? {
             if self.tracks() {
                 dev.track(&block, origin);
             }
@@ -427,13 +428,15 @@ impl<B: Backend> Shared<B> {
             drop(dev);
             search_again = self.run_free_memory_callbacks(device);
             dev = self.lock(device)?;
-            dev.set_event_stamp(stamp);
+            dev.pool.set_event_stamp(stamp);
         }
-        let step = dev.start_malloc(&self.backend, size, stream, search_again)?;
-        let (mut dev, block) = if dev.config().release_lock_on_cudamalloc() {
+        let step = dev
+            .pool
+            .start_malloc(&self.backend, size, stream, search_again)?;
+        let (mut dev, block) = if dev.pool.config().release_lock_on_cudamalloc() {
             self.finish_unlocked(device, dev, step, stamp)?
         } else {
-            let block = dev.finish_malloc(&self.backend, step)?;
+            let block = dev.pool.finish_malloc(&self.backend, step)?;
             (dev, block)
         };
         if self.tracks() {
@@ -480,8 +483,8 @@ impl<B: Backend> Shared<B> {
             let answer =
                 MutexGuard::unlocked(&mut dev, || self.backend.alloc_segment(device, size));
             // Another thread's events may have been stamped while the lock was down.
-            dev.set_event_stamp(stamp);
-            step = dev.finish_segment(&self.backend, request, answer)?;
+            dev.pool.set_event_stamp(stamp);
+            step = dev.pool.finish_segment(&self.backend, request, answer)?;
         }
     }
 
@@ -491,8 +494,7 @@ impl<B: Backend> Shared<B> {
     pub(super) fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
-        dev.set_event_stamp(stamp);
-        dev.untrack(id);
+        dev.pool.set_event_stamp(stamp);
         dev.free(&self.backend, id)
     }
 }

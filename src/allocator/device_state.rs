@@ -1,14 +1,15 @@
 //! [`DeviceState`]: what one device's mutex guards, the pool's bookkeeping and the table of
 //! live allocations (`leak::LiveTable`), so that tracking an allocation takes no second lock.
-//! It dereferences to the [`DeviceAllocator`]: every pool call reads as it did before.
+//! Pool calls name the pool (`state.pool.malloc_cached(..)`); the calls that change both the
+//! pool and the live table (`free`) are this type's own, so each reads as the layer it is.
 //!
 //! The table's records are read together with the pool's blocks: a record is live while its
 //! block is allocated, and the block gives its size, address, requested size and stream.
 
-use crate::backend::StreamId;
+use crate::backend::{Backend, StreamId};
+use crate::error::Result;
 use crate::leak::{LiveEntry, LiveTable, Origin};
 use crate::pool::{AllocatedBlock, BlockId, BlockState, DeviceAllocator};
-use std::ops::{Deref, DerefMut};
 
 /// One device's pool and live table, behind the device's mutex.
 pub(super) struct DeviceState<E> {
@@ -42,15 +43,17 @@ impl<E> DeviceState<E> {
             .insert(block.id.index(), block.alloc_id, block.size as u64, origin);
     }
 
-    /// Tells the live table that block `id` is about to be freed. Usually nothing to do: once
-    /// the block is freed its record is no longer live (`leak::live` module docs).
+    /// Frees block `id`: the live table lets its record go (usually nothing to do: once the
+    /// block is freed its record is no longer live, `leak::live` module docs), then the pool
+    /// frees it, at once or behind events.
     #[inline(always)]
-    pub(super) fn untrack(&mut self, id: BlockId) {
+    pub(super) fn free<B: Backend<Event = E>>(&mut self, backend: &B, id: BlockId) -> Result<()> {
         if self.live.watches_frees() {
             let blocks = &self.pool.blocks;
             self.live
                 .remove(id.index(), || blocks.get(id).map_or(0, |b| b.size as u64));
         }
+        self.pool.free(backend, id)
     }
 
     /// Copies the live entries that `keep` selects, with their blocks' address, requested
@@ -85,19 +88,5 @@ impl<E> DeviceState<E> {
                 .map(|b| b.size as u64)
                 .sum()
         })
-    }
-}
-
-impl<E> Deref for DeviceState<E> {
-    type Target = DeviceAllocator<E>;
-
-    fn deref(&self) -> &DeviceAllocator<E> {
-        &self.pool
-    }
-}
-
-impl<E> DerefMut for DeviceState<E> {
-    fn deref_mut(&mut self) -> &mut DeviceAllocator<E> {
-        &mut self.pool
     }
 }

@@ -145,23 +145,23 @@ impl<'a, B: Backend> DeviceView<'a, B> {
 
     /// A copy of the device's statistics, typed: `stats().allocated_bytes.all.current`.
     pub fn stats(&self) -> DeviceStats {
-        self.lock().stats().clone()
+        self.lock().pool.stats().clone()
     }
 
     /// The device's statistics as flat keys, exactly as `torch.cuda.memory_stats()` names
     /// them: `memory_stats()["allocated_bytes.all.current"]`.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.lock().stats().to_flat()
+        self.lock().pool.stats().to_flat()
     }
 
     /// Sets every peak statistic of the device to its current value.
     pub fn reset_peak_memory_stats(&self) {
-        self.lock().stats_mut().reset_peak();
+        self.lock().pool.stats_mut().reset_peak();
     }
 
     /// Zeroes the accumulated totals and counters of the device.
     pub fn reset_accumulated_memory_stats(&self) {
-        self.lock().stats_mut().reset_accumulated();
+        self.lock().pool.stats_mut().reset_accumulated();
     }
 
     /// PyTorch's `memory_summary()` table for the device.
@@ -184,7 +184,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
     /// The fraction of the device's capacity the allocator may reserve, as
     /// [`CachingAllocator::memory_fraction`].
     pub fn memory_fraction(&self) -> Option<f64> {
-        self.lock().fraction
+        self.lock().pool.fraction
     }
 
     /// Waits for the device's pending deferred frees, then returns each of its wholly free
@@ -193,8 +193,8 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         let shared = &self.alloc.shared;
         let stamp = shared.stamp(ContextLevel::All);
         let mut dev = self.lock();
-        dev.set_event_stamp(stamp);
-        dev.empty_cache(&shared.backend)
+        dev.pool.set_event_stamp(stamp);
+        dev.pool.empty_cache(&shared.backend)
     }
 
     /// The device's live allocations grouped by site, as [`CachingAllocator::live_snapshot`].
@@ -209,7 +209,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
     /// The device's recorded events, oldest first (empty when history is off; see
     /// [`CachingAllocator::record_memory_history`]).
     pub fn history(&self) -> Vec<TraceEvent> {
-        self.lock().history()
+        self.lock().pool.history()
     }
 }
 

@@ -175,6 +175,7 @@ impl<B: Backend> Allocation<B> {
             Some(block) => self
                 .shared
                 .lock(self.device)?
+                .pool
                 .record_stream(block.id, stream),
             None => Ok(()),
         }

@@ -131,7 +131,7 @@ impl<B: Backend> CachingAllocator<B> {
                 .recording
                 .store(settings.context as u8 + 1, Ordering::Release);
             for device in shared.devices.iter() {
-                device.lock().record_history(&settings);
+                device.lock().pool.record_history(&settings);
             }
             crate::event::register_sink(sink);
         } else {
@@ -140,7 +140,7 @@ impl<B: Backend> CachingAllocator<B> {
             shared.end_stream();
             shared.recording.store(0, Ordering::Release);
             for device in shared.devices.iter() {
-                device.lock().record_history(&settings);
+                device.lock().pool.record_history(&settings);
             }
         }
         Ok(())
@@ -196,21 +196,21 @@ impl<B: Backend> CachingAllocator<B> {
         let mut events = Vec::new();
         for (device, allocator) in shared.devices.iter().enumerate() {
             let mut allocator = allocator.lock();
-            let views = allocator.segments();
+            let views = allocator.pool.segments();
             if recording {
-                let active = allocator.stats().active_bytes.all.current.max(0) as u64;
-                allocator.set_event_stamp(EventStamp {
+                let active = allocator.pool.stats().active_bytes.all.current.max(0) as u64;
+                allocator.pool.set_event_stamp(EventStamp {
                     time_us: shared.recording_time_us(),
                     context: ContextId::NONE,
                 });
-                allocator.record(
+                allocator.pool.record(
                     Action::Snapshot,
                     StreamId::DEFAULT,
                     (0, active, 0),
                     ContextId::NONE,
                 );
             }
-            let history = allocator.history();
+            let history = allocator.pool.history();
             drop(allocator);
             push_segments(device as u32, views, &mut remap, &mut segments);
             events.extend(history.into_iter().map(|mut e| {
@@ -330,7 +330,7 @@ impl<B: Backend> AnnotationSink for Shared<B> {
             context,
         };
         for device in self.devices.iter() {
-            device.lock().record_annotation(stamp);
+            device.lock().pool.record_annotation(stamp);
         }
     }
 }

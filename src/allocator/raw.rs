@@ -71,7 +71,7 @@ impl<B: Backend> CachingAllocator<B> {
         let mut state = self.lock_device(device)?;
         let entry = self.shared.raw.get(&ptr).map(|e| *e.value());
         if let Some((_, id)) = entry.filter(|&(owner, _)| owner == device) {
-            return state.record_stream(id, stream);
+            return state.pool.record_stream(id, stream);
         }
         drop(state);
         Err(match self.shared.explain_bad_pointer(device, ptr) {
@@ -98,7 +98,7 @@ impl<B: Backend> Shared<B> {
             };
         }
         for (d, dev) in self.devices.iter().enumerate() {
-            let Some((_, state)) = dev.lock().block_at(ptr) else {
+            let Some((_, state)) = dev.lock().pool.block_at(ptr) else {
                 continue;
             };
             if d != device {

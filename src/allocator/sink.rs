@@ -90,7 +90,7 @@ impl<B: Backend> CachingAllocator<B> {
         let state = Arc::new(StreamState::default());
         *shared.stream.lock() = Some(Arc::clone(&state));
         for device in shared.devices.iter() {
-            device.lock().start_streaming();
+            device.lock().pool.start_streaming();
         }
         let weak: Weak<Shared<B>> = Arc::downgrade(shared);
         let source: Weak<dyn StreamSource> = weak;
@@ -121,7 +121,7 @@ impl<B: Backend> Shared<B> {
         let mut events = Vec::new();
         let mut dropped = 0;
         for device in self.devices.iter() {
-            dropped += device.lock().stop_streaming(&mut events);
+            dropped += device.lock().pool.stop_streaming(&mut events);
         }
         state.hand_over(&mut events, dropped);
     }
@@ -137,7 +137,7 @@ impl<B: Backend> StreamSource for Shared<B> {
         buffers.resize_with(self.devices.len(), Vec::new);
         let mut dropped = 0;
         for (device, buffer) in self.devices.iter().zip(buffers.iter_mut()) {
-            dropped += device.lock().take_streamed(buffer);
+            dropped += device.lock().pool.take_streamed(buffer);
         }
         dropped
     }
@@ -151,7 +151,7 @@ impl<B: Backend> StreamSource for Shared<B> {
         buffers.resize_with(self.devices.len(), Vec::new);
         let mut dropped = 0;
         for (device, buffer) in self.devices.iter().zip(buffers.iter_mut()) {
-            dropped += device.lock().stop_streaming(buffer);
+            dropped += device.lock().pool.stop_streaming(buffer);
         }
         dropped
     }
@@ -159,7 +159,7 @@ impl<B: Backend> StreamSource for Shared<B> {
     fn end_segments(&self) -> Vec<Segment> {
         let mut segments = Vec::new();
         for (device, allocator) in self.devices.iter().enumerate() {
-            let views = allocator.lock().segments();
+            let views = allocator.lock().pool.segments();
             push_segments(device as u32, views, &mut |id| id, &mut segments);
         }
         segments
