@@ -28,6 +28,7 @@
 use blockpool::event::{Backtraces, ContextLevel};
 use blockpool::introspect::Introspect;
 use blockpool::leak::LeakTracking;
+use blockpool::DeviceIndex;
 use blockpool::{
     annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
@@ -100,7 +101,7 @@ fn cache_hit_pair(c: &mut Criterion) {
             b.iter(|| system_pair(size))
         });
 
-        let calls = alloc.backend().calls(0);
+        let calls = alloc.backend().calls(DeviceIndex::new(0));
         assert_eq!(
             calls.segment_allocs, 1,
             "a cache-hit benchmark went to the device after warm-up"
@@ -191,7 +192,7 @@ fn random_allocations(c: &mut Criterion) {
             b.iter(|| run_ops(&ops, |size| black_box(Vec::<u8>::with_capacity(size))))
         });
         alloc
-            .check_invariants(0)
+            .check_invariants(DeviceIndex::new(0))
             .expect("bookkeeping is consistent after the random pattern");
     }
     group.finish();
@@ -241,18 +242,19 @@ fn multi_stream(c: &mut Criterion) {
                 // Every 16 operations one stream (in turn) finishes its queued work.
                 if i % 16 == 15 {
                     let done = STREAMS[(i / 16) % STREAMS.len()];
-                    sim.complete_stream(0, done).expect("complete a stream");
+                    sim.complete_stream(DeviceIndex::new(0), done)
+                        .expect("complete a stream");
                 }
             }
             drop(window);
         })
     });
     assert!(
-        !ran || sim.calls(0).events_recorded > 0,
+        !ran || sim.calls(DeviceIndex::new(0)).events_recorded > 0,
         "multi_stream never deferred a free behind an event"
     );
     alloc
-        .check_invariants(0)
+        .check_invariants(DeviceIndex::new(0))
         .expect("bookkeeping is consistent after the multi-stream pattern");
     group.bench_function("4_streams/system_malloc_free", |b| {
         b.iter(|| {

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use blockpool::cuda::cudarc::driver::{result, sys, CudaContext, CudaStream};
 use blockpool::CudaBackend;
+use blockpool::DeviceIndex;
 use blockpool::{AllocatorConfig, CachingAllocator, StreamId};
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
 
@@ -73,11 +74,13 @@ fn fail(what: &str, code: sys::CUresult) -> ! {
 impl Gpu {
     fn open() -> Result<Gpu, String> {
         let backend = CudaBackend::new().map_err(|e| e.to_string())?;
-        let ctx = backend.context(0).map_err(|e| e.to_string())?;
+        let ctx = backend
+            .context(DeviceIndex::new(0))
+            .map_err(|e| e.to_string())?;
         let stream = ctx.new_stream().map_err(|e| format!("{:?}", e.0))?;
         ctx.bind_to_thread().map_err(|e| format!("{:?}", e.0))?;
         let async_supported = backend
-            .properties(0)
+            .properties(DeviceIndex::new(0))
             .map_err(|e| e.to_string())?
             .memory_pools_supported;
         if async_supported {
@@ -192,7 +195,7 @@ fn ratio_table(gpu: &Gpu) {
     let name = gpu
         .alloc
         .backend()
-        .device_name(0)
+        .device_name(DeviceIndex::new(0))
         .unwrap_or("unknown device")
         .to_owned();
     println!();

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+use blockpool::{AllocatorConfig, CachingAllocator, DeviceIndex, SimBackend, StreamId};
 
 const WINDOW: usize = 100_000;
 const SIZES: [usize; 6] = [512, 4096, 65_536, 1 << 20, 3 << 20, 12 << 20];
@@ -56,7 +56,8 @@ fn worker(
         }
         if op % 1_000 == 0 {
             for stream in streams {
-                sim.complete_stream(0, stream).expect("device 0");
+                sim.complete_stream(DeviceIndex::new(0), stream)
+                    .expect("device 0");
             }
         }
         if op % WINDOW == 0 {

@@ -30,6 +30,7 @@ use blockpool::checkpoint::{
     StageContext, StageCost, StageError, StoreAll, Uniform,
 };
 use blockpool::error::format_size;
+use blockpool::DeviceIndex;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId};
 
 const LAYERS: usize = 32;
@@ -54,7 +55,9 @@ impl Tensor {
     fn store(alloc: &CachingAllocator<SimBackend>, values: &[f32]) -> blockpool::Result<Tensor> {
         let memory = alloc.allocate(0, values.len() * 4, STREAM)?;
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        alloc.backend().write(0, memory.ptr(), &bytes)?;
+        alloc
+            .backend()
+            .write(DeviceIndex::new(0), memory.ptr(), &bytes)?;
         Ok(Tensor {
             memory,
             len: values.len(),
@@ -64,7 +67,9 @@ impl Tensor {
     /// Reads the floats back from the device.
     fn load(&self, alloc: &CachingAllocator<SimBackend>) -> blockpool::Result<Vec<f32>> {
         let mut bytes = vec![0u8; self.len * 4];
-        alloc.backend().read(0, self.memory.ptr(), &mut bytes)?;
+        alloc
+            .backend()
+            .read(DeviceIndex::new(0), self.memory.ptr(), &mut bytes)?;
         Ok(bytes
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))

@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn a_device_out_of_memory_stays_retryable_through_from() {
         let oom = Error::from(BackendError::OutOfMemory {
-            device: 0,
+            device: DeviceIndex::new(0),
             requested_bytes: 4096,
         });
         assert!(oom.is_retryable(), "{oom:?} must stay retryable");
@@ -262,14 +262,14 @@ mod tests {
         });
         assert!(host.is_retryable(), "{host:?} must stay retryable");
         let driver = Error::from(BackendError::Driver {
-            device: 0,
+            device: DeviceIndex::new(0),
             code: 700,
             name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
             message: "an illegal memory access".into(),
         });
         assert!(!driver.is_retryable(), "{driver:?} is not retryable");
         let never = Error::ExceedsCapacity {
-            device: 0,
+            device: DeviceIndex::new(0),
             requested_bytes: 1 << 40,
             limit_bytes: 1 << 30,
             limited: false,
@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn out_of_memory_message_names_every_number() {
         let oom = OutOfMemoryError {
-            device: 0,
+            device: DeviceIndex::new(0),
             stream: StreamId::DEFAULT,
             requested_bytes: 12 << 20,
             rounded_bytes: 12 << 20,

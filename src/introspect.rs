@@ -9,14 +9,14 @@
 //!
 //! ```
 //! use blockpool::introspect::Introspect;
-//! use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+//! use blockpool::{AllocatorConfig, CachingAllocator, DeviceIndex, SimBackend, StreamId};
 //!
 //! let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
 //! let a = alloc.allocate(0, 4096, StreamId::DEFAULT)?;
-//! alloc.check_invariants(0)?;
-//! let segments = alloc.segments(0)?;
+//! alloc.check_invariants(DeviceIndex::new(0))?;
+//! let segments = alloc.segments(DeviceIndex::new(0))?;
 //! assert_eq!((segments.len(), segments[0].blocks[0].addr), (1, a.ptr()));
-//! assert_eq!(alloc.device_totals(0)?.allocated_bytes, 4096);
+//! assert_eq!(alloc.device_totals(DeviceIndex::new(0))?.allocated_bytes, 4096);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -55,7 +55,7 @@ pub trait Introspect: sealed::Sealed {
     /// ```
     /// use blockpool::introspect::Introspect;
     /// use blockpool::introspect::{AdoptBlock, AdoptSegment, PoolKind};
-    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+    /// use blockpool::{AllocatorConfig, CachingAllocator, DeviceIndex, SimBackend, StreamId};
     ///
     /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
     /// let live = [AdoptBlock { offset: 0, size: 1 << 20, requested: 1 << 20 }];
@@ -65,10 +65,10 @@ pub trait Introspect: sealed::Sealed {
     ///     stream: StreamId::DEFAULT,
     ///     blocks: &live,
     /// };
-    /// let ptrs = alloc.adopt_segment(0, &segment)?;
-    /// assert_eq!(alloc.device_totals(0)?.allocated_bytes, 1 << 20);
+    /// let ptrs = alloc.adopt_segment(DeviceIndex::new(0), &segment)?;
+    /// assert_eq!(alloc.device_totals(DeviceIndex::new(0))?.allocated_bytes, 1 << 20);
     /// alloc.free(0, ptrs[0])?;
-    /// assert_eq!(alloc.device_totals(0)?.allocated_bytes, 0);
+    /// assert_eq!(alloc.device_totals(DeviceIndex::new(0))?.allocated_bytes, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     fn adopt_segment(

@@ -8,6 +8,7 @@
 
 use blockpool::leak::{LeakTracking, SiteChange};
 use blockpool::testing::assert_no_leaks;
+use blockpool::DeviceIndex;
 use blockpool::{
     annotate, Allocation, AllocatorConfig, CachingAllocator, SimBackend, StreamId, TypedAllocation,
 };
@@ -36,7 +37,10 @@ fn handle_knows_its_id_sizes_device_stream_site_and_name() {
     let line = line!() + 1;
     let mut a = alloc.allocate(0, 1000, StreamId::from_raw(3)).unwrap();
     assert_eq!((a.id(), a.size(), a.requested_size()), (1, 1024, 1000));
-    assert_eq!((a.device(), a.stream()), (0, StreamId::from_raw(3)));
+    assert_eq!(
+        (a.device(), a.stream()),
+        (DeviceIndex::new(0), StreamId::from_raw(3))
+    );
     assert_eq!(
         a.site_label(),
         site(line, 23),
@@ -301,8 +305,10 @@ fn deferred_frees_on_other_streams_are_not_live() {
         "the frees still wait for streams 2 and 3"
     );
     assert!(alloc.live_allocations(0).unwrap().is_empty());
-    sim.complete_stream(0, StreamId::from_raw(2)).unwrap();
-    sim.complete_stream(0, StreamId::from_raw(3)).unwrap();
+    sim.complete_stream(DeviceIndex::new(0), StreamId::from_raw(2))
+        .unwrap();
+    sim.complete_stream(DeviceIndex::new(0), StreamId::from_raw(3))
+        .unwrap();
 }
 
 #[test]
@@ -512,7 +518,7 @@ fn adopted_blocks_are_not_taken_for_the_allocation_freed_before_in_their_slot() 
         stream: StreamId::DEFAULT,
         blocks: &live,
     };
-    let ptrs = alloc.adopt_segment(0, &segment).unwrap();
+    let ptrs = alloc.adopt_segment(DeviceIndex::new(0), &segment).unwrap();
     assert!(
         alloc.live_allocations(0).unwrap().is_empty(),
         "an adopted block is untracked, not the allocation freed before it"

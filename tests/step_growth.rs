@@ -9,6 +9,7 @@
 
 use blockpool::leak::{site_totals, GrowthSettings, SiteTotal, StepDetector};
 use blockpool::trace::BlockState;
+use blockpool::DeviceIndex;
 use blockpool::{
     annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
@@ -73,7 +74,8 @@ fn a_training_loop_on_the_allocator_flags_only_the_buffer_it_keeps() {
             // Its free waits for `side`, which only every other step lets finish.
             drop(buffer);
             if step % 2 == 1 {
-                sim.complete_stream(0, side).expect("the stream exists");
+                sim.complete_stream(DeviceIndex::new(0), side)
+                    .expect("the stream exists");
             }
         }
         drop(activations);
@@ -122,7 +124,7 @@ fn a_training_loop_on_the_allocator_flags_only_the_buffer_it_keeps() {
         "the allocator caches memory the detector never counts"
     );
     assert!(
-        sim.calls(0).events_recorded >= 8,
+        sim.calls(DeviceIndex::new(0)).events_recorded >= 8,
         "every comm buffer's free was deferred on the side stream"
     );
     drop((weights, history, cache));

@@ -21,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use blockpool::trace::pytorch::write_pytorch_snapshot;
+use blockpool::DeviceIndex;
 use blockpool::{
     annotate, Allocation, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
@@ -142,7 +143,7 @@ fn step(
                 drop(bucket);
             }
         }
-        sim.complete_stream(0, side)?;
+        sim.complete_stream(DeviceIndex::new(0), side)?;
     }
     {
         let _optimizer = annotate("optimizer");

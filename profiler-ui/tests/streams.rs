@@ -5,6 +5,7 @@
 
 mod common;
 
+use blockpool::DeviceIndex;
 use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
 use common::{
     assert_bad_input, external_snapshot_names, fixture, memtrace, project_snapshot_names, run_json,
@@ -151,7 +152,8 @@ fn record_stream_frees_that_blockpool_recorded_are_seen_waiting() {
     // Meanwhile the main stream allocates twice more; then the side stream's work completes.
     let a = alloc.allocate(0, MIB as usize, main).expect("fits");
     let b = alloc.allocate(0, MIB as usize, main).expect("fits");
-    sim.complete_stream(0, side).expect("completes");
+    sim.complete_stream(DeviceIndex::new(0), side)
+        .expect("completes");
     let c = alloc.allocate(0, (4 * MIB) as usize, main).expect("fits");
     let path = scratch("record_stream.jsonl");
     alloc.dump_snapshot(&path).expect("writes the trace");

@@ -144,6 +144,7 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn new(backend: B, config: AllocatorConfig) -> Self {
         let device_count = backend.device_count();
         let unsupported: Vec<DeviceIndex> = (0..device_count)
+            .map(DeviceIndex::new)
             .filter(|&d| config.expandable_segments() && !backend.supports_expandable_segments(d))
             .collect();
         if !unsupported.is_empty() {
@@ -154,6 +155,7 @@ impl<B: Backend> CachingAllocator<B> {
             );
         }
         let devices = (0..device_count)
+            .map(DeviceIndex::new)
             .map(|d| {
                 let device_config = if unsupported.contains(&d) {
                     config.without_expandable_segments()
@@ -224,10 +226,11 @@ impl<B: Backend> CachingAllocator<B> {
     #[inline]
     pub fn allocate(
         &self,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
         size_bytes: usize,
         stream: StreamId,
     ) -> Result<Allocation<B>> {
+        let device = device.into();
         self.allocate_at(device, size_bytes, stream, None, Location::caller())
     }
 
@@ -294,35 +297,41 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// A copy of `device`'s statistics ([`DeviceView::stats`]).
-    pub fn device_stats(&self, device: DeviceIndex) -> Result<DeviceStats> {
+    pub fn device_stats(&self, device: impl Into<DeviceIndex>) -> Result<DeviceStats> {
+        let device = device.into();
         Ok(self.device(device)?.stats())
     }
 
     /// Statistics of `device` as flat keys, exactly as `torch.cuda.memory_stats()` names them
     /// ([`DeviceView::memory_stats`]).
-    pub fn memory_stats(&self, device: DeviceIndex) -> Result<MemoryStats> {
+    pub fn memory_stats(&self, device: impl Into<DeviceIndex>) -> Result<MemoryStats> {
+        let device = device.into();
         Ok(self.device(device)?.memory_stats())
     }
 
     /// Sets every peak statistic of `device` to its current value.
-    pub fn reset_peak_memory_stats(&self, device: DeviceIndex) -> Result<()> {
+    pub fn reset_peak_memory_stats(&self, device: impl Into<DeviceIndex>) -> Result<()> {
+        let device = device.into();
         self.device(device)?.reset_peak_memory_stats();
         Ok(())
     }
 
     /// Zeroes the accumulated totals and counters of `device`.
-    pub fn reset_accumulated_memory_stats(&self, device: DeviceIndex) -> Result<()> {
+    pub fn reset_accumulated_memory_stats(&self, device: impl Into<DeviceIndex>) -> Result<()> {
+        let device = device.into();
         self.device(device)?.reset_accumulated_memory_stats();
         Ok(())
     }
 
     /// PyTorch's `memory_summary()` table for `device` ([`DeviceView::memory_summary`]).
-    pub fn memory_summary(&self, device: DeviceIndex) -> Result<String> {
+    pub fn memory_summary(&self, device: impl Into<DeviceIndex>) -> Result<String> {
+        let device = device.into();
         Ok(self.device(device)?.memory_summary())
     }
 
     /// Free and total memory of `device`, as the backend reports them.
-    pub fn mem_get_info(&self, device: DeviceIndex) -> Result<MemInfo> {
+    pub fn mem_get_info(&self, device: impl Into<DeviceIndex>) -> Result<MemInfo> {
+        let device = device.into();
         self.device(device)?.mem_get_info()
     }
 
@@ -331,8 +340,9 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn set_per_process_memory_fraction(
         &self,
         fraction: f64,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
     ) -> Result<()> {
+        let device = device.into();
         if !(0.0..=1.0).contains(&fraction) {
             return Err(Error::InvalidMemoryFraction { fraction });
         }
@@ -354,14 +364,15 @@ impl<B: Backend> CachingAllocator<B> {
     /// assert_eq!(alloc.memory_fraction(0)?, Some(0.5));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn memory_fraction(&self, device: DeviceIndex) -> Result<Option<f64>> {
+    pub fn memory_fraction(&self, device: impl Into<DeviceIndex>) -> Result<Option<f64>> {
+        let device = device.into();
         Ok(self.lock_device(device)?.pool.fraction)
     }
 }
 
 impl<B: Backend> Shared<B> {
     pub(super) fn check_device(&self, device: DeviceIndex) -> Result<()> {
-        if device < self.devices.len() {
+        if device < DeviceIndex::new(self.devices.len()) {
             Ok(())
         } else {
             Err(Error::InvalidDevice {
@@ -376,7 +387,7 @@ impl<B: Backend> Shared<B> {
         &self,
         device: DeviceIndex,
     ) -> Result<MutexGuard<'_, DeviceState<B::Event>>> {
-        match self.devices.get(device) {
+        match self.devices.get(device.get()) {
             Some(d) => Ok(d.lock()),
             None => Err(Error::InvalidDevice {
                 device,
@@ -456,7 +467,7 @@ impl<B: Backend> Shared<B> {
                 .fold(false, |freed, callback| callback() | freed)
         };
         tracing::debug!(
-            device,
+            device = device.get(),
             freed,
             "free-memory callbacks ran after a cache miss"
         );

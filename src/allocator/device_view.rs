@@ -30,7 +30,7 @@ use std::fmt;
 /// let alloc = CachingAllocator::new(SimBackend::new(2, 1 << 30), AllocatorConfig::default());
 /// let dev = alloc.device(1)?; // the index is checked here, once
 /// let a = dev.allocate(4096, StreamId::DEFAULT)?;
-/// assert_eq!(a.device(), 1);
+/// assert_eq!(a.device().get(), 1);
 /// assert_eq!(dev.stats().allocated_bytes.all.current, 4096);
 /// assert_eq!(dev.stats().reserved_bytes.small_pool.current, 2 << 20);
 /// assert_eq!(dev.memory_stats()["allocated_bytes.small_pool.current"], 4096);
@@ -38,7 +38,10 @@ use std::fmt;
 /// dev.empty_cache()?;
 /// assert_eq!(dev.stats().reserved_bytes.all.current, 0);
 /// print!("{}", dev.memory_summary());
-/// assert!(matches!(alloc.device(2), Err(Error::InvalidDevice { device: 2, device_count: 2 })));
+/// assert!(matches!(
+///     alloc.device(2),
+///     Err(Error::InvalidDevice { device, device_count: 2 }) if device.get() == 2
+/// ));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DeviceView<'a, B: Backend> {
@@ -51,8 +54,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// The view of device `index`, whose methods need no index; [`Error::InvalidDevice`] when
     /// `index` is not below [`device_count`](Self::device_count).
     #[inline]
-    pub fn device(&self, index: DeviceIndex) -> Result<DeviceView<'_, B>> {
-        match self.shared.devices.get(index) {
+    pub fn device(&self, index: impl Into<DeviceIndex>) -> Result<DeviceView<'_, B>> {
+        let index = index.into();
+        match self.shared.devices.get(index.get()) {
             Some(pool) => Ok(DeviceView {
                 alloc: self,
                 index,
@@ -82,7 +86,7 @@ impl<B: Backend> CachingAllocator<B> {
             .enumerate()
             .map(|(index, pool)| DeviceView {
                 alloc: self,
-                index,
+                index: DeviceIndex::new(index),
                 pool,
             })
     }
@@ -166,7 +170,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
 
     /// PyTorch's `memory_summary()` table for the device.
     pub fn memory_summary(&self) -> String {
-        memory_summary(self.index, &self.stats(), false)
+        memory_summary(self.index.get(), &self.stats(), false)
     }
 
     /// Free and total memory of the device, as the backend reports them.

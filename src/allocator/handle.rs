@@ -194,7 +194,11 @@ impl<B: Backend> Drop for Allocation<B> {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             if let Err(e) = self.shared.free(self.device, block.id) {
-                tracing::error!(device = self.device, ptr = block.addr, "free failed: {e}");
+                tracing::error!(
+                    device = self.device.get(),
+                    ptr = block.addr,
+                    "free failed: {e}"
+                );
             }
         }
     }

@@ -148,7 +148,8 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// The recorded events of `device`, oldest first (empty when history is off;
     /// [`DeviceView::history`](crate::DeviceView::history)).
-    pub fn history(&self, device: DeviceIndex) -> Result<Vec<TraceEvent>> {
+    pub fn history(&self, device: impl Into<DeviceIndex>) -> Result<Vec<TraceEvent>> {
+        let device = device.into();
         Ok(self.device(device)?.history())
     }
 

@@ -12,6 +12,7 @@
 use super::caching::CachingAllocator;
 use super::leaks::describe;
 use crate::backend::Backend;
+use crate::backend::DeviceIndex;
 use crate::leak::{LeakReport, ScopeReport};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -105,7 +106,11 @@ impl<B: Backend> LeakScope<'_, B> {
             let entries = dev.live_records(|e| e.alloc_id > mark.last_id);
             drop(dev);
             peak_bytes.push(peak.saturating_sub(mark.live_bytes));
-            inside.extend(describe(&self.alloc.shared.contexts, device, entries));
+            inside.extend(describe(
+                &self.alloc.shared.contexts,
+                DeviceIndex::new(device),
+                entries,
+            ));
         }
         ScopeReport {
             name: std::mem::take(&mut self.name),

@@ -157,11 +157,12 @@ impl<B: Backend> CachingAllocator<B> {
     #[track_caller]
     pub fn allocate_named(
         &self,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
         size_bytes: usize,
         stream: StreamId,
         name: &str,
     ) -> Result<Allocation<B>> {
+        let device = device.into();
         self.allocate_at(
             device,
             size_bytes,
@@ -223,7 +224,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// Every live allocation of `device` that leak tracking recorded (owning handles and raw
     /// pointers), by allocation id: a flat list, as RMM's tracking adaptor gives. A handle
     /// whose free waits for other streams is not live once dropped; cached memory never is.
-    pub fn live_allocations(&self, device: DeviceIndex) -> Result<Vec<LiveAllocation>> {
+    pub fn live_allocations(&self, device: impl Into<DeviceIndex>) -> Result<Vec<LiveAllocation>> {
+        let device = device.into();
         let mut live = describe(
             &self.shared.contexts,
             device,
@@ -236,7 +238,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// `device`'s live allocations grouped by site ([`LiveSnapshot`]); two of them, taken
     /// before and after a step, give each site's growth with
     /// [`LiveSnapshot::compare_to`].
-    pub fn live_snapshot(&self, device: DeviceIndex) -> Result<LiveSnapshot> {
+    pub fn live_snapshot(&self, device: impl Into<DeviceIndex>) -> Result<LiveSnapshot> {
+        let device = device.into();
         Ok(LiveSnapshot::from_allocations(
             device,
             describe(
@@ -253,8 +256,12 @@ impl<B: Backend> CachingAllocator<B> {
         let mut all = Vec::new();
         for device in 0..self.device_count() {
             // Every index below the count is a device: `live_entries` cannot fail here.
-            if let Ok(entries) = self.shared.live_entries(device) {
-                all.extend(describe(&self.shared.contexts, device, entries));
+            if let Ok(entries) = self.shared.live_entries(DeviceIndex::new(device)) {
+                all.extend(describe(
+                    &self.shared.contexts,
+                    DeviceIndex::new(device),
+                    entries,
+                ));
             }
         }
         LeakReport::from_allocations(all)

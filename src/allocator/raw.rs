@@ -20,7 +20,13 @@ impl<B: Backend> CachingAllocator<B> {
     /// Free it with [`CachingAllocator::free`]. It is tracked as a handle is, its site the
     /// caller's source location ([`live_allocations`](Self::live_allocations) marks it `raw`).
     #[track_caller]
-    pub fn malloc(&self, device: DeviceIndex, size_bytes: usize, stream: StreamId) -> Result<u64> {
+    pub fn malloc(
+        &self,
+        device: impl Into<DeviceIndex>,
+        size_bytes: usize,
+        stream: StreamId,
+    ) -> Result<u64> {
+        let device = device.into();
         if size_bytes == 0 {
             self.shared.check_device(device)?;
             return Ok(0);
@@ -42,7 +48,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// Frees a pointer returned by [`CachingAllocator::malloc`] on `device`. Freeing 0 does
     /// nothing. Unknown pointers, double frees and the wrong device are errors that change
     /// nothing.
-    pub fn free(&self, device: DeviceIndex, ptr: u64) -> Result<()> {
+    pub fn free(&self, device: impl Into<DeviceIndex>, ptr: u64) -> Result<()> {
+        let device = device.into();
         self.shared.check_device(device)?;
         if ptr == 0 {
             return Ok(());
@@ -59,7 +66,13 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Marks the raw allocation `ptr` on `device` as used on `stream`: its memory will not be
     /// reused before the work queued on `stream` by the time it is freed has completed.
-    pub fn record_stream(&self, device: DeviceIndex, ptr: u64, stream: StreamId) -> Result<()> {
+    pub fn record_stream(
+        &self,
+        device: impl Into<DeviceIndex>,
+        ptr: u64,
+        stream: StreamId,
+    ) -> Result<()> {
+        let device = device.into();
         self.shared.check_device(device)?;
         if ptr == 0 {
             return Ok(());
@@ -98,6 +111,7 @@ impl<B: Backend> Shared<B> {
             };
         }
         for (d, dev) in self.devices.iter().enumerate() {
+            let d = DeviceIndex::new(d);
             let Some((_, state)) = dev.lock().pool.block_at(ptr) else {
                 continue;
             };

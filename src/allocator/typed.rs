@@ -70,10 +70,11 @@ impl<T, B: Backend> TypedAllocation<T, B> {
     #[track_caller]
     pub fn new(
         allocator: &CachingAllocator<B>,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
         len: usize,
         stream: StreamId,
     ) -> Result<Self, BufferError> {
+        let device = device.into();
         let bytes = byte_len::<T>(len)?;
         let allocation = allocator.allocate(device, bytes, stream)?;
         Ok(TypedAllocation {
@@ -136,7 +137,8 @@ impl<T, B: Backend> TypedAllocation<T, B> {
     }
 
     /// [`BufferError::WrongDevice`] unless `device` is the buffer's device.
-    pub fn check_device(&self, device: DeviceIndex) -> Result<(), BufferError> {
+    pub fn check_device(&self, device: impl Into<DeviceIndex>) -> Result<(), BufferError> {
+        let device = device.into();
         if device == self.device() {
             Ok(())
         } else {
@@ -177,6 +179,9 @@ mod tests {
     use super::*;
     use crate::{AllocatorConfig, SimBackend};
 
+    /// Device 0, which these tests use.
+    const D0: DeviceIndex = DeviceIndex::new(0);
+
     fn allocator() -> (SimBackend, CachingAllocator<SimBackend>) {
         let sim = SimBackend::new(2, 1 << 30);
         let alloc = CachingAllocator::new(sim.clone(), AllocatorConfig::default());
@@ -193,7 +198,10 @@ mod tests {
             buf.allocation().size() >= 2400,
             "the block holds every element"
         );
-        assert_eq!((buf.device(), buf.stream()), (1, StreamId::from_raw(5)));
+        assert_eq!(
+            (buf.device(), buf.stream()),
+            (DeviceIndex::new(1), StreamId::from_raw(5))
+        );
         assert!(!buf.is_empty());
     }
 
@@ -201,7 +209,7 @@ mod tests {
     fn byte_size_overflow_is_a_typed_error_and_allocates_nothing() {
         let (sim, alloc) = allocator();
         let err =
-            TypedAllocation::<[u8; 16], _>::new(&alloc, 0, usize::MAX / 8, StreamId::from_raw(0))
+            TypedAllocation::<[u8; 16], _>::new(&alloc, D0, usize::MAX / 8, StreamId::from_raw(0))
                 .unwrap_err();
         assert_eq!(
             err,
@@ -213,23 +221,27 @@ mod tests {
         );
         assert!(err.to_string().contains("ask for fewer elements"), "{err}");
         assert!(!err.is_out_of_memory(), "an overflow never fits");
-        assert_eq!(sim.calls(0).segment_allocs, 0, "nothing reached the device");
+        assert_eq!(
+            sim.calls(D0).segment_allocs,
+            0,
+            "nothing reached the device"
+        );
     }
 
     #[test]
     fn an_empty_buffer_has_no_memory() {
         let (sim, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 0, StreamId::from_raw(0)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, D0, 0, StreamId::from_raw(0)).unwrap();
         assert!(buf.is_empty());
         assert_eq!((buf.ptr(), buf.num_bytes()), (0, 0));
         buf.record_stream(StreamId::from_raw(3)).unwrap();
-        assert_eq!(sim.calls(0).segment_allocs, 0);
+        assert_eq!(sim.calls(D0).segment_allocs, 0);
     }
 
     #[test]
     fn block_used_on_another_stream_is_not_reused_before_that_stream_finishes() {
         let (sim, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId::from_raw(1)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, D0, 1024, StreamId::from_raw(1)).unwrap();
         let ptr = buf.ptr();
         buf.record_stream(StreamId::from_raw(2)).unwrap();
         drop(buf);
@@ -240,7 +252,7 @@ mod tests {
             "the block was handed out while stream 2 still had work queued on it"
         );
         drop(other);
-        sim.advance_stream(0, StreamId::from_raw(2), 1).unwrap();
+        sim.advance_stream(D0, StreamId::from_raw(2), 1).unwrap();
         let again = alloc.allocate(0, 4096, StreamId::from_raw(1)).unwrap();
         assert_eq!(
             again.ptr(),
@@ -252,7 +264,7 @@ mod tests {
     #[test]
     fn use_on_the_own_stream_records_nothing() {
         let (_, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 1024, StreamId::from_raw(1)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, D0, 1024, StreamId::from_raw(1)).unwrap();
         let ptr = buf.ptr();
         buf.record_stream(StreamId::from_raw(1)).unwrap();
         drop(buf);
@@ -267,7 +279,7 @@ mod tests {
     #[test]
     fn copies_of_another_length_are_refused() {
         let (_, alloc) = allocator();
-        let buf = TypedAllocation::<f32, _>::new(&alloc, 0, 8, StreamId::from_raw(0)).unwrap();
+        let buf = TypedAllocation::<f32, _>::new(&alloc, D0, 8, StreamId::from_raw(0)).unwrap();
         assert_eq!(buf.check_len(8, "copy_from_host"), Ok(()));
         let err = buf.check_len(9, "copy_from_host").unwrap_err();
         assert_eq!(
@@ -294,8 +306,8 @@ mod tests {
         assert_eq!(
             err,
             BufferError::WrongDevice {
-                buffer_device: 1,
-                other_device: 0
+                buffer_device: DeviceIndex::new(1),
+                other_device: D0
             }
         );
         assert!(
@@ -309,14 +321,11 @@ mod tests {
         let (_, alloc) = allocator();
         let err = TypedAllocation::<f32, _>::new(&alloc, 7, 8, StreamId::from_raw(0)).unwrap_err();
         assert!(
-            matches!(
-                err,
-                BufferError::Allocator(crate::Error::InvalidDevice { device: 7, .. })
-            ),
+            matches!(err, BufferError::Allocator(crate::Error::InvalidDevice { device, .. }) if device == DeviceIndex::new(7)),
             "{err:?}"
         );
         let oom =
-            TypedAllocation::<u8, _>::new(&alloc, 0, 2 << 30, StreamId::from_raw(0)).unwrap_err();
+            TypedAllocation::<u8, _>::new(&alloc, D0, 2 << 30, StreamId::from_raw(0)).unwrap_err();
         assert!(matches!(oom, BufferError::Allocator(_)), "{oom:?}");
     }
 }

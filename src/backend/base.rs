@@ -8,7 +8,45 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Index of a device, as CUDA numbers them (`0..device_count`).
-pub type DeviceIndex = usize;
+///
+/// The allocator's index-taking methods take anything that converts into one, a plain
+/// `usize` included (`alloc.memory_stats(0)`), as PyTorch's `torch.cuda.*(device)` functions
+/// take an int.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DeviceIndex(usize);
+
+impl DeviceIndex {
+    /// Device `index`.
+    pub const fn new(index: usize) -> DeviceIndex {
+        DeviceIndex(index)
+    }
+
+    /// The index as a number, to index per-device tables.
+    pub const fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl From<usize> for DeviceIndex {
+    fn from(index: usize) -> DeviceIndex {
+        DeviceIndex(index)
+    }
+}
+
+impl fmt::Display for DeviceIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The number alone, as before the index had a type of its own: errors and reports that
+/// print their fields with `{:?}` read `device: 3`, not `device: DeviceIndex(3)`.
+impl fmt::Debug for DeviceIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
 
 /// A stream on which device work is queued, as a plain value the allocator can order and hash.
 ///

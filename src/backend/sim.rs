@@ -55,20 +55,20 @@ const DEFAULT_HOST_CAPACITY: usize = 4 << 30;
 /// free neighbours. Host-backed segments live at their host memory's address instead.
 ///
 /// ```
-/// use blockpool::{Backend, SimBackend, StreamId};
+/// use blockpool::{Backend, DeviceIndex, SimBackend, StreamId};
 ///
 /// let sim = SimBackend::new(1, 1 << 30);
-/// let ptr = sim.alloc_segment(0, 2 << 20)?;
+/// let ptr = sim.alloc_segment(DeviceIndex::new(0), 2 << 20)?;
 /// assert_eq!(ptr, 0x7f00_0000_0000);
-/// assert_eq!(sim.allocated_bytes(0), 2 << 20);
+/// assert_eq!(sim.allocated_bytes(DeviceIndex::new(0)), 2 << 20);
 ///
-/// let event = sim.record_event(0, StreamId::from_raw(7))?;
+/// let event = sim.record_event(DeviceIndex::new(0), StreamId::from_raw(7))?;
 /// assert!(!sim.query_event(&event)?, "no work has run on the stream yet");
-/// sim.advance_stream(0, StreamId::from_raw(7), 1)?;
+/// sim.advance_stream(DeviceIndex::new(0), StreamId::from_raw(7), 1)?;
 /// assert!(sim.query_event(&event)?);
 ///
-/// sim.free_segment(0, ptr, 2 << 20)?;
-/// assert_eq!(sim.calls(0).segment_frees, 1);
+/// sim.free_segment(DeviceIndex::new(0), ptr, 2 << 20)?;
+/// assert_eq!(sim.calls(DeviceIndex::new(0)).segment_frees, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
@@ -93,15 +93,15 @@ pub type SimAllocHook = Arc<dyn Fn(DeviceIndex, usize) + Send + Sync>;
 /// Defaults: one device of 16 GiB, fake addresses.
 ///
 /// ```
-/// use blockpool::{Backend, SimBackend};
+/// use blockpool::{Backend, DeviceIndex, SimBackend};
 ///
 /// let sim = SimBackend::builder()
 ///     .devices(2)
 ///     .capacity(1 << 30)
-///     .device_capacity(1, 64 << 20)
+///     .device_capacity(DeviceIndex::new(1), 64 << 20)
 ///     .build();
 /// assert_eq!(sim.device_count(), 2);
-/// assert_eq!(sim.mem_get_info(1)?.total_bytes, 64 << 20);
+/// assert_eq!(sim.mem_get_info(DeviceIndex::new(1))?.total_bytes, 64 << 20);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -211,10 +211,10 @@ impl SimBackend {
     /// `device_count` fake-address devices of `capacity_bytes` bytes each.
     ///
     /// ```
-    /// use blockpool::{Backend, SimBackend};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend};
     ///
     /// let sim = SimBackend::new(2, 1 << 30);
-    /// assert_eq!(sim.mem_get_info(1)?.free_bytes, 1 << 30);
+    /// assert_eq!(sim.mem_get_info(DeviceIndex::new(1))?.free_bytes, 1 << 30);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(device_count: usize, capacity_bytes: usize) -> SimBackend {
@@ -243,15 +243,15 @@ impl SimBackend {
     /// backend, which has no memory to write.
     ///
     /// ```
-    /// use blockpool::{Backend, SimBackend};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend};
     ///
     /// let sim = SimBackend::builder().host_backed(true).build();
-    /// let ptr = sim.alloc_segment(0, 1024)?;
-    /// sim.write(0, ptr + 8, &[1, 2, 3])?;
+    /// let ptr = sim.alloc_segment(DeviceIndex::new(0), 1024)?;
+    /// sim.write(DeviceIndex::new(0), ptr + 8, &[1, 2, 3])?;
     /// let mut out = [9; 5];
-    /// sim.read(0, ptr + 7, &mut out)?;
+    /// sim.read(DeviceIndex::new(0), ptr + 7, &mut out)?;
     /// assert_eq!(out, [0, 1, 2, 3, 0]);
-    /// assert!(sim.write(0, ptr + 1022, &[1, 2, 3]).is_err(), "past the segment's end");
+    /// assert!(sim.write(DeviceIndex::new(0), ptr + 1022, &[1, 2, 3]).is_err(), "past the segment's end");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write(&self, device: DeviceIndex, addr: u64, data: &[u8]) -> Result<(), BackendError> {
@@ -272,15 +272,15 @@ impl SimBackend {
     /// completed (fewer when fewer are pending, none while the stream hangs).
     ///
     /// ```
-    /// use blockpool::{Backend, SimBackend, StreamId};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend, StreamId};
     ///
     /// let sim = SimBackend::new(1, 1 << 30);
     /// let s = StreamId::from_raw(1);
-    /// let first = sim.record_event(0, s)?;
-    /// let second = sim.record_event(0, s)?;
-    /// assert_eq!(sim.advance_stream(0, s, 1)?, 1);
+    /// let first = sim.record_event(DeviceIndex::new(0), s)?;
+    /// let second = sim.record_event(DeviceIndex::new(0), s)?;
+    /// assert_eq!(sim.advance_stream(DeviceIndex::new(0), s, 1)?, 1);
     /// assert!(sim.query_event(&first)? && !sim.query_event(&second)?);
-    /// assert_eq!(sim.advance_stream(0, s, 5)?, 1, "only one event was left");
+    /// assert_eq!(sim.advance_stream(DeviceIndex::new(0), s, 5)?, 1, "only one event was left");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn advance_stream(
@@ -309,16 +309,16 @@ impl SimBackend {
     /// memory handed from one stream to another.
     ///
     /// ```
-    /// use blockpool::{Backend, SimBackend, StreamId};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend, StreamId};
     ///
     /// let sim = SimBackend::new(1, 1 << 30);
     /// let (a, b) = (StreamId::from_raw(1), StreamId::from_raw(2));
-    /// let used_at = sim.stream_position(0, a)?; // work on `a` uses some memory here
-    /// assert!(!sim.is_ordered(0, a, used_at, b)?);
-    /// let event = sim.record_event(0, a)?;
-    /// sim.stream_wait_event(0, b, &event)?;
-    /// assert!(sim.is_ordered(0, a, used_at, b)?, "b now waits for that work");
-    /// assert_eq!(sim.advance_stream(0, b, 1)?, 0, "b cannot run ahead of a");
+    /// let used_at = sim.stream_position(DeviceIndex::new(0), a)?; // work on `a` uses some memory here
+    /// assert!(!sim.is_ordered(DeviceIndex::new(0), a, used_at, b)?);
+    /// let event = sim.record_event(DeviceIndex::new(0), a)?;
+    /// sim.stream_wait_event(DeviceIndex::new(0), b, &event)?;
+    /// assert!(sim.is_ordered(DeviceIndex::new(0), a, used_at, b)?, "b now waits for that work");
+    /// assert_eq!(sim.advance_stream(DeviceIndex::new(0), b, 1)?, 0, "b cannot run ahead of a");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn is_ordered(
@@ -358,13 +358,13 @@ impl SimBackend {
     ///
     /// ```
     /// use blockpool::backend::SimFault;
-    /// use blockpool::{Backend, SimBackend};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend};
     ///
     /// let sim = SimBackend::new(1, 1 << 30);
-    /// sim.inject(0, SimFault::AllocOutOfMemory { nth: 2 })?;
-    /// assert!(sim.alloc_segment(0, 4096).is_ok());
-    /// assert!(sim.alloc_segment(0, 4096).unwrap_err().is_out_of_memory());
-    /// assert!(sim.alloc_segment(0, 4096).is_ok(), "a fault fires once");
+    /// sim.inject(DeviceIndex::new(0), SimFault::AllocOutOfMemory { nth: 2 })?;
+    /// assert!(sim.alloc_segment(DeviceIndex::new(0), 4096).is_ok());
+    /// assert!(sim.alloc_segment(DeviceIndex::new(0), 4096).unwrap_err().is_out_of_memory());
+    /// assert!(sim.alloc_segment(DeviceIndex::new(0), 4096).is_ok(), "a fault fires once");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn inject(&self, device: DeviceIndex, fault: SimFault) -> Result<(), BackendError> {
@@ -395,7 +395,7 @@ impl SimBackend {
     /// give `cuMemAlloc`'s cost.
     ///
     /// ```
-    /// use blockpool::{Backend, SimBackend};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend};
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use std::sync::Arc;
     ///
@@ -405,7 +405,7 @@ impl SimBackend {
     /// sim.set_alloc_hook(Some(Arc::new(move |_device, size| {
     ///     seen.fetch_add(size, Ordering::Relaxed);
     /// })));
-    /// sim.alloc_segment(0, 4096)?;
+    /// sim.alloc_segment(DeviceIndex::new(0), 4096)?;
     /// assert_eq!(asked.load(Ordering::Relaxed), 4096);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -471,7 +471,7 @@ impl SimBackend {
     fn device(&self, device: DeviceIndex) -> Result<&Mutex<Device>, BackendError> {
         self.inner
             .devices
-            .get(device)
+            .get(device.get())
             .ok_or(BackendError::InvalidDevice {
                 device,
                 device_count: self.inner.devices.len(),
@@ -557,6 +557,7 @@ impl SimBackendBuilder {
     /// The backend.
     pub fn build(self) -> SimBackend {
         let devices = (0..self.device_count)
+            .map(DeviceIndex::new)
             .map(|index| {
                 let capacity_bytes = *self
                     .device_capacities

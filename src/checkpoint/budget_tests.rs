@@ -8,6 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use crate::backend::DeviceIndex;
 use crate::checkpoint::plan::assert_reverses_each_stage_once;
 use crate::checkpoint::random_chain_tests::SplitMix;
 use crate::checkpoint::{
@@ -331,14 +332,17 @@ fn fit_is_free_memory_plus_the_cache_capped_by_the_fraction() {
     let backend = SimBackend::builder().build();
     let alloc = CachingAllocator::new(backend, AllocatorConfig::default());
     let info = alloc.mem_get_info(0).unwrap();
-    assert_eq!(Budget::fit(&alloc, 0).unwrap().bytes, info.free_bytes);
+    assert_eq!(
+        Budget::fit(&alloc, DeviceIndex::new(0)).unwrap().bytes,
+        info.free_bytes
+    );
     let held = alloc.allocate(0, 3 << 20, Default::default()).unwrap();
     drop(held); // its segment stays cached: still available to the plan
     let after = alloc.mem_get_info(0).unwrap();
     let cached = alloc.device_stats(0).unwrap().reserved_bytes.all.current as usize;
     assert!(cached > 0);
     assert_eq!(
-        Budget::fit(&alloc, 0).unwrap().bytes,
+        Budget::fit(&alloc, DeviceIndex::new(0)).unwrap().bytes,
         after.free_bytes + cached
     );
     let config = AllocatorConfig::builder()
@@ -348,10 +352,13 @@ fn fit_is_free_memory_plus_the_cache_capped_by_the_fraction() {
     let capped = CachingAllocator::new(SimBackend::builder().build(), config);
     let total = capped.mem_get_info(0).unwrap().total_bytes;
     assert_eq!(
-        Budget::fit(&capped, 0).unwrap().bytes,
+        Budget::fit(&capped, DeviceIndex::new(0)).unwrap().bytes,
         (0.25 * total as f64) as usize
     );
-    assert!(Budget::fit(&alloc, 5).is_err(), "no device 5");
+    assert!(
+        Budget::fit(&alloc, DeviceIndex::new(5)).is_err(),
+        "no device 5"
+    );
 }
 
 /// A heterogeneous chain of `stages` stages with activations of 512 B to 1 MiB, workspaces up

@@ -201,10 +201,14 @@ fn nanos(start: Instant) -> u64 {
 
 impl<'a, B: Backend> Executor<'a, B> {
     /// An executor on `device` and `stream` of `allocator`, seed 0, step 0.
-    pub fn new(allocator: &'a CachingAllocator<B>, device: DeviceIndex, stream: StreamId) -> Self {
+    pub fn new(
+        allocator: &'a CachingAllocator<B>,
+        device: impl Into<DeviceIndex>,
+        stream: StreamId,
+    ) -> Self {
         Executor {
             allocator,
-            device,
+            device: device.into(),
             stream,
             seed: 0,
             step: 0,

@@ -49,10 +49,10 @@ pub const MIN_DRIVER_VERSION: i32 = 11040;
 /// the driver's code and name.
 ///
 /// ```no_run
-/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, StreamId};
+/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, DeviceIndex, StreamId};
 ///
 /// let backend = CudaBackend::new()?; // a typed error, never a panic, without a GPU
-/// println!("{} ({:?})", backend.device_name(0)?, backend.compute_capability(0)?);
+/// println!("{} ({:?})", backend.device_name(DeviceIndex::new(0))?, backend.compute_capability(DeviceIndex::new(0))?);
 /// let alloc = CachingAllocator::new(backend, AllocatorConfig::default());
 /// let block = alloc.allocate(0, 1 << 20, StreamId::DEFAULT)?;
 /// drop(block); // cached, not returned to the driver
@@ -130,11 +130,11 @@ impl CudaBackend {
         let library = Library::open().ok_or_else(library_missing)?;
         // Before any driver call: cudarc panics on calling a function the library lacks.
         let driver = library.driver().map_err(symbol_missing)?;
-        driver.init().on(0)?;
-        let version = driver.driver_version().on(0)?;
+        driver.init().on(DeviceIndex::new(0))?;
+        let version = driver.driver_version().on(DeviceIndex::new(0))?;
         if version < MIN_DRIVER_VERSION {
             return Err(BackendError::Driver {
-                device: 0,
+                device: DeviceIndex::new(0),
                 code: CALL_REQUIRES_NEWER_DRIVER,
                 name: "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER".to_owned(),
                 message: format!(
@@ -145,10 +145,10 @@ impl CudaBackend {
                 ),
             });
         }
-        let count = driver.device_count().on(0)?;
+        let count = driver.device_count().on(DeviceIndex::new(0))?;
         if count <= 0 {
             return Err(driver_error(
-                0,
+                DeviceIndex::new(0),
                 CUresult::CUDA_ERROR_NO_DEVICE,
                 "cuDeviceGetCount",
             ));
@@ -249,6 +249,7 @@ impl CudaBackend {
             return Ok(device);
         }
         Ok((0..self.inner.devices.len())
+            .map(DeviceIndex::new)
             .filter(|&d| d != device)
             .find(|&other| {
                 self.device(other)
@@ -262,7 +263,7 @@ impl CudaBackend {
         let slot = self
             .inner
             .devices
-            .get(device)
+            .get(device.get())
             .ok_or(BackendError::InvalidDevice {
                 device,
                 device_count: self.inner.devices.len(),
@@ -277,7 +278,7 @@ impl CudaBackend {
         // `CudaContext::new` makes the primary context current: the caller's is put back.
         let _current = ContextGuard::save(self.inner.driver)?;
         let opened = CudaDevice::open(self.inner.driver, device)?;
-        tracing::debug!(device, "CUDA device opened");
+        tracing::debug!(device = device.get(), "CUDA device opened");
         Ok(slot.get_or_init(|| opened))
     }
 }
@@ -294,7 +295,10 @@ impl fmt::Debug for CudaBackend {
             .devices
             .iter()
             .enumerate()
-            .filter_map(|(i, d)| d.get().map(|d| (i, d.properties.name.as_str())))
+            .filter_map(|(i, d)| {
+                d.get()
+                    .map(|d| (DeviceIndex::new(i), d.properties.name.as_str()))
+            })
             .collect();
         f.debug_struct("CudaBackend")
             .field("driver_version", &self.inner.driver_version)
@@ -383,7 +387,7 @@ impl Backend for CudaBackend {
         // Pinned memory belongs to no device, but the driver wants a current context: device
         // 0's primary, which the backend keeps alive as long as the memory (a caller's context
         // could be destroyed under it), and the caller's is current again afterwards.
-        let _current = self.device(0)?.make_current()?;
+        let _current = self.device(DeviceIndex::new(0))?.make_current()?;
         // Portable: pinned for every context, as the allocator's host cache serves all devices.
         let ptr = self
             .inner
@@ -396,7 +400,7 @@ impl Backend for CudaBackend {
     }
 
     fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
-        let Some(slot) = self.inner.devices.get(device) else {
+        let Some(slot) = self.inner.devices.get(device.get()) else {
             return false;
         };
         if let Some(opened) = slot.get() {
@@ -407,7 +411,7 @@ impl Backend for CudaBackend {
         let driver = self.inner.driver;
         let attribute =
             cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED;
-        i32::try_from(device)
+        i32::try_from(device.get())
             .ok()
             .and_then(|ordinal| driver.device(ordinal).ok())
             .and_then(|handle| driver.device_attribute(handle, attribute).ok())
@@ -454,11 +458,12 @@ impl Backend for CudaBackend {
         if host.get(&ptr) != Some(&size_bytes) {
             return Err(BackendError::UnknownHostAllocation { ptr, size_bytes });
         }
-        let _current = self.device(0)?.make_current()?;
+        let _current = self.device(DeviceIndex::new(0))?.make_current()?;
         // SAFETY: 1. `ptr` came from `cuMemHostAlloc` and is still live (it is in `host`,
         // removed only here, under the lock); 2. the host cache frees memory only after the
         // events recorded after its asynchronous copies have completed.
-        unsafe { self.inner.driver.free_host(ptr as *mut std::ffi::c_void) }.on(0)?;
+        unsafe { self.inner.driver.free_host(ptr as *mut std::ffi::c_void) }
+            .on(DeviceIndex::new(0))?;
         host.remove(&ptr);
         Ok(())
     }
@@ -484,7 +489,7 @@ mod tests {
                 name,
                 message,
             } => {
-                assert_eq!(*device, 0);
+                assert_eq!(*device, DeviceIndex::new(0));
                 assert_eq!(
                     *code, 303,
                     "the missing library uses the shared-object code"

@@ -49,10 +49,10 @@ use crate::{Allocation, BufferError, CachingAllocator, TypedAllocation};
 ///   require equal lengths and return [`BufferError::LengthMismatch`] instead of cudarc's panic.
 ///
 /// ```no_run
-/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, DeviceBuffer};
+/// use blockpool::{AllocatorConfig, CachingAllocator, CudaBackend, DeviceBuffer, DeviceIndex};
 ///
 /// let alloc = CachingAllocator::new(CudaBackend::new()?, AllocatorConfig::default());
-/// let stream = alloc.backend().context(0)?.new_stream()?;
+/// let stream = alloc.backend().context(DeviceIndex::new(0))?.new_stream()?;
 ///
 /// let mut x = DeviceBuffer::<f32>::alloc_zeros(&alloc, 0, 1024, &stream)?;
 /// x.copy_from_host(&vec![1.0; 1024])?; // checked: equal lengths
@@ -105,10 +105,11 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     #[track_caller]
     pub unsafe fn alloc(
         allocator: &CachingAllocator<CudaBackend>,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
         len: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Self, BufferError> {
+        let device = device.into();
         check_stream_of(allocator.backend(), device, stream)?;
         let typed = TypedAllocation::new(allocator, device, len, CudaBackend::stream_id(stream))?;
         Self::over(typed, stream)
@@ -119,13 +120,14 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     #[track_caller]
     pub fn alloc_zeros(
         allocator: &CachingAllocator<CudaBackend>,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
         len: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Self, BufferError>
     where
         T: ValidAsZeroBits,
     {
+        let device = device.into();
         // SAFETY: every byte is zeroed below, before the buffer is returned, and all-zero bits
         // are a valid `T` (`ValidAsZeroBits`).
         let mut buffer = unsafe { Self::alloc(allocator, device, len, stream) }?;
@@ -141,10 +143,11 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     #[track_caller]
     pub fn from_host(
         allocator: &CachingAllocator<CudaBackend>,
-        device: DeviceIndex,
+        device: impl Into<DeviceIndex>,
         src: &[T],
         stream: &Arc<CudaStream>,
     ) -> Result<Self, BufferError> {
+        let device = device.into();
         // SAFETY: every element is written by the copy below before the buffer is returned.
         let mut buffer = unsafe { Self::alloc(allocator, device, src.len(), stream) }?;
         buffer.copy_from_host(src)?;
@@ -295,7 +298,7 @@ impl<T> DeviceBuffer<T> {
         }
         if let Err(e) = self.record_stream(stream) {
             tracing::debug!(
-                device = self.device(),
+                device = self.device().get(),
                 "buffer used on a stream not recorded: {e}"
             );
         }
@@ -309,10 +312,10 @@ fn check_stream_of(
     stream: &CudaStream,
 ) -> Result<(), BufferError> {
     let context = backend.context(device)?;
-    if stream.context().ordinal() != device {
+    if stream.context().ordinal() != device.get() {
         return Err(BufferError::WrongDevice {
             buffer_device: device,
-            other_device: stream.context().ordinal(),
+            other_device: DeviceIndex::new(stream.context().ordinal()),
         });
     }
     if stream.context().cu_ctx() != context.cu_ctx() {

@@ -20,7 +20,7 @@ pub(crate) const LIBRARY_MISSING: CUresult = CUresult::CUDA_ERROR_SHARED_OBJECT_
 /// loaded in this process.
 pub(crate) fn library_missing() -> BackendError {
     BackendError::Driver {
-        device: 0,
+        device: DeviceIndex::new(0),
         code: LIBRARY_MISSING as i32,
         name: error_name(LIBRARY_MISSING),
         message: "the NVIDIA driver library (libcuda.so.1 on Linux, nvcuda.dll on Windows) \
@@ -35,7 +35,7 @@ pub(crate) fn library_missing() -> BackendError {
 /// lacks `symbol`, one of the functions blockpool calls: the driver predates them.
 pub(crate) fn symbol_missing(symbol: &'static str) -> BackendError {
     BackendError::Driver {
-        device: 0,
+        device: DeviceIndex::new(0),
         code: CALL_REQUIRES_NEWER_DRIVER,
         name: "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER".to_owned(),
         message: format!(
@@ -165,7 +165,7 @@ pub(crate) fn device_alloc_error(
 pub(crate) fn host_alloc_error(code: CUresult, requested_bytes: usize) -> BackendError {
     match code {
         CUresult::CUDA_ERROR_OUT_OF_MEMORY => BackendError::HostOutOfMemory { requested_bytes },
-        _ => driver_error(0, code, "cuMemHostAlloc"),
+        _ => driver_error(DeviceIndex::new(0), code, "cuMemHostAlloc"),
     }
 }
 
@@ -185,13 +185,21 @@ impl<T> OnDevice<T> for Result<T, CallError> {
 mod tests {
     use super::*;
 
+    /// Device 0, which these tests use.
+    const D0: DeviceIndex = DeviceIndex::new(0);
+
     #[test]
     fn out_of_memory_on_a_segment_is_retryable() {
-        let err = device_alloc_error(1, CUresult::CUDA_ERROR_OUT_OF_MEMORY, 4096, "cuMemAlloc_v2");
+        let err = device_alloc_error(
+            DeviceIndex::new(1),
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            4096,
+            "cuMemAlloc_v2",
+        );
         assert_eq!(
             err,
             BackendError::OutOfMemory {
-                device: 1,
+                device: DeviceIndex::new(1),
                 requested_bytes: 4096
             }
         );
@@ -212,7 +220,7 @@ mod tests {
 
     #[test]
     fn other_codes_carry_the_driver_code_and_name() {
-        let err = device_alloc_error(0, CUresult::CUDA_ERROR_INVALID_VALUE, 512, "cuMemAlloc_v2");
+        let err = device_alloc_error(D0, CUresult::CUDA_ERROR_INVALID_VALUE, 512, "cuMemAlloc_v2");
         match err {
             BackendError::Driver {
                 device,
@@ -220,7 +228,7 @@ mod tests {
                 name,
                 message,
             } => {
-                assert_eq!(device, 0);
+                assert_eq!(device, D0);
                 assert_eq!(code, 1, "CUDA_ERROR_INVALID_VALUE is code 1");
                 assert_eq!(name, "CUDA_ERROR_INVALID_VALUE");
                 assert!(
@@ -230,18 +238,18 @@ mod tests {
             }
             other => panic!("expected a driver error, got {other:?}"),
         }
-        assert!(!driver_error(0, CUresult::CUDA_ERROR_LAUNCH_FAILED, "x").is_out_of_memory());
+        assert!(!driver_error(D0, CUresult::CUDA_ERROR_LAUNCH_FAILED, "x").is_out_of_memory());
     }
 
     #[test]
     fn actionable_codes_say_what_to_do() {
-        let err = driver_error(0, CUresult::CUDA_ERROR_NO_DEVICE, "cuInit");
+        let err = driver_error(D0, CUresult::CUDA_ERROR_NO_DEVICE, "cuInit");
         let text = err.to_string();
         assert!(text.contains("CUDA_ERROR_NO_DEVICE"), "{text}");
         assert!(text.contains("code 100") || text.contains("100"), "{text}");
         assert!(text.contains("nvidia-smi"), "the hint is missing: {text}");
         assert!(hint(CALL_REQUIRES_NEWER_DRIVER).is_some_and(|h| h.contains("update the driver")));
-        let stub = driver_error(0, CUresult::CUDA_ERROR_STUB_LIBRARY, "cuInit").to_string();
+        let stub = driver_error(D0, CUresult::CUDA_ERROR_STUB_LIBRARY, "cuInit").to_string();
         assert!(stub.contains("stub library"), "{stub}");
         assert_eq!(hint(CUresult::CUDA_ERROR_INVALID_VALUE as i32), None);
     }
@@ -249,12 +257,12 @@ mod tests {
     #[test]
     fn success_checks_ok_and_failure_names_the_call() {
         use crate::cuda::driver::check;
-        assert_eq!(check("cuMemFree_v2", CUresult::CUDA_SUCCESS).on(0), Ok(()));
+        assert_eq!(check("cuMemFree_v2", CUresult::CUDA_SUCCESS).on(D0), Ok(()));
         let err = check("cuEventRecord", CUresult::CUDA_ERROR_INVALID_HANDLE)
-            .on(2)
+            .on(DeviceIndex::new(2))
             .unwrap_err();
         assert!(
-            matches!(&err, BackendError::Driver { device: 2, code: 400, name, .. } if name == "CUDA_ERROR_INVALID_HANDLE"),
+            matches!(&err, BackendError::Driver { device, code: 400, name, .. } if *device == DeviceIndex::new(2) && name == "CUDA_ERROR_INVALID_HANDLE"),
             "{err:?}"
         );
     }
@@ -273,8 +281,7 @@ mod tests {
     fn a_missing_symbol_is_a_driver_too_old_error_naming_it() {
         let err = symbol_missing("cuMemCreate");
         assert!(
-            matches!(&err, BackendError::Driver { device: 0, code: 36, name, .. }
-                if name == "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"),
+            matches!(&err, BackendError::Driver { device, code: 36, name, .. } if *device == D0 && name == "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"),
             "{err:?}"
         );
         let text = err.to_string();

@@ -4,6 +4,7 @@
 use std::cell::Cell;
 
 use super::*;
+use crate::backend::DeviceIndex;
 use crate::backend::StreamId;
 use crate::cuda::{DriverCallError, DriverInfo};
 
@@ -164,7 +165,7 @@ fn cuda_requested_but_unusable_is_an_error_carrying_the_diagnosis() {
 #[test]
 fn usable_cuda_that_fails_to_open_is_an_error_in_both_modes() {
     let busy = BackendError::Driver {
-        device: 0,
+        device: DeviceIndex::new(0),
         code: 46,
         name: "CUDA_ERROR_DEVICE_UNAVAILABLE".to_owned(),
         message: "busy".to_owned(),
@@ -197,7 +198,7 @@ fn sim_default_backend_is_one_16_gib_device() {
         "DefaultBackend { kind: \"sim\", devices: 1 }"
     );
     assert_eq!(
-        backend.mem_get_info(0),
+        backend.mem_get_info(DeviceIndex::new(0)),
         Ok(crate::backend::MemInfo {
             free_bytes: 16 << 30,
             total_bytes: 16 << 30
@@ -282,7 +283,9 @@ fn default_allocator_on_the_simulated_device_caches_like_any_other() {
             .allocate(0, 4096, StreamId::from_raw(3))
             .map_err(|e| e.to_string());
         assert_eq!(block.as_ref().map(|b| b.size()), Ok(4096));
-        let event = alloc.backend().record_event(0, StreamId::from_raw(3));
+        let event = alloc
+            .backend()
+            .record_event(DeviceIndex::new(0), StreamId::from_raw(3));
         let event = event.map_err(|e| e.to_string());
         assert!(matches!(event, Ok(DefaultEvent::Sim(_))), "{event:?}");
         if let Ok(event) = event {
@@ -357,6 +360,14 @@ fn the_default_allocator_on_the_simulated_device_has_expandable_segments() {
     let DefaultBackend::Sim(sim) = alloc.backend() else {
         panic!("BLOCKPOOL_BACKEND=sim gives the simulated device");
     };
-    assert_eq!(sim.calls(0).segment_allocs, 0, "no fixed segment");
-    assert_eq!(sim.mapped_bytes(0), 60 << 20, "three 20 MiB units mapped");
+    assert_eq!(
+        sim.calls(DeviceIndex::new(0)).segment_allocs,
+        0,
+        "no fixed segment"
+    );
+    assert_eq!(
+        sim.mapped_bytes(DeviceIndex::new(0)),
+        60 << 20,
+        "three 20 MiB units mapped"
+    );
 }

@@ -23,7 +23,7 @@ use crate::backend::{Backend, DeviceIndex, StreamId};
 ///
 /// ```
 /// use blockpool::host::HostCachingAllocator;
-/// use blockpool::{SimBackend, StreamId};
+/// use blockpool::{DeviceIndex, SimBackend, StreamId};
 ///
 /// let sim = SimBackend::new(1, 1 << 30);
 /// let host = HostCachingAllocator::new(sim.clone());
@@ -31,11 +31,11 @@ use crate::backend::{Backend, DeviceIndex, StreamId};
 /// assert_eq!(buf.size(), 1024);
 /// let ptr = buf.ptr();
 /// // An asynchronous copy from `buf` was queued on stream 7 of device 0:
-/// buf.record_event(0, StreamId::from_raw(7))?;
+/// buf.record_event(DeviceIndex::new(0), StreamId::from_raw(7))?;
 /// drop(buf);
 /// let other = host.allocate(1024)?;
 /// assert_ne!(other.ptr(), ptr, "the copy may still be reading the first block");
-/// sim.complete_stream(0, StreamId::from_raw(7))?;
+/// sim.complete_stream(DeviceIndex::new(0), StreamId::from_raw(7))?;
 /// let again = host.allocate(600)?;
 /// assert_eq!(again.ptr(), ptr, "the copy finished: the block is reused");
 /// assert_eq!(sim.host_calls().host_allocs, 2);

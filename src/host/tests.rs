@@ -2,8 +2,12 @@
 //! out-of-memory recovery, statistics and every error, with exact values.
 
 use super::*;
+use crate::backend::DeviceIndex;
 use crate::backend::{BackendError, SimBackend, SimFault, SimHostCalls, StreamId};
 use crate::stats::Stat;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 const S1: StreamId = StreamId::from_raw(1);
 const S2: StreamId = StreamId::from_raw(2);
@@ -81,7 +85,7 @@ fn zero_bytes_give_an_empty_handle_without_a_backend_call() {
     let (sim, host) = cache();
     let empty = host.allocate(0).unwrap();
     assert_eq!((empty.ptr(), empty.size(), empty.is_empty()), (0, 0, true));
-    empty.record_event(0, S1).unwrap();
+    empty.record_event(D0, S1).unwrap();
     assert_eq!(host.malloc(0).unwrap(), 0, "malloc(0) is null");
     host.free(0).unwrap();
     drop(empty);
@@ -143,18 +147,18 @@ fn recorded_block_is_not_reused_until_its_stream_advances() {
     let (sim, host) = cache();
     let a = host.allocate(4096).unwrap();
     let ptr = a.ptr();
-    a.record_event(0, S1).unwrap();
+    a.record_event(D0, S1).unwrap();
     drop(a);
     assert_eq!(host.pending_events(), 1);
     assert_eq!(host.cached_bytes(), 0, "waiting blocks are not cached");
     let b = host.allocate(4096).unwrap();
     assert_ne!(b.ptr(), ptr, "the copy on stream 1 may still use the block");
     assert_eq!(sim.host_calls().host_allocs, 2);
-    assert_eq!(sim.advance_stream(0, S1, 1).unwrap(), 1);
+    assert_eq!(sim.advance_stream(D0, S1, 1).unwrap(), 1);
     let c = host.allocate(4096).unwrap();
     assert_eq!(c.ptr(), ptr, "reused once the event completed");
     assert_eq!(host.pending_events(), 0);
-    assert_eq!(sim.calls(0).events_released, 1, "the event is given back");
+    assert_eq!(sim.calls(D0).events_released, 1, "the event is given back");
 }
 
 #[test]
@@ -163,17 +167,17 @@ fn block_waits_for_every_recorded_stream() {
     let a = host.allocate(256).unwrap();
     let ptr = a.ptr();
     for (device, stream) in [(0, S1), (0, S2), (1, S1), (0, S1)] {
-        a.record_event(device, stream).unwrap();
+        a.record_event(DeviceIndex::new(device), stream).unwrap();
     }
     drop(a);
     assert_eq!(host.pending_events(), 3, "one event per distinct stream");
     let reused = |host: &HostCachingAllocator<SimBackend>| host.allocate(256).unwrap().ptr() == ptr;
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(D0, S1).unwrap();
     assert!(!reused(&host), "streams 2 and device 1 still run");
-    sim.complete_stream(0, S2).unwrap();
+    sim.complete_stream(D0, S2).unwrap();
     assert!(!reused(&host), "device 1 still runs");
     assert_eq!(host.pending_events(), 1);
-    sim.complete_stream(1, S1).unwrap();
+    sim.complete_stream(DeviceIndex::new(1), S1).unwrap();
     assert!(reused(&host), "every event completed");
 }
 
@@ -183,15 +187,15 @@ fn oldest_pending_event_holds_back_newer_ones() {
     let a = host.allocate(128).unwrap();
     let b = host.allocate(128).unwrap();
     let pb = b.ptr();
-    a.record_event(0, S1).unwrap();
-    b.record_event(0, S2).unwrap();
+    a.record_event(D0, S1).unwrap();
+    b.record_event(D0, S2).unwrap();
     drop(a);
     drop(b);
-    sim.complete_stream(0, S2).unwrap();
+    sim.complete_stream(D0, S2).unwrap();
     let c = host.allocate(128).unwrap();
     assert_ne!(c.ptr(), pb, "PyTorch stops at the first incomplete event");
     assert_eq!(host.pending_events(), 2);
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(D0, S1).unwrap();
     assert_eq!(
         host.allocate(128).unwrap().ptr(),
         pb,
@@ -221,7 +225,7 @@ fn empty_cache_returns_every_cached_block() {
 fn empty_cache_keeps_blocks_waiting_for_events() {
     let (sim, host) = cache();
     let a = host.allocate(2048).unwrap();
-    a.record_event(1, S2).unwrap();
+    a.record_event(DeviceIndex::new(1), S2).unwrap();
     drop(a);
     host.empty_cache().unwrap();
     assert_eq!(
@@ -297,7 +301,7 @@ fn stats_follow_every_step() {
     assert_eq!(s.active_bytes, stat(1152, 1152, 1152, 0));
     assert_eq!((s.bucket_allocation[10], s.bucket_allocation[7]), (1, 1));
 
-    a.record_event(0, S1).unwrap();
+    a.record_event(D0, S1).unwrap();
     drop(a);
     let s = host.stats();
     assert_eq!(
@@ -310,7 +314,7 @@ fn stats_follow_every_step() {
     assert_eq!(s.active_requests, stat(1, 2, 2, 1), "b cached at once");
     assert_eq!(s.active_bytes, stat(1024, 1152, 1152, 128));
 
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(D0, S1).unwrap();
     let c = host.allocate(128).unwrap();
     let s = host.stats();
     assert_eq!(
@@ -394,19 +398,19 @@ fn raw_pointer_misuse_is_typed() {
 fn recording_events_checks_the_pointer() {
     let (sim, host) = cache();
     let ptr = host.malloc(100).unwrap();
-    host.record_event(ptr + 127, 0, S1).unwrap();
+    host.record_event(ptr + 127, D0, S1).unwrap();
     assert_eq!(
-        host.record_event(ptr + 128, 0, S1),
+        host.record_event(ptr + 128, D0, S1),
         Err(HostError::NotFromThisAllocator { ptr: ptr + 128 }),
         "one past the 128-byte block"
     );
     assert_eq!(
-        host.record_event(0x1000, 0, S1),
+        host.record_event(0x1000, D0, S1),
         Err(HostError::NotFromThisAllocator { ptr: 0x1000 })
     );
     host.free(ptr).unwrap();
     assert_eq!(
-        host.record_event(ptr, 0, S2),
+        host.record_event(ptr, D0, S2),
         Err(HostError::UseAfterFree { ptr })
     );
     assert_eq!(host.pending_events(), 1, "the interior record counted");
@@ -419,8 +423,8 @@ fn failed_event_record_keeps_the_block_from_reuse() {
     let (sim, host) = cache();
     let a = host.allocate(512).unwrap();
     let ptr = a.ptr();
-    a.record_event(0, S1).unwrap();
-    sim.inject(0, SimFault::RecordEventError { nth: 1 })
+    a.record_event(D0, S1).unwrap();
+    sim.inject(D0, SimFault::RecordEventError { nth: 1 })
         .unwrap();
     let err = a.free().unwrap_err();
     assert!(
@@ -452,12 +456,12 @@ fn failed_event_record_keeps_the_block_from_reuse() {
 fn dropping_the_allocator_waits_for_events_and_gives_everything_back() {
     let (sim, host) = cache();
     let a = host.allocate(300).unwrap();
-    a.record_event(0, S1).unwrap();
+    a.record_event(D0, S1).unwrap();
     drop(host.allocate(40).unwrap());
     drop(a);
     drop(host);
     assert_eq!(sim.host_allocated_bytes(), 0);
-    assert_eq!(sim.calls(0).event_syncs, 1, "waited for the copy");
+    assert_eq!(sim.calls(D0).event_syncs, 1, "waited for the copy");
 }
 
 #[test]

@@ -252,14 +252,14 @@ mod tests {
 
     #[test]
     fn groups_by_device_and_site_largest_first() {
-        let mut named = live(0, 7, 512, "a.rs:1:1", 0);
+        let mut named = live(DeviceIndex::new(0), 7, 512, "a.rs:1:1", 0);
         named.name = Some("kv".into());
         named.raw = true;
         let report = LeakReport::from_allocations([
-            live(0, 5, 512, "a.rs:1:1", 1),
+            live(DeviceIndex::new(0), 5, 512, "a.rs:1:1", 1),
             named,
-            live(0, 2, 4096, "b.rs:2:2", 0),
-            live(1, 3, 512, "a.rs:1:1", 0),
+            live(DeviceIndex::new(0), 2, 4096, "b.rs:2:2", 0),
+            live(DeviceIndex::new(1), 3, 512, "a.rs:1:1", 0),
         ]);
         assert_eq!(
             report.to_string(),
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn alternate_form_adds_the_oldest_age() {
-        let mut a = live(0, 1, 512, "a.rs:1:1", 0);
+        let mut a = live(DeviceIndex::new(0), 1, 512, "a.rs:1:1", 0);
         a.age = Some(Duration::from_millis(1500));
         let report = LeakReport::from_allocations([a]);
         assert!(

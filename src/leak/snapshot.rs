@@ -199,21 +199,21 @@ mod tests {
     #[test]
     fn compare_lists_every_site_largest_change_first() {
         let older = LiveSnapshot::from_allocations(
-            0,
+            DeviceIndex::new(0),
             [
-                live(0, 1024, "kept"),
-                live(0, 4096, "gone"),
-                live(0, 512, "grew"),
+                live(DeviceIndex::new(0), 1024, "kept"),
+                live(DeviceIndex::new(0), 4096, "gone"),
+                live(DeviceIndex::new(0), 512, "grew"),
             ],
         );
         let newer = LiveSnapshot::from_allocations(
-            0,
+            DeviceIndex::new(0),
             [
-                live(0, 1024, "kept"),
-                live(0, 512, "grew"),
-                live(0, 8192, "grew"),
-                live(0, 2048, "new"),
-                live(1, 1 << 30, "other device"),
+                live(DeviceIndex::new(0), 1024, "kept"),
+                live(DeviceIndex::new(0), 512, "grew"),
+                live(DeviceIndex::new(0), 8192, "grew"),
+                live(DeviceIndex::new(0), 2048, "new"),
+                live(DeviceIndex::new(1), 1 << 30, "other device"),
             ],
         );
         assert_eq!((newer.bytes(), newer.count()), (11776, 4));

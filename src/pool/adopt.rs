@@ -132,7 +132,7 @@ impl<E> DeviceAllocator<E> {
     ///
     /// ```
     /// use blockpool::introspect::{AdoptBlock, AdoptSegment, Introspect, PoolKind};
-    /// use blockpool::{AllocatorConfig, CachingAllocator, SimBackend, StreamId};
+    /// use blockpool::{AllocatorConfig, CachingAllocator, DeviceIndex, SimBackend, StreamId};
     ///
     /// let alloc = CachingAllocator::new(SimBackend::new(1, 1 << 30), AllocatorConfig::default());
     /// let live = [AdoptBlock { offset: 4 << 20, size: 8 << 20, requested: 8 << 20 }];
@@ -142,13 +142,13 @@ impl<E> DeviceAllocator<E> {
     ///     stream: StreamId::DEFAULT,
     ///     blocks: &live,
     /// };
-    /// let adopted = alloc.adopt_segment(0, &segment)?;
+    /// let adopted = alloc.adopt_segment(DeviceIndex::new(0), &segment)?;
     /// assert_eq!(adopted, [0x7f00_0000_0000 + (4 << 20)]);
     /// // The 4 MiB gap in front is cached: a 3 MiB request takes it without a device call.
     /// let block = alloc.allocate(0, 3 << 20, StreamId::DEFAULT)?;
     /// assert_eq!(block.ptr(), 0x7f00_0000_0000);
     /// assert_eq!(alloc.device_stats(0)?.num_device_alloc, 0);
-    /// alloc.check_invariants(0)?;
+    /// alloc.check_invariants(DeviceIndex::new(0))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn adopt_segment<B: Backend<Event = E>>(

@@ -75,7 +75,7 @@ impl<E> DeviceAllocator<E> {
             if !backend.supports_expandable_segments(self.device) {
                 self.expandable.on = false;
                 tracing::warn!(
-                    device = self.device,
+                    device = self.device.get(),
                     "expandable_segments:True, but the {} backend cannot map memory on device \
                      {}; using fixed segments",
                     backend.name(),
@@ -296,7 +296,7 @@ impl<E> DeviceAllocator<E> {
                 let ptr = addr + (bytes - unit) as u64;
                 if let Err(e) = backend.unmap_memory(self.device, ptr, unit) {
                     tracing::warn!(
-                        device = self.device,
+                        device = self.device.get(),
                         "undoing a partial mapping failed; {bytes} bytes stay mapped: {e}"
                     );
                     break;

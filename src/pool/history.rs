@@ -150,7 +150,7 @@ impl<E> DeviceAllocator<E> {
             history.last_time_us = history.last_time_us.max(history.now.time_us);
             let event = TraceEvent {
                 action,
-                device: self.device as u32,
+                device: self.device.get() as u32,
                 stream,
                 addr,
                 size,

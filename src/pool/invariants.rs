@@ -5,6 +5,7 @@
 
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
+use crate::backend::DeviceIndex;
 use crate::backend::StreamId;
 use crate::stats::{DeviceStats, Stat, StatArray};
 use std::fmt;
@@ -13,7 +14,7 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvariantViolation {
     /// Device checked.
-    pub device: usize,
+    pub device: DeviceIndex,
     /// What is wrong.
     pub message: String,
 }

@@ -70,7 +70,7 @@ impl<E> DeviceAllocator<E> {
             Ok(event) => event,
             Err(e) => {
                 tracing::debug!(
-                    device = self.device,
+                    device = self.device.get(),
                     "no event to order {waiter} after {on}: {e}"
                 );
                 return false;
@@ -82,7 +82,7 @@ impl<E> DeviceAllocator<E> {
             Ok(()) => true,
             Err(BackendError::Unsupported { .. }) => {
                 tracing::warn!(
-                    device = self.device,
+                    device = self.device.get(),
                     backend = backend.name(),
                     "the backend cannot make a stream wait on an event; stream_reuse:ordered \
                      is off for this device, which keeps each stream's cache to itself"
@@ -92,7 +92,7 @@ impl<E> DeviceAllocator<E> {
             }
             Err(e) => {
                 tracing::debug!(
-                    device = self.device,
+                    device = self.device.get(),
                     "could not order {waiter} after {on}: {e}"
                 );
                 false

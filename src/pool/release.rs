@@ -235,7 +235,7 @@ impl<E> DeviceAllocator<E> {
             // be released were, so the retry still happens.
             if let Err(e) = self.release_cached_blocks(backend) {
                 tracing::warn!(
-                    device = self.device,
+                    device = self.device.get(),
                     "releasing the cache for an out-of-memory retry failed in part: {e}"
                 );
             }

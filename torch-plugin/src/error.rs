@@ -212,18 +212,22 @@ pub(crate) fn last_oom_message() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blockpool::DeviceIndex;
 
     #[test]
     fn codes_follow_the_header() {
-        let unknown = Error::from(blockpool::Error::DoubleFree { device: 0, ptr: 8 });
+        let unknown = Error::from(blockpool::Error::DoubleFree {
+            device: DeviceIndex::new(0),
+            ptr: 8,
+        });
         assert_eq!(unknown.code(), BLOCKPOOL_ERR_UNKNOWN_POINTER);
         let device = Error::from(blockpool::Error::InvalidDevice {
-            device: 3,
+            device: DeviceIndex::new(3),
             device_count: 1,
         });
         assert_eq!(device.code(), BLOCKPOOL_ERR_NO_SUCH_DEVICE);
         let never = Error::from(blockpool::Error::ExceedsCapacity {
-            device: 0,
+            device: DeviceIndex::new(0),
             requested_bytes: 1 << 40,
             limit_bytes: 1 << 30,
             limited: false,
@@ -246,7 +250,7 @@ mod tests {
     #[test]
     fn last_error_is_per_thread_and_oom_is_per_process() {
         let oom = Error::from(blockpool::Error::ExceedsCapacity {
-            device: 0,
+            device: DeviceIndex::new(0),
             requested_bytes: 3 << 30,
             limit_bytes: 1 << 30,
             limited: false,

@@ -159,6 +159,7 @@ where
 /// thread's annotation tags in their site (crate docs, "Leak sites").
 ///
 /// ```
+/// use blockpool::DeviceIndex;
 /// use blockpool_torch::new_allocator_with;
 ///
 /// let alloc = new_allocator_with(|name| match name {
@@ -168,7 +169,7 @@ where
 ///     _ => None,
 /// })?;
 /// assert_eq!(alloc.device_count(), 2);
-/// assert_eq!(alloc.mem_get_info(1)?.total_bytes, 16 << 30);
+/// assert_eq!(alloc.mem_get_info(DeviceIndex::new(1))?.total_bytes, 16 << 30);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn new_allocator_with<F>(
@@ -208,7 +209,10 @@ where
 /// "the simulated device: 2 device(s) of 80.00 GiB".
 fn describe_sim(sim: &SimBackend) -> String {
     use blockpool::Backend;
-    let capacity = sim.mem_get_info(0).map_or(0, |info| info.total_bytes);
+    use blockpool::DeviceIndex;
+    let capacity = sim
+        .mem_get_info(DeviceIndex::new(0))
+        .map_or(0, |info| info.total_bytes);
     format!(
         "using the simulated device: {} device(s) of {}",
         sim.device_count(),

@@ -22,7 +22,9 @@ pub(crate) fn stream_id(stream: *mut c_void) -> StreamId {
 
 /// A device index from C: negative ones are refused here, too large ones by the allocator.
 pub(crate) fn device_index(device: c_int) -> Result<DeviceIndex, Error> {
-    DeviceIndex::try_from(device).map_err(|_| Error::NegativeDevice { device })
+    usize::try_from(device)
+        .map(DeviceIndex::new)
+        .map_err(|_| Error::NegativeDevice { device })
 }
 
 /// Runs `op` on device `first`, and again on the pointer's own device when the allocator
@@ -96,9 +98,10 @@ fn free_pointer(function: &'static str, ptr: *mut c_void, device: Option<c_int>)
         let alloc = allocator()?;
         // A device PyTorch names is the likely owner; a bad one only costs the second try.
         let first = device
-            .and_then(|d| DeviceIndex::try_from(d).ok())
+            .and_then(|d| usize::try_from(d).ok())
             .filter(|&d| d < alloc.device_count())
-            .unwrap_or(0);
+            .map(DeviceIndex::new)
+            .unwrap_or(DeviceIndex::new(0));
         Ok(on_owning_device(first, |d| alloc.free(d, addr))?)
     });
     if let Err(error) = freed {
@@ -125,7 +128,7 @@ pub extern "C" fn blockpool_record_stream(ptr: *mut c_void, stream: *mut c_void)
     let stream = stream_id(stream);
     let code = status("blockpool_record_stream", || {
         let alloc = allocator()?;
-        Ok(on_owning_device(0, |d| {
+        Ok(on_owning_device(DeviceIndex::new(0), |d| {
             alloc.record_stream(d, addr, stream)
         })?)
     });

@@ -72,7 +72,7 @@ pub unsafe extern "C" fn blockpool_memory_summary(
             let device = device_index(device)?;
             let stats = allocator()?.device_stats(device)?;
             Ok(blockpool::stats::memory_summary(
-                device,
+                device.get(),
                 &stats,
                 abbreviated != 0,
             ))

@@ -17,6 +17,7 @@ use blockpool::{
 };
 
 use crate::support::Rng;
+use blockpool::DeviceIndex;
 
 const MIB: usize = 1 << 20;
 const WORKERS: usize = 4;
@@ -66,7 +67,7 @@ fn with_workers(
     });
     sim.complete_all();
     alloc
-        .check_invariants(0)
+        .check_invariants(DeviceIndex::new(0))
         .expect("the bookkeeping after the run");
     let stats = alloc.memory_stats(0).unwrap();
     assert_eq!(stats["allocation.all.current"], 0, "{stats:?}");
@@ -75,7 +76,11 @@ fn with_workers(
         "{stats:?}"
     );
     alloc.empty_cache().unwrap();
-    assert_eq!(sim.allocated_bytes(0), 0, "every segment went back");
+    assert_eq!(
+        sim.allocated_bytes(DeviceIndex::new(0)),
+        0,
+        "every segment went back"
+    );
     ooms.load(Ordering::Relaxed)
 }
 

@@ -10,7 +10,11 @@ use crate::support::{stat, valid};
 use blockpool::introspect::BlockState;
 use blockpool::introspect::Introspect;
 use blockpool::trace::Action;
+use blockpool::DeviceIndex;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId};
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 const BASE: u64 = 0x1000_0000_0000_0000;
 const MIB: usize = 1 << 20;
@@ -32,7 +36,7 @@ fn setup(capacity: usize) -> (SimBackend, CachingAllocator<SimBackend>) {
 
 /// The mapped runs of device 0 as (offset from BASE in MiB, size in MiB).
 fn runs(alloc: &CachingAllocator<SimBackend>) -> Vec<(u64, usize)> {
-    let segments = alloc.segments(0).expect("device 0 exists");
+    let segments = alloc.segments(D0).expect("device 0 exists");
     assert!(segments.iter().all(|s| s.is_expandable), "{segments:?}");
     segments
         .iter()
@@ -53,7 +57,7 @@ fn one_segment_grows_across_allocations_at_contiguous_addresses() {
         "served from the mapped unit"
     );
     assert_eq!(
-        sim.calls(0).maps,
+        sim.calls(D0).maps,
         1,
         "no new mapping for the second request"
     );
@@ -64,7 +68,7 @@ fn one_segment_grows_across_allocations_at_contiguous_addresses() {
         "the free tail grew by one mapped unit"
     );
     valid(&alloc, &sim);
-    let calls = sim.calls(0);
+    let calls = sim.calls(D0);
     assert_eq!(
         (calls.address_reservations, calls.maps, calls.segment_allocs),
         (1, 2, 0),
@@ -109,11 +113,11 @@ fn one_segment_grows_across_allocations_at_contiguous_addresses() {
     valid(&alloc, &sim);
     assert_eq!(stat(&alloc, "reserved_bytes.all.current"), 0);
     assert_eq!(
-        (sim.address_range_count(0), sim.allocated_bytes(0)),
+        (sim.address_range_count(D0), sim.allocated_bytes(D0)),
         (0, 0),
         "the whole range was released"
     );
-    let calls = sim.calls(0);
+    let calls = sim.calls(D0);
     assert_eq!((calls.unmaps, calls.address_releases), (2, 1));
 }
 
@@ -136,7 +140,7 @@ fn empty_cache_unmaps_only_whole_free_units_and_holes_are_mapped_again() {
         [(0, 20), (40, 20)],
         "[20, 40) MiB unmapped, [15, 20) stays"
     );
-    let views = alloc.segments(0).unwrap();
+    let views = alloc.segments(D0).unwrap();
     let states: Vec<(u64, usize, BlockState)> = views[0]
         .blocks
         .iter()
@@ -155,12 +159,12 @@ fn empty_cache_unmaps_only_whole_free_units_and_holes_are_mapped_again() {
         "the hole is mapped again and joined to the free block before it"
     );
     assert_eq!(runs(&alloc), [(0, 60)]);
-    assert_eq!(sim.calls(0).maps, 4);
+    assert_eq!(sim.calls(D0).maps, 4);
     valid(&alloc, &sim);
     drop((a, c, d));
     alloc.empty_cache().unwrap();
     valid(&alloc, &sim);
-    assert_eq!(sim.address_range_count(0), 0);
+    assert_eq!(sim.address_range_count(D0), 0);
 }
 
 #[test]
@@ -180,7 +184,7 @@ fn streams_and_pools_get_their_own_segments() {
         BASE + 156 * MIB as u64,
         "stream 1 has its own range"
     );
-    assert_eq!(sim.address_range_count(0), 3);
+    assert_eq!(sim.address_range_count(D0), 3);
     assert_eq!(
         stat(&alloc, "reserved_bytes.small_pool.current"),
         2 * MIB as i64
@@ -206,7 +210,10 @@ fn streams_and_pools_get_their_own_segments() {
     drop((small, large, small2, reuse));
     alloc.empty_cache().unwrap();
     valid(&alloc, &sim);
-    assert_eq!((sim.address_range_count(0), sim.allocated_bytes(0)), (0, 0));
+    assert_eq!(
+        (sim.address_range_count(D0), sim.allocated_bytes(D0)),
+        (0, 0)
+    );
 }
 
 #[test]
@@ -222,7 +229,7 @@ fn out_of_memory_unmaps_cached_units_retries_then_fails_with_the_numbers() {
     assert_eq!(stat(&alloc, "num_ooms"), 0);
     assert_eq!(stat(&alloc, "reserved_bytes.all.current"), 40 * MIB as i64);
     assert_eq!(
-        sim.address_range_count(0),
+        sim.address_range_count(D0),
         1,
         "stream 1's range was released"
     );
@@ -250,7 +257,7 @@ fn out_of_memory_unmaps_cached_units_retries_then_fails_with_the_numbers() {
 #[test]
 fn a_memory_fraction_caps_the_mapped_bytes() {
     let (sim, alloc) = setup(64 * MIB);
-    alloc.set_per_process_memory_fraction(0.5, 0).unwrap();
+    alloc.set_per_process_memory_fraction(0.5, D0).unwrap();
     let a = alloc.allocate(0, 15 * MIB, S0).unwrap();
     let err = alloc.allocate(0, 10 * MIB, S0).unwrap_err();
     let Error::OutOfMemory(oom) = &err else {
@@ -285,9 +292,9 @@ fn a_backend_that_cannot_map_falls_back_to_fixed_segments() {
     );
     let a = alloc.allocate(0, 3 * MIB, S0).unwrap();
     assert_eq!(a.size(), 3 * MIB);
-    let calls = sim.calls(0);
+    let calls = sim.calls(D0);
     assert_eq!((calls.segment_allocs, calls.maps), (1, 0));
-    let segments = alloc.segments(0).unwrap();
+    let segments = alloc.segments(D0).unwrap();
     assert_eq!(segments.len(), 1);
     assert_eq!(segments[0].size, 20 * MIB, "a fixed 20 MiB segment");
     assert!(!segments[0].is_expandable);
@@ -343,13 +350,13 @@ fn the_trace_says_map_and_unmap() {
 #[test]
 fn a_request_whose_units_can_never_fit_is_refused_at_once() {
     let (sim, alloc) = setup(64 * MIB);
-    alloc.set_per_process_memory_fraction(0.5, 0).unwrap();
+    alloc.set_per_process_memory_fraction(0.5, D0).unwrap();
     // 25 MiB is under the 32 MiB limit, but the large pool maps 20 MiB units: it needs 40.
     let err = alloc.allocate(0, 25 * MIB, S0).unwrap_err();
     assert_eq!(
         err,
         Error::ExceedsCapacity {
-            device: 0,
+            device: D0,
             requested_bytes: 40 * MIB,
             limit_bytes: 32 * MIB,
             limited: true,

@@ -14,9 +14,13 @@
 use crate::support::{disjoint_ranges, proptest_config};
 use blockpool::backend::SimFault;
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use proptest::prelude::*;
 use proptest::sample::select;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 const MIB: usize = 1 << 20;
 const CAPACITY: usize = 128 * MIB;
@@ -140,7 +144,7 @@ impl Model {
             }
             Op::Complete(stream) => {
                 self.sim
-                    .complete_stream(0, StreamId::from_raw(stream))
+                    .complete_stream(D0, StreamId::from_raw(stream))
                     .expect("device 0");
                 self.pending.retain(|p| p.2 != stream);
             }
@@ -150,14 +154,14 @@ impl Model {
             }
             Op::Fraction(f) => self
                 .alloc
-                .set_per_process_memory_fraction(f, 0)
+                .set_per_process_memory_fraction(f, D0)
                 .expect("fraction"),
             Op::OutOfMemoryAt(nth) => self
                 .sim
-                .inject(0, SimFault::AllocOutOfMemory { nth })
+                .inject(D0, SimFault::AllocOutOfMemory { nth })
                 .expect("device 0"),
-            Op::Limit(bytes) => self.sim.set_oom_above(0, Some(bytes)).expect("device 0"),
-            Op::ClearFaults => self.sim.clear_faults(0).expect("device 0"),
+            Op::Limit(bytes) => self.sim.set_oom_above(D0, Some(bytes)).expect("device 0"),
+            Op::ClearFaults => self.sim.clear_faults(D0).expect("device 0"),
             Op::Free(_) | Op::RecordStream(..) => {}
         }
     }
@@ -173,21 +177,21 @@ impl Model {
     }
 
     fn check(&self, step: usize, op: &Op) {
-        if let Err(e) = self.alloc.check_invariants(0) {
+        if let Err(e) = self.alloc.check_invariants(D0) {
             panic!("step {step} ({op:?}): {e}");
         }
         let reserved = self.stat("reserved_bytes.all.current") as usize;
         assert_eq!(
             reserved,
-            self.sim.mapped_bytes(0),
+            self.sim.mapped_bytes(D0),
             "step {step} ({op:?}): reserved is mapped"
         );
         assert_eq!(
-            self.sim.segment_count(0),
+            self.sim.segment_count(D0),
             0,
             "no fixed segment with expandable segments"
         );
-        let runs = self.alloc.segments(0).expect("device 0");
+        let runs = self.alloc.segments(D0).expect("device 0");
         disjoint_ranges(self.live.iter().map(|l| &l.handle), step);
         for live in &self.live {
             let (ptr, size) = (live.handle.ptr(), live.handle.size() as u64);
@@ -205,15 +209,15 @@ impl Model {
 
     fn finish(mut self) {
         self.live.clear();
-        self.sim.clear_faults(0).expect("device 0");
+        self.sim.clear_faults(D0).expect("device 0");
         self.alloc.empty_cache().expect("final empty_cache");
         self.alloc
-            .check_invariants(0)
+            .check_invariants(D0)
             .expect("invariants at the end");
         assert_eq!(self.stat("reserved_bytes.all.current"), 0);
-        assert_eq!(self.sim.allocated_bytes(0), 0, "the device holds nothing");
+        assert_eq!(self.sim.allocated_bytes(D0), 0, "the device holds nothing");
         assert_eq!(
-            self.sim.address_range_count(0),
+            self.sim.address_range_count(D0),
             0,
             "no address range is left"
         );

@@ -6,6 +6,7 @@ use blockpool::event::{Backtraces, ContextLevel};
 use blockpool::trace::pytorch::{load_pytorch_snapshot_as_snapshot, write_pytorch_snapshot};
 use blockpool::trace::state::MemoryTotals;
 use blockpool::trace::{jsonl, Action, Snapshot};
+use blockpool::DeviceIndex;
 use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
 
 const MIB: usize = 1 << 20;
@@ -71,7 +72,7 @@ fn record_run() -> (Snapshot, Vec<Checkpoint>) {
     drop(small);
     points.push(checkpoint(&alloc));
 
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(DeviceIndex::new(0), S1).unwrap();
     alloc.empty_cache().unwrap();
     points.push(checkpoint(&alloc));
 

@@ -10,6 +10,7 @@
 use blockpool::event::{Backtraces, ContextLevel, TraceEvent};
 use blockpool::introspect::Introspect;
 use blockpool::trace::{Action, ContextId};
+use blockpool::DeviceIndex;
 use blockpool::{
     annotate, AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId,
 };
@@ -114,7 +115,7 @@ fn deferred_free_completes_when_the_other_stream_finishes() {
     alloc.free(0, ptr).unwrap();
     let b = alloc.malloc(0, 4096, S0).unwrap();
     assert_eq!(b, BASE + 4096, "the pending block is not reused");
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(DeviceIndex::new(0), S1).unwrap();
     let c = alloc.malloc(0, 4096, S0).unwrap();
     assert_eq!(c, BASE, "the completed block is reused");
     use Action::*;
@@ -196,7 +197,7 @@ fn run_levels(level: ContextLevel) -> (CachingAllocator<SimBackend>, Vec<TraceEv
         let _site = annotate("levels-alloc-site");
         alloc.allocate(0, 4096, S0).unwrap()
     };
-    let live = alloc.segments(0).unwrap()[0].blocks[0].context;
+    let live = alloc.segments(DeviceIndex::new(0)).unwrap()[0].blocks[0].context;
     {
         let _site = annotate("levels-free-site");
         drop(a);
@@ -416,7 +417,7 @@ fn disabled_recording_records_nothing_and_disabling_clears() {
         alloc.history(0).unwrap().is_empty(),
         "nothing is recorded while off, annotations included"
     );
-    assert!(alloc.segments(0).unwrap()[0]
+    assert!(alloc.segments(DeviceIndex::new(0)).unwrap()[0]
         .blocks
         .iter()
         .all(|b| b.context == ContextId::NONE));
@@ -437,7 +438,7 @@ fn bad_settings_and_unknown_devices_are_typed_errors() {
     assert_eq!(
         alloc.history(3),
         Err(Error::InvalidDevice {
-            device: 3,
+            device: DeviceIndex::new(3),
             device_count: 1
         })
     );

@@ -16,6 +16,7 @@ use crate::support::proptest_config;
 use blockpool::backend::BackendError;
 use blockpool::host::{round_size, size_index, HostAllocation, HostCachingAllocator, HostError};
 use blockpool::host::{HostStats, HOST_BUCKETS};
+use blockpool::DeviceIndex;
 use blockpool::{SimBackend, StreamId};
 use proptest::prelude::*;
 
@@ -259,7 +260,7 @@ impl Harness {
             Op::Record(i, device, stream) if !self.handles.is_empty() => {
                 let handle = &self.handles[i % self.handles.len()];
                 handle
-                    .record_event(device, StreamId::from_raw(stream))
+                    .record_event(DeviceIndex::new(device), StreamId::from_raw(stream))
                     .expect("recording");
                 let block = self
                     .model
@@ -273,7 +274,10 @@ impl Harness {
             }
             Op::Advance(device, stream, n) => {
                 let key = (device, StreamId::from_raw(stream));
-                let done = self.sim.advance_stream(device, key.1, n).expect("advance");
+                let done = self
+                    .sim
+                    .advance_stream(DeviceIndex::new(device), key.1, n)
+                    .expect("advance");
                 let (recorded, completed) = self.model.streams.entry(key).or_default();
                 let expected = n.min(*recorded - *completed);
                 assert_eq!(done, expected, "events completed on {key:?}");
@@ -378,7 +382,8 @@ fn threads_share_the_cache_and_everything_is_given_back() {
                             let a = host.allocate(size).expect("plenty of host memory");
                             assert_eq!(a.size(), size.next_power_of_two());
                             if rng.next(2) == 0 {
-                                a.record_event(device, stream).expect("record");
+                                a.record_event(DeviceIndex::new(device), stream)
+                                    .expect("record");
                             }
                             live.push(a);
                         }
@@ -387,7 +392,7 @@ fn threads_share_the_cache_and_everything_is_given_back() {
                             live.swap_remove(i).free().expect("free");
                         }
                         _ => {
-                            sim.advance_stream(device, stream, rng.next(3))
+                            sim.advance_stream(DeviceIndex::new(device), stream, rng.next(3))
                                 .expect("advance");
                         }
                     }
@@ -429,12 +434,12 @@ fn pinned_buffer_reuse_waits_for_the_copy_stream() {
     assert_eq!(staging.size(), 4 << 20, "3 MiB rounds to 4 MiB");
     let ptr = staging.ptr();
     staging
-        .record_event(0, StreamId::from_raw(9))
+        .record_event(DeviceIndex::new(0), StreamId::from_raw(9))
         .expect("record");
     drop(staging);
     let next = host.allocate(4 << 20).expect("pin");
     assert_ne!(next.ptr(), ptr, "the copy may still be reading");
-    sim.complete_stream(0, StreamId::from_raw(9))
+    sim.complete_stream(DeviceIndex::new(0), StreamId::from_raw(9))
         .expect("complete");
     let again = host.allocate(4 << 20).expect("reuse");
     assert_eq!(again.ptr(), ptr);

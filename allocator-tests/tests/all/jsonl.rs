@@ -10,6 +10,7 @@ use blockpool::introspect::Introspect;
 use blockpool::trace::jsonl::{self, JsonlError};
 use blockpool::trace::snapshot::Snapshot;
 use blockpool::trace::{Action, BlockState};
+use blockpool::DeviceIndex;
 use blockpool::{
     annotate, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
 };
@@ -173,7 +174,7 @@ fn streamed_file_holds_the_history_of_every_device() {
             .iter()
             .map(|s| (s.address, s.blocks.len()))
             .collect();
-        let live = alloc.segments(0).expect("device 0");
+        let live = alloc.segments(DeviceIndex::new(0)).expect("device 0");
         assert_eq!(
             segments,
             [(live[0].addr, live[0].blocks.len())],

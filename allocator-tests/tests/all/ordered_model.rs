@@ -13,8 +13,12 @@ use crate::support::{disjoint_ranges, proptest_config};
 use blockpool::backend::SimFault;
 use blockpool::config::StreamReuse;
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use proptest::prelude::*;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 const MIB: usize = 1 << 20;
 const CAPACITY: usize = 256 * MIB;
@@ -126,7 +130,7 @@ impl Model {
                     live.handle.ptr() + live.handle.size() as u64,
                 );
                 for stream in live.uses.iter().copied().chain([live.handle.stream()]) {
-                    let position = self.sim.stream_position(0, stream).expect("device 0");
+                    let position = self.sim.stream_position(D0, stream).expect("device 0");
                     self.uses.push(Use {
                         start,
                         end,
@@ -149,12 +153,12 @@ impl Model {
             }
             Op::Advance(stream) => {
                 self.sim
-                    .advance_stream(0, StreamId::from_raw(stream), 1)
+                    .advance_stream(D0, StreamId::from_raw(stream), 1)
                     .expect("device 0");
             }
             Op::Complete(stream) => {
                 self.sim
-                    .complete_stream(0, StreamId::from_raw(stream))
+                    .complete_stream(D0, StreamId::from_raw(stream))
                     .expect("device 0");
             }
             Op::EmptyCache => {
@@ -163,10 +167,10 @@ impl Model {
             }
             Op::OutOfMemoryAt(nth) => self
                 .sim
-                .inject(0, SimFault::AllocOutOfMemory { nth })
+                .inject(D0, SimFault::AllocOutOfMemory { nth })
                 .expect("device 0"),
-            Op::Limit(bytes) => self.sim.set_oom_above(0, Some(bytes)).expect("device 0"),
-            Op::ClearFaults => self.sim.clear_faults(0).expect("device 0"),
+            Op::Limit(bytes) => self.sim.set_oom_above(D0, Some(bytes)).expect("device 0"),
+            Op::ClearFaults => self.sim.clear_faults(D0).expect("device 0"),
             Op::Free(_) | Op::RecordStream(..) => {}
         }
     }
@@ -182,7 +186,7 @@ impl Model {
     /// allocator relies on too, and a backend unmaps memory only after the same wait
     /// (`Backend::unmap_memory`): every use before either is done.
     fn forget_if_synchronized(&mut self) {
-        let calls = self.sim.calls(0);
+        let calls = self.sim.calls(D0);
         let frees = calls.segment_frees + calls.unmaps;
         if frees != self.segment_frees {
             self.segment_frees = frees;
@@ -195,7 +199,7 @@ impl Model {
         let (start, end) = (handle.ptr(), handle.ptr() + handle.size() as u64);
         let stream = handle.stream();
         for used in self.uses.iter().filter(|u| u.start < end && start < u.end) {
-            let ordered = self.sim.is_ordered(0, used.stream, used.position, stream);
+            let ordered = self.sim.is_ordered(D0, used.stream, used.position, stream);
             assert!(
                 ordered.expect("device 0"),
                 "{start:#x}..{end:#x} handed to {stream} before {used:x?} is ordered before it"
@@ -204,13 +208,13 @@ impl Model {
     }
 
     fn check(&self, step: usize, op: &Op) {
-        if let Err(e) = self.alloc.check_invariants(0) {
+        if let Err(e) = self.alloc.check_invariants(D0) {
             panic!("step {step} ({op:?}): {e}");
         }
         let reserved = self.stat("reserved_bytes.all.current") as usize;
         assert_eq!(
             reserved,
-            self.sim.allocated_bytes(0),
+            self.sim.allocated_bytes(D0),
             "step {step} ({op:?}): reserved is what the device handed out"
         );
         let ranges = disjoint_ranges(self.live.iter().map(|l| &l.handle), step);
@@ -226,14 +230,14 @@ impl Model {
     /// segments included.
     fn finish(mut self) {
         self.live.clear();
-        self.sim.clear_faults(0).expect("device 0");
+        self.sim.clear_faults(D0).expect("device 0");
         self.alloc.empty_cache().expect("empty_cache");
         assert_eq!(
-            (self.sim.allocated_bytes(0), self.sim.mapped_bytes(0)),
+            (self.sim.allocated_bytes(D0), self.sim.mapped_bytes(D0)),
             (0, 0),
             "empty_cache with nothing live gives every segment back"
         );
-        if let Err(e) = self.alloc.check_invariants(0) {
+        if let Err(e) = self.alloc.check_invariants(D0) {
             panic!("after the last empty_cache: {e}");
         }
     }
@@ -269,6 +273,6 @@ proptest! {
             prop_assert_eq!(&compatible.handed_out, &ordered.handed_out, "step {}", step);
         }
         prop_assert_eq!(compatible.alloc.memory_stats(0), ordered.alloc.memory_stats(0));
-        prop_assert_eq!(compatible.alloc.segments(0), ordered.alloc.segments(0));
+        prop_assert_eq!(compatible.alloc.segments(D0), ordered.alloc.segments(D0));
     }
 }

@@ -14,6 +14,7 @@ use blockpool::trace::BlockState;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 
 use crate::support::Rng;
+use blockpool::DeviceIndex;
 
 const MIB: usize = 1 << 20;
 
@@ -77,7 +78,7 @@ fn record_stream_racing_a_free_and_malloc_never_touches_another_block() {
             alloc.free(0, ptr).unwrap();
         }
         // Large blocks that waited for RECORDED go back to the cache for the next round.
-        sim.complete_stream(0, RECORDED).unwrap();
+        sim.complete_stream(DeviceIndex::new(0), RECORDED).unwrap();
     }
     done.store(true, Ordering::Release);
     recorder.join().expect("the recording thread");
@@ -95,7 +96,7 @@ fn record_stream_racing_a_free_and_malloc_never_touches_another_block() {
         "small blocks waiting for a stream only the large ones were recorded on: {waiting_small:x?}"
     );
     sim.complete_all();
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(DeviceIndex::new(0)).unwrap();
 }
 
 /// Each thread frees what it allocated twice; in between, another thread may have got the
@@ -150,5 +151,5 @@ fn a_cross_thread_double_free_with_the_address_reused_is_counted_once() {
         "each free that succeeded freed one allocation"
     );
     assert_eq!(frees + refused, 2 * 4 * 20_000);
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(DeviceIndex::new(0)).unwrap();
 }

@@ -8,6 +8,7 @@
 
 use crate::support::{stat, valid};
 use blockpool::backend::SimFault;
+use blockpool::DeviceIndex;
 use blockpool::{
     Allocation, AllocatorConfig, CachingAllocator, Error, HistorySettings, SimBackend, StreamId,
 };
@@ -121,7 +122,7 @@ fn with_the_lock_released_a_cache_hit_is_served_while_a_segment_is_allocated() {
     valid(&alloc, &sim);
     drop(hit);
     assert_eq!(alloc.empty_cache(), Ok(()));
-    assert_eq!(sim.allocated_bytes(0), 0);
+    assert_eq!(sim.allocated_bytes(DeviceIndex::new(0)), 0);
 }
 
 #[test]
@@ -168,7 +169,7 @@ fn every_rung_of_the_out_of_memory_ladder_asks_the_device_without_the_lock() {
     // (stream 1's block still holds 30 MiB); then everything is released and the retry
     // succeeds.
     sim.inject(
-        0,
+        DeviceIndex::new(0),
         SimFault::OutOfMemoryAbove {
             limit_bytes: 64 * MIB,
         },
@@ -226,7 +227,7 @@ fn script(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) -> Vec<String>
     for size in [22 * MIB, 40 * MIB, 9 * MIB, 60 * MIB, 2 * MIB] {
         step(alloc, &mut log, &mut held, (size, S0));
     }
-    sim.inject(0, SimFault::AllocOutOfMemory { nth: 1 })
+    sim.inject(DeviceIndex::new(0), SimFault::AllocOutOfMemory { nth: 1 })
         .unwrap();
     step(
         alloc,
@@ -292,7 +293,8 @@ fn a_device_error_while_unlocked_is_typed_and_leaves_the_allocator_valid() {
     let sim = SimBackend::new(1, 1 << 30);
     let config = AllocatorConfig::parse("release_lock_on_cudamalloc:True").unwrap();
     let alloc = CachingAllocator::new(sim.clone(), config);
-    sim.inject(0, SimFault::AllocError { nth: 1 }).unwrap();
+    sim.inject(DeviceIndex::new(0), SimFault::AllocError { nth: 1 })
+        .unwrap();
     let err = alloc.allocate(0, 4096, S0).unwrap_err();
     assert!(
         matches!(err, Error::Backend(_)) && !err.is_retryable(),
@@ -343,7 +345,7 @@ fn segments_allocated_at_once_by_two_threads_never_pass_the_memory_fraction() {
         "only thread B's segment joined"
     );
     assert_eq!(
-        sim.calls(0).segment_frees,
+        sim.calls(DeviceIndex::new(0)).segment_frees,
         1,
         "thread A's segment went back"
     );

@@ -11,6 +11,7 @@ use blockpool::trace::{BlockState, Snapshot};
 use blockpool::{AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId};
 
 use crate::fixtures::{external_snapshot_names, project_snapshot_names, pytorch_snapshot_bytes};
+use blockpool::DeviceIndex;
 
 const MIB: usize = 1 << 20;
 const S0: StreamId = StreamId::DEFAULT;
@@ -127,7 +128,7 @@ fn walking_back_gives_every_intermediate_snapshot_on_two_devices() {
     );
 
     // The pending block completes when the next request looks for memory.
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(DeviceIndex::new(0), S1).unwrap();
     let d = alloc.allocate(0, 4096, S0).unwrap();
     let f = alloc.allocate(1, 3 * MIB, S1).unwrap();
     points.push(checkpoint(&alloc));

@@ -8,6 +8,7 @@
 
 use crate::support::Rng;
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
 use blockpool::{Allocation, AllocatorConfig, CachingAllocator, Error, SimBackend, StreamId};
 use std::sync::Arc;
 use std::thread;
@@ -71,7 +72,7 @@ fn tag(thread: usize, serial: usize) -> [u8; TAG_BYTES] {
 
 fn write_tag(sim: &SimBackend, held: &Held) {
     for at in [held.ptr, held.ptr + (held.len - TAG_BYTES) as u64] {
-        sim.write(held.device, at, &held.tag)
+        sim.write(DeviceIndex::new(held.device), at, &held.tag)
             .unwrap_or_else(|e| panic!("writing a tag at {at:#x} failed: {e}"));
     }
 }
@@ -79,7 +80,7 @@ fn write_tag(sim: &SimBackend, held: &Held) {
 fn check_tag(sim: &SimBackend, held: &Held) {
     for at in [held.ptr, held.ptr + (held.len - TAG_BYTES) as u64] {
         let mut found = [0u8; TAG_BYTES];
-        sim.read(held.device, at, &mut found)
+        sim.read(DeviceIndex::new(held.device), at, &mut found)
             .unwrap_or_else(|e| panic!("reading a tag at {at:#x} failed: {e}"));
         assert_eq!(
             found, held.tag,
@@ -157,7 +158,8 @@ fn worker(
                 assert_eq!(result, Ok(()), "thread {thread}: record_stream failed");
             }
             83..=90 => {
-                let done = sim.advance_stream(device, stream, 1 + rng.below(3) as u64);
+                let done =
+                    sim.advance_stream(DeviceIndex::new(device), stream, 1 + rng.below(3) as u64);
                 assert!(done.is_ok(), "thread {thread}: advancing a stream failed");
             }
             91..=94 => {
@@ -168,13 +170,16 @@ fn worker(
                 );
             }
             95..=96 => {
-                if let Err(e) = alloc.check_invariants(device) {
+                if let Err(e) = alloc.check_invariants(DeviceIndex::new(device)) {
                     panic!("thread {thread}: invariant broken: {e}");
                 }
             }
             97 => {
                 let bogus = 0x1234_5600;
-                let want = Error::UnknownPointer { device, ptr: bogus };
+                let want = Error::UnknownPointer {
+                    device: DeviceIndex::new(device),
+                    ptr: bogus,
+                };
                 assert_eq!(alloc.free(device, bogus), Err(want), "bogus pointer");
             }
             98 if rng.below(4) == 0 => {
@@ -250,7 +255,7 @@ fn stress_on(sim: SimBackend, config: AllocatorConfig) {
 
     // What the threads still hold: tags intact, no two overlapping, all counted.
     for d in 0..DEVICES {
-        if let Err(e) = alloc.check_invariants(d) {
+        if let Err(e) = alloc.check_invariants(DeviceIndex::new(d)) {
             panic!("invariant broken after the threads ran: {e}");
         }
         let mut ranges: Vec<(u64, u64)> = held
@@ -280,7 +285,7 @@ fn stress_on(sim: SimBackend, config: AllocatorConfig) {
     sim.complete_all();
     assert_eq!(alloc.empty_cache(), Ok(()), "empty_cache after the stress");
     for d in 0..DEVICES {
-        if let Err(e) = alloc.check_invariants(d) {
+        if let Err(e) = alloc.check_invariants(DeviceIndex::new(d)) {
             panic!("invariant broken after teardown: {e}");
         }
         let stats = alloc.memory_stats(d).expect("device exists");
@@ -289,10 +294,20 @@ fn stress_on(sim: SimBackend, config: AllocatorConfig) {
             "device {d} reserved"
         );
         assert_eq!(stats["active_bytes.all.current"], 0, "device {d} active");
-        assert_eq!(sim.allocated_bytes(d), 0, "device {d} still holds memory");
-        assert_eq!(sim.segment_count(d), 0, "device {d} still has segments");
+        assert_eq!(
+            sim.allocated_bytes(DeviceIndex::new(d)),
+            0,
+            "device {d} still holds memory"
+        );
+        assert_eq!(
+            sim.segment_count(DeviceIndex::new(d)),
+            0,
+            "device {d} still has segments"
+        );
     }
-    let events: u64 = (0..DEVICES).map(|d| sim.calls(d).events_recorded).sum();
+    let events: u64 = (0..DEVICES)
+        .map(|d| sim.calls(DeviceIndex::new(d)).events_recorded)
+        .sum();
     assert!(
         events > 0,
         "no deferred free happened: record_stream was not exercised"

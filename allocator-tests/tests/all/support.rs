@@ -2,6 +2,7 @@
 //! step, the property tests' configuration, and a seeded random number generator.
 
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
 use blockpool::{Allocation, CachingAllocator, SimBackend};
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
 use std::ffi::OsStr;
@@ -17,12 +18,12 @@ pub fn stat(alloc: &CachingAllocator<SimBackend>, key: &str) -> i64 {
 /// Invariants hold on device 0 and its reserved bytes are exactly what the simulated device
 /// has handed out (segments and mapped memory).
 pub fn valid(alloc: &CachingAllocator<SimBackend>, sim: &SimBackend) {
-    if let Err(e) = alloc.check_invariants(0) {
+    if let Err(e) = alloc.check_invariants(DeviceIndex::new(0)) {
         panic!("invariant broken: {e}");
     }
     assert_eq!(
         stat(alloc, "reserved_bytes.all.current") as usize,
-        sim.allocated_bytes(0),
+        sim.allocated_bytes(DeviceIndex::new(0)),
         "reserved bytes must equal what the device has handed out"
     );
 }

@@ -6,18 +6,22 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use crate::gpu_allocator;
 use crate::kernels::Kernels;
+use blockpool::DeviceIndex;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn buffers_round_trip_through_cudarc_copies() {
     let alloc = gpu_allocator();
-    let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
+    let stream = alloc.backend().context(D0).unwrap().new_stream().unwrap();
     const N: usize = 100_000;
     let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
     let ys: Vec<f32> = (0..N).map(|i| (N - i) as f32).collect();
 
-    let x = DeviceBuffer::from_host(&alloc, 0, &xs, &stream).unwrap();
-    let mut y = DeviceBuffer::<f32>::alloc_zeros(&alloc, 0, N, &stream).unwrap();
+    let x = DeviceBuffer::from_host(&alloc, D0, &xs, &stream).unwrap();
+    let mut y = DeviceBuffer::<f32>::alloc_zeros(&alloc, D0, N, &stream).unwrap();
     assert_eq!(y.to_vec().unwrap(), vec![0.0; N], "alloc_zeros zeroes");
     stream.memcpy_htod(&ys, &mut y).unwrap(); // cudarc's own copy
     assert_eq!(
@@ -30,7 +34,7 @@ fn buffers_round_trip_through_cudarc_copies() {
     stream.synchronize().unwrap();
     assert_eq!(out, ys, "memcpy_dtoh reads what memcpy_htod wrote");
 
-    let mut copy = DeviceBuffer::<f32>::alloc_zeros(&alloc, 0, N, &stream).unwrap();
+    let mut copy = DeviceBuffer::<f32>::alloc_zeros(&alloc, D0, N, &stream).unwrap();
     copy.copy_from_device(&y).unwrap();
     assert_eq!(copy.to_vec().unwrap(), ys, "device-to-device copy");
     assert_eq!(
@@ -44,14 +48,14 @@ fn buffers_round_trip_through_cudarc_copies() {
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn buffers_are_kernel_arguments() {
     let alloc = gpu_allocator();
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(D0).unwrap();
     let stream = ctx.new_stream().unwrap();
     let kernels = Kernels::load(&ctx);
     const N: usize = 100_000;
     let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
     let ys: Vec<f32> = (0..N).map(|i| (N - i) as f32).collect();
-    let x = DeviceBuffer::from_host(&alloc, 0, &xs, &stream).unwrap();
-    let mut y = DeviceBuffer::from_host(&alloc, 0, &ys, &stream).unwrap();
+    let x = DeviceBuffer::from_host(&alloc, D0, &xs, &stream).unwrap();
+    let mut y = DeviceBuffer::from_host(&alloc, D0, &ys, &stream).unwrap();
 
     let (a, n) = (2.0f32, N as u32);
     let mut launch = stream.launch_builder(&kernels.axpy);
@@ -71,12 +75,12 @@ fn buffers_are_kernel_arguments() {
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn a_block_used_on_another_stream_waits_for_its_event_before_reuse() {
     let alloc = gpu_allocator();
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(D0).unwrap();
     let home = ctx.new_stream().unwrap();
     let other = ctx.new_stream().unwrap();
     let kernels = Kernels::load(&ctx);
 
-    let mut buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
+    let mut buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, D0, 1024, &home).unwrap();
     home.synchronize().unwrap();
     let ptr = buf.ptr();
     // Busy work on the other stream that writes the buffer at its end (about a second).
@@ -108,10 +112,10 @@ fn a_block_used_on_another_stream_waits_for_its_event_before_reuse() {
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn bad_input_is_refused_with_typed_errors() {
     let alloc = gpu_allocator();
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(D0).unwrap();
     let stream = ctx.new_stream().unwrap();
 
-    let err = DeviceBuffer::<f64>::alloc_zeros(&alloc, 0, usize::MAX / 4, &stream).unwrap_err();
+    let err = DeviceBuffer::<f64>::alloc_zeros(&alloc, D0, usize::MAX / 4, &stream).unwrap_err();
     assert!(
         matches!(
             err,
@@ -123,7 +127,7 @@ fn bad_input_is_refused_with_typed_errors() {
         "{err:?}"
     );
 
-    let mut buf = DeviceBuffer::<f32>::alloc_zeros(&alloc, 0, 16, &stream).unwrap();
+    let mut buf = DeviceBuffer::<f32>::alloc_zeros(&alloc, D0, 16, &stream).unwrap();
     let err = buf.copy_from_host(&[1.0; 17]).unwrap_err();
     assert!(
         matches!(
@@ -149,7 +153,7 @@ fn bad_input_is_refused_with_typed_errors() {
         ),
         "{err:?}"
     );
-    let longer = DeviceBuffer::<f32>::alloc_zeros(&alloc, 0, 32, &stream).unwrap();
+    let longer = DeviceBuffer::<f32>::alloc_zeros(&alloc, D0, 32, &stream).unwrap();
     let err = buf.copy_from_device(&longer).unwrap_err();
     assert!(matches!(err, BufferError::LengthMismatch { .. }), "{err:?}");
 
@@ -160,9 +164,9 @@ fn bad_input_is_refused_with_typed_errors() {
             matches!(
                 err,
                 BufferError::Backend(blockpool::backend::BackendError::InvalidDevice {
-                    device: 1,
+                    device,
                     ..
-                })
+                }) if device == DeviceIndex::new(1)
             ),
             "{err:?}"
         ),
@@ -170,9 +174,9 @@ fn bad_input_is_refused_with_typed_errors() {
             matches!(
                 err,
                 BufferError::WrongDevice {
-                    buffer_device: 1,
-                    other_device: 0
-                }
+                    buffer_device,
+                    other_device,
+                } if (buffer_device, other_device) == (DeviceIndex::new(1), D0)
             ),
             "{err:?}"
         ),
@@ -188,19 +192,19 @@ fn bad_input_is_refused_with_typed_errors() {
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn dropped_buffers_go_back_to_the_pool_on_their_stream() {
     let alloc = gpu_allocator();
-    let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
-    let first = DeviceBuffer::<u8>::alloc_zeros(&alloc, 0, 1 << 20, &stream).unwrap();
+    let stream = alloc.backend().context(D0).unwrap().new_stream().unwrap();
+    let first = DeviceBuffer::<u8>::alloc_zeros(&alloc, D0, 1 << 20, &stream).unwrap();
     let ptr = first.ptr();
     drop(first);
-    let second = DeviceBuffer::<u8>::from_host(&alloc, 0, &vec![7u8; 1 << 20], &stream).unwrap();
+    let second = DeviceBuffer::<u8>::from_host(&alloc, D0, &vec![7u8; 1 << 20], &stream).unwrap();
     assert_eq!(
         second.ptr(),
         ptr,
         "the same stream reuses the block at once"
     );
     assert_eq!(second.to_vec().unwrap(), vec![7u8; 1 << 20]);
-    let default = alloc.backend().context(0).unwrap().default_stream();
-    let third = DeviceBuffer::<u8>::alloc_zeros(&alloc, 0, 1 << 20, &default).unwrap();
+    let default = alloc.backend().context(D0).unwrap().default_stream();
+    let third = DeviceBuffer::<u8>::alloc_zeros(&alloc, D0, 1 << 20, &default).unwrap();
     drop(second);
     assert_ne!(
         third.ptr(),

@@ -18,6 +18,7 @@ use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::CudaStream;
 
 use crate::MIB;
+use blockpool::DeviceIndex;
 
 /// The calling thread's current context (null: none).
 fn current() -> sys::CUcontext {
@@ -110,7 +111,10 @@ pub fn assert_device_memory(ptr: u64, size: usize, device: usize) {
 fn caller_context(backend: &CudaBackend, t: usize) -> sys::CUcontext {
     let devices = blockpool::Backend::device_count(backend);
     if t % 2 == 1 && devices > 1 {
-        backend.context(devices - 1).unwrap().cu_ctx()
+        backend
+            .context(DeviceIndex::new(devices - 1))
+            .unwrap()
+            .cu_ctx()
     } else {
         std::ptr::null_mut()
     }
@@ -165,7 +169,7 @@ fn round(
         "pinned memory is host memory"
     );
     keeps(caller, "a pinned block's event", || {
-        pinned.record_event(0, other)
+        pinned.record_event(DeviceIndex::new(0), other)
     })
     .unwrap();
     drop(pinned);
@@ -204,7 +208,8 @@ fn allocators() -> Allocators {
             .unwrap(),
     ));
     assert!(blockpool::Backend::supports_expandable_segments(
-        &backend, 0
+        &backend,
+        DeviceIndex::new(0)
     ));
     let host = Arc::new(HostCachingAllocator::new(backend.clone()));
     Allocators {
@@ -239,7 +244,11 @@ fn the_callers_context_survives_every_call() {
             let (alloc, expandable, host) = (alloc.clone(), expandable.clone(), host.clone());
             let backend = backend.clone();
             std::thread::spawn(move || {
-                let other = backend.context(0).unwrap().new_stream().unwrap();
+                let other = backend
+                    .context(DeviceIndex::new(0))
+                    .unwrap()
+                    .new_stream()
+                    .unwrap();
                 let caller = caller_context(&backend, t);
                 set_current(caller);
                 for _ in 0..20 {
@@ -268,7 +277,11 @@ fn on_fake_error_paths_keep_the_callers_context() {
         host,
     } = &all;
     // One at a time: an injected failure is the next call's, whichever thread makes it.
-    let other = backend.context(0).unwrap().new_stream().unwrap();
+    let other = backend
+        .context(DeviceIndex::new(0))
+        .unwrap()
+        .new_stream()
+        .unwrap();
     let other_id = CudaBackend::stream_id(&other);
     for t in 0..2 {
         let caller = caller_context(backend, t);
@@ -368,7 +381,11 @@ fn on_fake_a_block_used_on_another_devices_stream_waits_for_that_devices_event()
         "two devices"
     );
     let alloc = CachingAllocator::new(backend.clone(), AllocatorConfig::default());
-    let elsewhere = backend.context(1).unwrap().new_stream().unwrap();
+    let elsewhere = backend
+        .context(DeviceIndex::new(1))
+        .unwrap()
+        .new_stream()
+        .unwrap();
     set_current(std::ptr::null_mut());
     let block = alloc.allocate(0, MIB, StreamId::DEFAULT).unwrap();
     let ptr = block.ptr();

@@ -6,6 +6,7 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 
 use crate::gpu_allocator;
+use blockpool::DeviceIndex;
 
 #[test]
 #[ignore = "needs an NVIDIA GPU and libcublas: run scripts/gpu-check.sh"]
@@ -17,7 +18,12 @@ fn buffers_go_to_cublas_gemm() {
         "libcublas is not installed: this test needs it (gpu-check.sh skips it then)"
     );
     let alloc = gpu_allocator();
-    let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
+    let stream = alloc
+        .backend()
+        .context(DeviceIndex::new(0))
+        .unwrap()
+        .new_stream()
+        .unwrap();
     let blas = CudaBlas::new(stream.clone()).expect("cuBLAS starts");
     // Column-major: A is 2x3 [[1 3 5] [2 4 6]], B is 3x2 [[7 10] [8 11] [9 12]].
     let a =

@@ -6,6 +6,7 @@ use blockpool::cuda::DeviceBuffer;
 use blockpool::{AllocatorConfig, BufferError, CachingAllocator, CudaBackend};
 
 use crate::context::{assert_device_memory, fail_next, UNKNOWN};
+use blockpool::DeviceIndex;
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
@@ -13,7 +14,7 @@ fn cudarc_copies_round_trip_through_reuse_across_streams() {
     let backend = crate::gpu_backend();
     let alloc = CachingAllocator::new(backend.clone(), AllocatorConfig::default());
     for device in 0..alloc.device_count() {
-        let ctx = backend.context(device).unwrap();
+        let ctx = backend.context(DeviceIndex::new(device)).unwrap();
         let streams = [ctx.new_stream().unwrap(), ctx.new_stream().unwrap()];
         let mut addresses = std::collections::BTreeSet::new();
         for round in 0..12u32 {
@@ -65,17 +66,17 @@ fn cudarc_copies_round_trip_through_reuse_across_streams() {
 fn on_fake_a_panic_inside_cudarc_keeps_what_failed_and_why() {
     let backend = CudaBackend::new().expect("the fake driver loads");
     let alloc = CachingAllocator::new(backend.clone(), AllocatorConfig::default());
-    let ctx = backend.context(0).unwrap();
+    let ctx = backend.context(DeviceIndex::new(0)).unwrap();
     // A second stream turns cudarc's event tracking on: each slice then makes two events.
     let (stream, _tracking) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     fail_next("cuEventCreate", UNKNOWN, 1);
     let error = DeviceBuffer::<u32>::alloc_zeros(&alloc, 0, 16, &stream).unwrap_err();
     match &error {
         BufferError::CudarcPanicked {
-            device: 0,
+            device,
             operation,
             message,
-        } => {
+        } if *device == DeviceIndex::new(0) => {
             assert!(operation.contains("upgrade_device_ptr"), "{operation}");
             assert!(
                 message.contains("CUDA_ERROR_UNKNOWN"),

@@ -9,6 +9,7 @@
 //! `cuMemCreate`: a driver too old for blockpool, which the probe and `CudaBackend::new` refuse
 //! by name.
 
+use blockpool::DeviceIndex;
 use std::process::Command;
 
 use blockpool::backend::BackendError;
@@ -19,6 +20,9 @@ use blockpool::{AllocatorConfig, Backend, CachingAllocator, Error, StreamId};
 use fake_libcuda::FakeCudaCounts;
 
 use crate::MIB;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 /// The tests that launch kernels (ours or cuBLAS's), which the fake driver cannot run.
 const KERNEL_TESTS: [&str; 4] = [
@@ -166,13 +170,13 @@ fn fake_allocator() -> (CachingAllocator<CudaBackend>, FakeCudaCounts) {
 fn on_fake_everything_goes_back_to_the_driver() {
     let (alloc, before) = fake_allocator();
     assert_eq!(
-        alloc.backend().device_name(0).unwrap(),
+        alloc.backend().device_name(D0).unwrap(),
         "blockpool fake GPU 0"
     );
     {
-        let ctx = alloc.backend().context(0).unwrap();
+        let ctx = alloc.backend().context(D0).unwrap();
         let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
-        let mut x = DeviceBuffer::<u32>::alloc_zeros(&alloc, 0, 1 << 16, &a).unwrap();
+        let mut x = DeviceBuffer::<u32>::alloc_zeros(&alloc, D0, 1 << 16, &a).unwrap();
         x.copy_from_host(&vec![3; 1 << 16]).unwrap();
         x.record_stream(&b).unwrap();
         let big = alloc.allocate(0, 64 * MIB, StreamId::DEFAULT).unwrap();
@@ -223,9 +227,9 @@ fn on_fake_everything_goes_back_to_the_driver() {
 #[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
 fn on_fake_a_block_used_on_another_stream_waits_for_its_event() {
     let (alloc, before) = fake_allocator();
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(D0).unwrap();
     let (home, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
-    let buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
+    let buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, D0, 1024, &home).unwrap();
     home.synchronize().unwrap();
     let ptr = buf.ptr();
     let delay = EventDelay::set(u32::MAX); // the other stream is busy until synchronized
@@ -316,9 +320,9 @@ fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
     ] {
         assert!(message.contains(part), "`{part}` not in: {message}");
     }
-    assert_eq!(oom.device, 0);
+    assert_eq!(oom.device, D0);
     assert_eq!(alloc.memory_stats(0).unwrap()["num_ooms"], 1);
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(D0).unwrap();
     drop(big);
     alloc.empty_cache().unwrap();
     let after = counts();
@@ -333,9 +337,9 @@ fn on_fake_driver_out_of_memory_releases_the_cache_and_retries() {
     // No address space left is out of memory too (retryable), not a hard driver error.
     let backend = alloc.backend();
     let huge = usize::MAX - usize::MAX % (2 * MIB);
-    let err = backend.reserve_address_range(0, huge).unwrap_err();
+    let err = backend.reserve_address_range(D0, huge).unwrap_err();
     assert!(
-        matches!(err, BackendError::OutOfMemory { device: 0, .. }),
+        matches!(err, BackendError::OutOfMemory { device, .. } if device == D0),
         "{err:?}"
     );
 }
@@ -346,13 +350,13 @@ fn on_fake_pinned_cache_reuses_host_memory_after_its_event() {
     use blockpool::host::HostCachingAllocator;
     let backend = CudaBackend::new().expect("the fake driver loads");
     let host = HostCachingAllocator::new(backend.clone());
-    let ctx = backend.context(0).unwrap();
+    let ctx = backend.context(D0).unwrap();
     let stream = ctx.new_stream().unwrap();
     let id = CudaBackend::stream_id(&stream);
     let before = counts();
     let block = host.allocate(100_000).unwrap();
     let ptr = block.ptr();
-    block.record_event(0, id).unwrap();
+    block.record_event(D0, id).unwrap();
     let delay = EventDelay::set(u32::MAX);
     drop(block);
     let again = host.allocate(100_000).unwrap();
@@ -378,7 +382,7 @@ fn on_fake_pinned_cache_reuses_host_memory_after_its_event() {
 #[ignore = "needs the fake driver: the_gpu_tests_pass_on_the_fake_driver runs it"]
 fn on_fake_a_destroyed_stream_is_a_typed_driver_error() {
     let (alloc, before) = fake_allocator();
-    let gone = alloc.backend().context(0).unwrap().new_stream().unwrap();
+    let gone = alloc.backend().context(D0).unwrap().new_stream().unwrap();
     let gone_id = CudaBackend::stream_id(&gone);
     drop(gone); // cudarc destroys the stream
     let block = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
@@ -396,7 +400,7 @@ fn on_fake_a_destroyed_stream_is_a_typed_driver_error() {
         other => panic!("expected the driver's error, got {other:?}"),
     }
     // The allocator stays valid; the block stays out of reach (a stream may still use it).
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(D0).unwrap();
     let next = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
     assert_ne!(next.ptr(), 0);
     let after = counts();
@@ -413,7 +417,14 @@ fn on_fake_two_devices_have_a_pool_each() {
     let (alloc, before) = fake_allocator();
     assert_eq!(alloc.device_count(), 2);
     let streams: Vec<_> = (0..2)
-        .map(|d| alloc.backend().context(d).unwrap().new_stream().unwrap())
+        .map(|d| {
+            alloc
+                .backend()
+                .context(DeviceIndex::new(d))
+                .unwrap()
+                .new_stream()
+                .unwrap()
+        })
         .collect();
     let free_before: Vec<usize> = (0..2)
         .map(|d| alloc.mem_get_info(d).unwrap().free_bytes)
@@ -455,9 +466,9 @@ fn on_fake_two_devices_have_a_pool_each() {
         matches!(
             wrong,
             blockpool::BufferError::WrongDevice {
-                buffer_device: 1,
-                other_device: 0
-            }
+                buffer_device,
+                other_device,
+            } if (buffer_device, other_device) == (DeviceIndex::new(1), D0)
         ),
         "{wrong:?}"
     );
@@ -519,11 +530,11 @@ fn refused_by_name_on_the_library_without_a_symbol() {
     let err = CudaBackend::new().expect_err("a driver without cuMemCreate is refused");
     match &err {
         BackendError::Driver {
-            device: 0,
+            device,
             code: 36,
             name,
             message,
-        } => {
+        } if *device == D0 => {
             assert_eq!(name, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER");
             assert!(
                 message.contains("has no `cuMemCreate`") && message.contains("update the driver"),

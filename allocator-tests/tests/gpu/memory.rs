@@ -10,15 +10,19 @@ use blockpool::CudaBackend;
 use blockpool::{AllocatorConfig, Backend, StreamId};
 
 use crate::{gpu_allocator, gpu_allocator_with, gpu_backend, MIB};
+use blockpool::DeviceIndex;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn backend_reports_the_device_and_its_memory() {
     let backend = gpu_backend();
     assert!(backend.device_count() >= 1);
-    let name = backend.device_name(0).unwrap();
-    let (major, minor) = backend.compute_capability(0).unwrap();
-    let info = backend.mem_get_info(0).unwrap();
+    let name = backend.device_name(D0).unwrap();
+    let (major, minor) = backend.compute_capability(D0).unwrap();
+    let info = backend.mem_get_info(D0).unwrap();
     println!(
         "device 0: {name}, compute capability {major}.{minor}, {} MiB total, {} MiB free, driver {}",
         info.total_bytes / MIB,
@@ -30,7 +34,7 @@ fn backend_reports_the_device_and_its_memory() {
         major >= 3,
         "compute capability {major}.{minor} is not a CUDA GPU's"
     );
-    assert_eq!(info.total_bytes, backend.total_memory_bytes(0).unwrap());
+    assert_eq!(info.total_bytes, backend.total_memory_bytes(D0).unwrap());
     assert!(info.free_bytes <= info.total_bytes);
 }
 
@@ -42,9 +46,9 @@ fn freed_blocks_are_reused_without_a_device_call() {
     let ptr = a.ptr();
     assert_ne!(ptr, 0, "real device memory has an address");
     assert_eq!(ptr % 512, 0, "blocks are 512-byte aligned");
-    assert_eq!(alloc.backend().segment_count(0).unwrap(), 1);
+    assert_eq!(alloc.backend().segment_count(D0).unwrap(), 1);
     assert_eq!(
-        alloc.backend().allocated_bytes(0).unwrap(),
+        alloc.backend().allocated_bytes(D0).unwrap(),
         2 * MIB,
         "one small segment"
     );
@@ -52,7 +56,7 @@ fn freed_blocks_are_reused_without_a_device_call() {
     let b = alloc.allocate(0, 4096, StreamId::DEFAULT).unwrap();
     assert_eq!(b.ptr(), ptr, "the cached block is handed out again");
     let big = alloc.allocate(0, 64 * MIB, StreamId::DEFAULT).unwrap();
-    assert_eq!(alloc.backend().segment_count(0).unwrap(), 2);
+    assert_eq!(alloc.backend().segment_count(D0).unwrap(), 2);
     drop((b, big));
     let stats = alloc.memory_stats(0).unwrap();
     assert_eq!(
@@ -60,9 +64,9 @@ fn freed_blocks_are_reused_without_a_device_call() {
         "only two cuMemAlloc calls: {stats:?}"
     );
     alloc.empty_cache().unwrap();
-    assert_eq!(alloc.backend().segment_count(0).unwrap(), 0);
-    assert_eq!(alloc.backend().allocated_bytes(0).unwrap(), 0);
-    alloc.check_invariants(0).unwrap();
+    assert_eq!(alloc.backend().segment_count(D0).unwrap(), 0);
+    assert_eq!(alloc.backend().allocated_bytes(D0).unwrap(), 0);
+    alloc.check_invariants(D0).unwrap();
 }
 
 #[test]
@@ -99,7 +103,7 @@ fn out_of_memory_under_a_memory_fraction_recovers() {
     let total = alloc.mem_get_info(0).unwrap().total_bytes;
     // A cap of 1 GiB.
     alloc
-        .set_per_process_memory_fraction((1024 * MIB) as f64 / total as f64, 0)
+        .set_per_process_memory_fraction((1024 * MIB) as f64 / total as f64, D0)
         .unwrap();
     let a = alloc.allocate(0, 600 * MIB, StreamId::DEFAULT).unwrap();
     let err = alloc.allocate(0, 600 * MIB, StreamId::DEFAULT).unwrap_err();
@@ -118,10 +122,10 @@ fn out_of_memory_under_a_memory_fraction_recovers() {
         stats["num_device_free"], 1,
         "the cached segment went back: {stats:?}"
     );
-    assert_eq!(alloc.backend().allocated_bytes(0).unwrap(), 800 * MIB);
+    assert_eq!(alloc.backend().allocated_bytes(D0).unwrap(), 800 * MIB);
     drop(b);
     alloc.empty_cache().unwrap();
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(D0).unwrap();
 }
 
 #[test]
@@ -129,7 +133,7 @@ fn out_of_memory_under_a_memory_fraction_recovers() {
 fn pinned_host_memory_round_trips_through_the_device() {
     let alloc = gpu_allocator();
     let backend = alloc.backend();
-    let stream = backend.context(0).unwrap().new_stream().unwrap();
+    let stream = backend.context(D0).unwrap().new_stream().unwrap();
     const LEN: usize = 1 << 20;
     let bytes = LEN * std::mem::size_of::<u32>();
     let src_ptr = backend.alloc_host(bytes).unwrap();
@@ -149,7 +153,7 @@ fn pinned_host_memory_round_trips_through_the_device() {
             *x = (i as u32).wrapping_mul(2_654_435_761);
         }
         dst.fill(0);
-        let mut buf = DeviceBuffer::<u32>::alloc_zeros(&alloc, 0, LEN, &stream).unwrap();
+        let mut buf = DeviceBuffer::<u32>::alloc_zeros(&alloc, D0, LEN, &stream).unwrap();
         stream.memcpy_htod(&*src, &mut buf).unwrap();
         stream.memcpy_dtoh(&buf, dst).unwrap();
         stream.synchronize().unwrap();
@@ -177,17 +181,17 @@ fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
         .unwrap();
     let alloc = gpu_allocator_with(config);
     assert!(
-        alloc.backend().supports_expandable_segments(0),
+        alloc.backend().supports_expandable_segments(D0),
         "every GPU since Pascal supports virtual memory management"
     );
     let free_before = alloc.mem_get_info(0).unwrap().free_bytes;
-    let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
+    let stream = alloc.backend().context(D0).unwrap().new_stream().unwrap();
     let id = CudaBackend::stream_id(&stream);
 
     let a = alloc.allocate(0, 30 * MIB, id).unwrap();
     // 30 MiB of u32s, across the boundary of two mapped 20 MiB units.
     let values: Vec<u32> = (0..(30 * MIB / 4) as u32).collect();
-    let b = DeviceBuffer::from_host(&alloc, 0, &values, &stream).unwrap();
+    let b = DeviceBuffer::from_host(&alloc, D0, &values, &stream).unwrap();
     assert_eq!(
         b.ptr(),
         a.ptr() + (30 * MIB) as u64,
@@ -199,12 +203,12 @@ fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
         "written and read across mapped units"
     );
     assert_eq!(
-        alloc.backend().segment_count(0).unwrap(),
+        alloc.backend().segment_count(D0).unwrap(),
         0,
         "no cuMemAlloc"
     );
     assert_eq!(
-        alloc.backend().mapped_bytes(0).unwrap(),
+        alloc.backend().mapped_bytes(D0).unwrap(),
         60 * MIB,
         "three 20 MiB units"
     );
@@ -219,7 +223,7 @@ fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
     drop((a, b));
     alloc.empty_cache().unwrap();
     assert_eq!(
-        alloc.backend().mapped_bytes(0).unwrap(),
+        alloc.backend().mapped_bytes(D0).unwrap(),
         0,
         "every unit unmapped"
     );
@@ -232,7 +236,7 @@ fn expandable_segments_grow_in_place_on_the_driver_s_virtual_memory() {
         free_after + 16 * MIB >= free_before,
         "the memory went back: free {free_before} before, {free_after} after"
     );
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(D0).unwrap();
 }
 
 #[test]
@@ -249,7 +253,7 @@ fn threads_share_a_device_whose_lock_is_released_during_cu_mem_alloc() {
         for t in 0..THREADS {
             let alloc = &alloc;
             s.spawn(move || {
-                let stream = alloc.backend().context(0).unwrap().new_stream().unwrap();
+                let stream = alloc.backend().context(D0).unwrap().new_stream().unwrap();
                 let check = |tag: u32, buf: &DeviceBuffer<u32>| {
                     let back = buf.to_vec().unwrap();
                     assert!(
@@ -263,7 +267,7 @@ fn threads_share_a_device_whose_lock_is_released_during_cu_mem_alloc() {
                     let data = vec![tag; LENS[round as usize % LENS.len()]];
                     held.push((
                         tag,
-                        DeviceBuffer::from_host(alloc, 0, &data, &stream).unwrap(),
+                        DeviceBuffer::from_host(alloc, D0, &data, &stream).unwrap(),
                     ));
                     if held.len() > 3 {
                         let (tag, buf) = held.remove(0);
@@ -276,7 +280,7 @@ fn threads_share_a_device_whose_lock_is_released_during_cu_mem_alloc() {
             });
         }
     });
-    alloc.check_invariants(0).unwrap();
+    alloc.check_invariants(D0).unwrap();
     let stats = alloc.memory_stats(0).unwrap();
     assert_eq!(stats["allocation.all.current"], 0, "{stats:?}");
     assert_eq!(
@@ -289,5 +293,5 @@ fn threads_share_a_device_whose_lock_is_released_during_cu_mem_alloc() {
         "each thread's stream needed segments of its own: {stats:?}"
     );
     alloc.empty_cache().unwrap();
-    assert_eq!(alloc.backend().allocated_bytes(0).unwrap(), 0);
+    assert_eq!(alloc.backend().allocated_bytes(D0).unwrap(), 0);
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::fake_driver::{counts, EventDelay};
 use crate::kernels::Kernels;
 use crate::{gpu_allocator_with, gpu_backend};
+use blockpool::DeviceIndex;
 
 fn ordered() -> AllocatorConfig {
     AllocatorConfig::builder()
@@ -27,7 +28,7 @@ fn ordered() -> AllocatorConfig {
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn a_stream_that_takes_a_block_waits_for_the_kernel_still_writing_it() {
     let alloc = gpu_allocator_with(ordered());
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(DeviceIndex::new(0)).unwrap();
     let (home, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let kernels = Kernels::load(&ctx);
 
@@ -62,7 +63,7 @@ fn assert_waits_for(
 ) {
     let backend = alloc.backend();
     let probe = backend
-        .record_event(0, CudaBackend::stream_id(waiting))
+        .record_event(DeviceIndex::new(0), CudaBackend::stream_id(waiting))
         .unwrap();
     assert!(
         !backend.query_event(&probe).unwrap(),
@@ -83,7 +84,7 @@ fn fake_ordered() -> CachingAllocator<CudaBackend> {
 fn on_fake_a_stream_that_takes_a_block_waits_for_the_stream_that_freed_it() {
     let alloc = fake_ordered();
     let before = counts();
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(DeviceIndex::new(0)).unwrap();
     let (home, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
     home.synchronize().unwrap();
@@ -113,7 +114,7 @@ fn on_fake_a_stream_that_takes_a_block_waits_for_the_stream_that_freed_it() {
 fn on_fake_a_record_stream_free_is_reused_behind_a_wait_not_after_completion() {
     let alloc = fake_ordered();
     let before = counts();
-    let ctx = alloc.backend().context(0).unwrap();
+    let ctx = alloc.backend().context(DeviceIndex::new(0)).unwrap();
     let (home, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let buf = DeviceBuffer::<u64>::alloc_zeros(&alloc, 0, 1024, &home).unwrap();
     home.synchronize().unwrap();

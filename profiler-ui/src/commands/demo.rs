@@ -16,7 +16,8 @@ use anyhow::Context as _;
 use blockpool::global::{default_backend_for, DefaultBackend, BACKEND_ENV_VAR};
 use blockpool::trace::file::load_trace;
 use blockpool::{
-    annotate, Allocation, AllocatorConfig, CachingAllocator, HistorySettings, SimBackend, StreamId,
+    annotate, Allocation, AllocatorConfig, CachingAllocator, DeviceIndex, HistorySettings,
+    SimBackend, StreamId,
 };
 use std::path::Path;
 
@@ -93,7 +94,7 @@ impl Device {
         if let DefaultBackend::Cuda(cuda) = &backend {
             // The first use of GPU 0 opens it (its primary context): a GPU held by another
             // process fails here.
-            let free = blockpool::Backend::mem_get_info(cuda, 0)
+            let free = blockpool::Backend::mem_get_info(cuda, DeviceIndex::new(0))
                 .map_err(|e| {
                     anyhow::anyhow!(
                         "CUDA looks usable, but GPU 0 could not be opened: {e} \
@@ -110,14 +111,14 @@ impl Device {
                 )
             })?;
             let stream = cuda
-                .context(0)?
+                .context(DeviceIndex::new(0))?
                 .new_stream()
                 .context("cannot create a CUDA stream on GPU 0")?;
             let description = format!(
                 "GPU 0 ({}, {}) through CUDA, hidden size {hidden}: its peak of {} on a \
                  simulated device fits in {:.0}% of the {} free",
-                cuda.device_name(0)?,
-                format_size(cuda.total_memory_bytes(0)? as u64),
+                cuda.device_name(DeviceIndex::new(0))?,
+                format_size(cuda.total_memory_bytes(DeviceIndex::new(0))? as u64),
                 format_size(peak),
                 GPU_SHARE * 100.0,
                 format_size(free as u64),
@@ -155,7 +156,7 @@ impl Device {
     /// finishes on its own (the demo queues no kernels).
     fn complete_side_stream(&self) -> anyhow::Result<()> {
         if let DefaultBackend::Sim(sim) = &self.backend {
-            sim.complete_stream(0, self.side)?;
+            sim.complete_stream(DeviceIndex::new(0), self.side)?;
         }
         Ok(())
     }

@@ -67,7 +67,7 @@ impl Device {
         let mut free_ranges = BTreeMap::new();
         if !host_backed {
             // A device index too large for the address space gets no range: it is always full.
-            let start = u64::try_from(index)
+            let start = u64::try_from(index.get())
                 .ok()
                 .and_then(|i| i.checked_mul(FAKE_SPAN))
                 .and_then(|offset| offset.checked_add(FAKE_BASE));
@@ -83,7 +83,7 @@ impl Device {
             free_ranges,
             segments: BTreeMap::new(),
             reservations: BTreeMap::new(),
-            free_vmm_ranges: super::vmm::address_window(index, host_backed),
+            free_vmm_ranges: super::vmm::address_window(index.get(), host_backed),
             streams: Streams::default(),
             alloc_faults: Vec::new(),
             record_faults: Vec::new(),

@@ -114,7 +114,7 @@ impl Backend for SimBackend {
     /// True for an existing device with fake addresses; false when host-backed (see
     /// [`SimBackend::reserve_address_range`](Backend::reserve_address_range)).
     fn supports_expandable_segments(&self, device: DeviceIndex) -> bool {
-        !self.inner.host_backed && device < self.inner.devices.len()
+        !self.inner.host_backed && device < DeviceIndex::new(self.inner.devices.len())
     }
 
     /// A fake range aligned to [`MAPPING_GRANULARITY`], first fit from the device's reservation

@@ -71,17 +71,17 @@ impl SimBackend {
     /// segments ignore it.
     ///
     /// ```
-    /// use blockpool::{Backend, SimBackend};
+    /// use blockpool::{Backend, DeviceIndex, SimBackend};
     ///
     /// let sim = SimBackend::new(1, 1 << 30);
-    /// let base = sim.address_range(0).map(|r| r.start).unwrap_or(0);
-    /// sim.place_next_segment(0, Some(base + (64 << 20)))?;
-    /// assert_eq!(sim.alloc_segment(0, 2 << 20)?, base + (64 << 20));
+    /// let base = sim.address_range(DeviceIndex::new(0)).map(|r| r.start).unwrap_or(0);
+    /// sim.place_next_segment(DeviceIndex::new(0), Some(base + (64 << 20)))?;
+    /// assert_eq!(sim.alloc_segment(DeviceIndex::new(0), 2 << 20)?, base + (64 << 20));
     /// // The request was used up: the next segment goes by first fit.
-    /// assert_eq!(sim.alloc_segment(0, 2 << 20)?, base);
-    /// sim.place_next_segment(0, Some(base + 4096))?; // taken by the first-fit segment
-    /// assert_eq!(sim.alloc_segment(0, 2 << 20)?, base + (2 << 20));
-    /// assert_eq!(sim.placements(0), (1, 1), "one honoured, one missed");
+    /// assert_eq!(sim.alloc_segment(DeviceIndex::new(0), 2 << 20)?, base);
+    /// sim.place_next_segment(DeviceIndex::new(0), Some(base + 4096))?; // taken by the first-fit segment
+    /// assert_eq!(sim.alloc_segment(DeviceIndex::new(0), 2 << 20)?, base + (2 << 20));
+    /// assert_eq!(sim.placements(DeviceIndex::new(0)), (1, 1), "one honoured, one missed");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn place_next_segment(
@@ -107,10 +107,10 @@ impl SimBackend {
     /// `None` for a host-backed backend (its segments live at host addresses) and for a device
     /// that does not exist or whose range would pass 2^64.
     pub fn address_range(&self, device: DeviceIndex) -> Option<Range<u64>> {
-        if self.is_host_backed() || device >= self.inner.devices.len() {
+        if self.is_host_backed() || device.get() >= self.inner.devices.len() {
             return None;
         }
-        let start = u64::try_from(device)
+        let start = u64::try_from(device.get())
             .ok()?
             .checked_mul(FAKE_SPAN)?
             .checked_add(FAKE_BASE)?;
@@ -154,36 +154,39 @@ mod tests {
     #[test]
     fn placed_segments_free_back_into_the_range() {
         let sim = SimBackend::new(2, 1 << 30);
-        let range = sim.address_range(1).expect("fake range");
+        let range = sim.address_range(DeviceIndex::new(1)).expect("fake range");
         assert_eq!(range.start, 0x8000_0000_0000);
         assert_eq!(range.end - range.start, 1 << 40);
         let at = range.start + (10 << 20);
-        sim.place_next_segment(1, Some(at)).unwrap();
-        assert_eq!(sim.alloc_segment(1, 4 << 20).unwrap(), at);
-        sim.free_segment(1, at, 4 << 20).unwrap();
-        sim.place_next_segment(1, Some(at + (2 << 20))).unwrap();
+        sim.place_next_segment(DeviceIndex::new(1), Some(at))
+            .unwrap();
+        assert_eq!(sim.alloc_segment(DeviceIndex::new(1), 4 << 20).unwrap(), at);
+        sim.free_segment(DeviceIndex::new(1), at, 4 << 20).unwrap();
+        sim.place_next_segment(DeviceIndex::new(1), Some(at + (2 << 20)))
+            .unwrap();
         assert_eq!(
-            sim.alloc_segment(1, 8 << 20).unwrap(),
+            sim.alloc_segment(DeviceIndex::new(1), 8 << 20).unwrap(),
             at + (2 << 20),
             "the freed range merged back and can be placed into again"
         );
-        sim.place_next_segment(1, Some(range.end)).unwrap();
+        sim.place_next_segment(DeviceIndex::new(1), Some(range.end))
+            .unwrap();
         assert_eq!(
-            sim.alloc_segment(1, 2 << 20).unwrap(),
+            sim.alloc_segment(DeviceIndex::new(1), 2 << 20).unwrap(),
             range.start,
             "outside the range: first fit"
         );
-        assert_eq!(sim.placements(1), (2, 1));
-        assert_eq!(sim.placements(0), (0, 0));
-        assert_eq!(sim.placements(9), (0, 0));
+        assert_eq!(sim.placements(DeviceIndex::new(1)), (2, 1));
+        assert_eq!(sim.placements(DeviceIndex::new(0)), (0, 0));
+        assert_eq!(sim.placements(DeviceIndex::new(9)), (0, 0));
         assert_eq!(
-            sim.place_next_segment(9, None),
+            sim.place_next_segment(DeviceIndex::new(9), None),
             Err(BackendError::InvalidDevice {
-                device: 9,
+                device: DeviceIndex::new(9),
                 device_count: 2
             }),
             "a placement on a device that does not exist must be refused"
         );
-        assert_eq!(sim.address_range(2), None);
+        assert_eq!(sim.address_range(DeviceIndex::new(2)), None);
     }
 }

@@ -210,81 +210,88 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use crate::backend::sim::{SimBackend, SimFault};
+    use crate::backend::DeviceIndex;
     use crate::backend::{Backend, BackendError};
+
+    /// Device 0, which these tests use.
+    const D0: DeviceIndex = DeviceIndex::new(0);
 
     const G: usize = super::MAPPING_GRANULARITY;
 
     #[test]
     fn reserved_ranges_never_overlap_segments_or_each_other() -> Result<(), BackendError> {
         let sim = SimBackend::new(1, 64 << 20);
-        assert!(sim.supports_expandable_segments(0));
-        assert!(!sim.supports_expandable_segments(1), "no device 1");
+        assert!(sim.supports_expandable_segments(D0));
+        assert!(
+            !sim.supports_expandable_segments(DeviceIndex::new(1)),
+            "no device 1"
+        );
         let base = super::VMM_BASE;
-        let range = sim.reserve_address_range(0, 8 * G)?;
+        let range = sim.reserve_address_range(D0, 8 * G)?;
         assert_eq!(range, base);
-        let segment = sim.alloc_segment(0, G)?;
+        let segment = sim.alloc_segment(D0, G)?;
         assert_eq!(segment, 0x7f00_0000_0000, "segments have their own window");
-        let second = sim.reserve_address_range(0, 2 * G)?;
+        let second = sim.reserve_address_range(D0, 2 * G)?;
         assert_eq!(second, base + 9 * G as u64, "after the range and its guard");
         let two = SimBackend::new(2, 1 << 40);
-        let huge = two.reserve_address_range(1, 9 << 37)?;
+        let huge = two.reserve_address_range(DeviceIndex::new(1), 9 << 37)?;
         assert_eq!(
             huge,
             base + super::VMM_SPAN,
             "device 1's window holds 1 1/8 TiB"
         );
-        assert_eq!(sim.allocated_bytes(0), G, "reserving takes no memory");
-        sim.release_address_range(0, range, 8 * G)?;
+        assert_eq!(sim.allocated_bytes(D0), G, "reserving takes no memory");
+        sim.release_address_range(D0, range, 8 * G)?;
         assert_eq!(
-            sim.reserve_address_range(0, 4 * G)?,
+            sim.reserve_address_range(D0, 4 * G)?,
             base,
             "a released range is reused"
         );
-        let calls = sim.calls(0);
+        let calls = sim.calls(D0);
         assert_eq!((calls.address_reservations, calls.address_releases), (3, 1));
-        assert_eq!(sim.address_range_count(0), 2);
+        assert_eq!(sim.address_range_count(D0), 2);
         Ok(())
     }
 
     #[test]
     fn mapped_bytes_count_against_capacity_and_faults() -> Result<(), BackendError> {
         let sim = SimBackend::new(1, 6 * G);
-        let range = sim.reserve_address_range(0, 8 * G)?;
-        sim.map_memory(0, range, 2 * G)?;
-        sim.map_memory(0, range + 2 * G as u64, 2 * G)?;
-        assert_eq!(sim.mem_get_info(0)?.free_bytes, 2 * G);
-        assert_eq!(sim.mapped_bytes(0), 4 * G);
-        let segment = sim.alloc_segment(0, G)?;
+        let range = sim.reserve_address_range(D0, 8 * G)?;
+        sim.map_memory(D0, range, 2 * G)?;
+        sim.map_memory(D0, range + 2 * G as u64, 2 * G)?;
+        assert_eq!(sim.mem_get_info(D0)?.free_bytes, 2 * G);
+        assert_eq!(sim.mapped_bytes(D0), 4 * G);
+        let segment = sim.alloc_segment(D0, G)?;
         let out_of_memory = Err(BackendError::OutOfMemory {
-            device: 0,
+            device: D0,
             requested_bytes: 2 * G,
         });
-        let past = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        let past = sim.map_memory(D0, range + 4 * G as u64, 2 * G);
         assert_eq!(past, out_of_memory, "past the capacity");
-        sim.free_segment(0, segment, G)?;
-        sim.set_oom_above(0, Some(5 * G))?;
-        let limited = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        sim.free_segment(D0, segment, G)?;
+        sim.set_oom_above(D0, Some(5 * G))?;
+        let limited = sim.map_memory(D0, range + 4 * G as u64, 2 * G);
         assert_eq!(limited, out_of_memory, "past the limit");
-        sim.set_oom_above(0, None)?;
-        sim.inject(0, SimFault::AllocOutOfMemory { nth: 1 })?;
-        let injected = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        sim.set_oom_above(D0, None)?;
+        sim.inject(D0, SimFault::AllocOutOfMemory { nth: 1 })?;
+        let injected = sim.map_memory(D0, range + 4 * G as u64, 2 * G);
         assert_eq!(
             injected, out_of_memory,
             "an injected out-of-memory fault fails the mapping as out of memory"
         );
-        sim.inject(0, SimFault::AllocError { nth: 1 })?;
-        let error = sim.map_memory(0, range + 4 * G as u64, 2 * G);
+        sim.inject(D0, SimFault::AllocError { nth: 1 })?;
+        let error = sim.map_memory(D0, range + 4 * G as u64, 2 * G);
         assert_eq!(
             error,
             Err(BackendError::InjectedFault {
-                device: 0,
+                device: D0,
                 what: "map_memory"
             }),
             "an injected device error fails the mapping, and is no out-of-memory"
         );
-        sim.map_memory(0, range + 4 * G as u64, 2 * G)?;
-        assert_eq!(sim.allocated_bytes(0), 6 * G);
-        let calls = sim.calls(0);
+        sim.map_memory(D0, range + 4 * G as u64, 2 * G)?;
+        assert_eq!(sim.allocated_bytes(D0), 6 * G);
+        let calls = sim.calls(D0);
         assert_eq!((calls.maps, calls.failed_maps), (3, 4));
         Ok(())
     }
@@ -293,11 +300,11 @@ mod tests {
     fn bad_calls_are_typed_errors_that_change_nothing() -> Result<(), BackendError> {
         let sim = SimBackend::new(1, 64 << 20);
         assert!(matches!(
-            sim.reserve_address_range(0, G + 512),
+            sim.reserve_address_range(D0, G + 512),
             Err(BackendError::BadMapping { .. })
         ));
-        let range = sim.reserve_address_range(0, 4 * G)?;
-        sim.map_memory(0, range, 2 * G)?;
+        let range = sim.reserve_address_range(D0, 4 * G)?;
+        sim.map_memory(D0, range, 2 * G)?;
         let bad_maps = [
             (range + G as u64, 2 * G, "overlaps"),
             (range + 512, G, "unaligned"),
@@ -308,7 +315,7 @@ mod tests {
         for (ptr, size, why) in bad_maps {
             assert!(
                 matches!(
-                    sim.map_memory(0, ptr, size),
+                    sim.map_memory(D0, ptr, size),
                     Err(BackendError::BadMapping { .. })
                 ),
                 "{why}"
@@ -316,35 +323,38 @@ mod tests {
         }
         assert!(
             matches!(
-                sim.unmap_memory(0, range, G),
+                sim.unmap_memory(D0, range, G),
                 Err(BackendError::BadMapping { .. })
             ),
             "half of a mapping"
         );
         assert!(
             matches!(
-                sim.unmap_memory(0, range + 2 * G as u64, 2 * G),
+                sim.unmap_memory(D0, range + 2 * G as u64, 2 * G),
                 Err(BackendError::BadMapping { .. })
             ),
             "never mapped"
         );
         assert_eq!(
-            sim.release_address_range(0, range, 4 * G),
+            sim.release_address_range(D0, range, 4 * G),
             Err(BackendError::AddressRangeInUse {
-                device: 0,
+                device: D0,
                 ptr: range,
                 mapped_bytes: 2 * G
             })
         );
         assert!(matches!(
-            sim.release_address_range(0, range, 2 * G),
+            sim.release_address_range(D0, range, 2 * G),
             Err(BackendError::UnknownAddressRange { .. })
         ));
-        assert_eq!(sim.mapped_bytes(0), 2 * G, "nothing changed");
-        sim.unmap_memory(0, range, 2 * G)?;
-        sim.release_address_range(0, range, 4 * G)?;
-        assert_eq!((sim.allocated_bytes(0), sim.address_range_count(0)), (0, 0));
-        let calls = sim.calls(0);
+        assert_eq!(sim.mapped_bytes(D0), 2 * G, "nothing changed");
+        sim.unmap_memory(D0, range, 2 * G)?;
+        sim.release_address_range(D0, range, 4 * G)?;
+        assert_eq!(
+            (sim.allocated_bytes(D0), sim.address_range_count(D0)),
+            (0, 0)
+        );
+        let calls = sim.calls(D0);
         assert_eq!(
             (calls.unmaps, calls.failed_unmaps, calls.failed_vmm_calls),
             (1, 2, 3)
@@ -355,9 +365,9 @@ mod tests {
     #[test]
     fn host_backed_mode_refuses_expandable_segments() {
         let sim = SimBackend::builder().host_backed(true).build();
-        assert!(!sim.supports_expandable_segments(0));
-        let error = sim.reserve_address_range(0, G).unwrap_err();
-        assert!(matches!(error, BackendError::Unsupported { device: 0, .. }));
+        assert!(!sim.supports_expandable_segments(D0));
+        let error = sim.reserve_address_range(D0, G).unwrap_err();
+        assert!(matches!(error, BackendError::Unsupported { device, .. } if device == D0));
         assert!(error.to_string().contains("host-backed"), "{error}");
     }
 }

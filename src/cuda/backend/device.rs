@@ -61,7 +61,7 @@ pub(super) struct ContextGuard {
 impl ContextGuard {
     /// Saves the thread's current context, whatever blockpool then makes current.
     pub(super) fn save(driver: Driver) -> Result<ContextGuard, BackendError> {
-        let current = driver.current_context().on(0)?;
+        let current = driver.current_context().on(DeviceIndex::new(0))?;
         Ok(ContextGuard {
             driver,
             saved: Some(current),
@@ -108,7 +108,7 @@ impl CudaDevice {
     ///
     /// The driver must be initialized (`cuInit` succeeded).
     pub(super) fn open(driver: Driver, index: DeviceIndex) -> Result<CudaDevice, BackendError> {
-        let context = CudaContext::new(index)
+        let context = CudaContext::new(index.get())
             .map_err(|e| driver_error(index, e.0, "retaining the primary context"))?;
         let device = context.cu_device();
         let attribute = |attr| driver.device_attribute(device, attr).on(index);
@@ -276,7 +276,7 @@ impl Drop for CudaDevice {
             Ok(guard) => guard,
             Err(e) => {
                 tracing::warn!(
-                    device = self.index,
+                    device = self.index.get(),
                     "leaking {} pooled events and any expandable-segment ranges: {e}",
                     events.len()
                 );
@@ -290,7 +290,7 @@ impl Drop for CudaDevice {
             // is idle (it is in the pool), and is destroyed once, here.
             let destroyed = unsafe { self.driver.event_destroy(event.0) };
             if let Err(e) = destroyed.on(self.index) {
-                tracing::warn!(device = self.index, "{e}");
+                tracing::warn!(device = self.index.get(), "{e}");
             }
         }
     }

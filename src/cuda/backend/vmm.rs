@@ -60,16 +60,16 @@ impl AddressSpace {
             return none;
         }
         // The device's context is current (called from `CudaDevice::open`).
-        let granularity = match driver.allocation_granularity(device).on(device) {
+        let granularity = match driver.allocation_granularity(device.get()).on(device) {
             Ok(granularity) => granularity,
             Err(e) => {
-                tracing::warn!(device, "no expandable segments: {e}");
+                tracing::warn!(device = device.get(), "no expandable segments: {e}");
                 return none;
             }
         };
         if granularity == 0 || POOL_UNIT % granularity != 0 {
             tracing::debug!(
-                device,
+                device = device.get(),
                 granularity,
                 "no expandable segments: the mapping granularity does not divide 2 MiB"
             );
@@ -186,13 +186,13 @@ impl CudaDevice {
         let _current = self.make_current()?;
         let handle = self
             .driver
-            .mem_create(self.index, size_bytes)
+            .mem_create(self.index.get(), size_bytes)
             .map_err(|e| device_alloc_error(self.index, e.code, size_bytes, e.call))?;
         if let Err(e) = self.map_and_enable(ptr, size_bytes, handle) {
             // SAFETY: `handle` came from `cuMemCreate` above and is mapped nowhere.
             let released = unsafe { self.driver.mem_release(handle) };
             if let Err(release) = released.on(self.index) {
-                tracing::warn!(device = self.index, "{release}");
+                tracing::warn!(device = self.index.get(), "{release}");
             }
             return Err(e);
         }
@@ -216,12 +216,15 @@ impl CudaDevice {
         // a live allocation of exactly `size_bytes`.
         unsafe { self.driver.mem_map(ptr, size_bytes, handle) }.on(self.index)?;
         // SAFETY: the range was just mapped, above.
-        let access = unsafe { self.driver.set_read_write(ptr, size_bytes, self.index) };
+        let access = unsafe {
+            self.driver
+                .set_read_write(ptr, size_bytes, self.index.get())
+        };
         if let Err(e) = access.on(self.index) {
             // SAFETY: the range was mapped just above and is used by nothing yet.
             let unmapped = unsafe { self.driver.mem_unmap(ptr, size_bytes) };
             if let Err(unmap) = unmapped.on(self.index) {
-                tracing::warn!(device = self.index, "{unmap}");
+                tracing::warn!(device = self.index.get(), "{unmap}");
             }
             return Err(e);
         }
@@ -256,7 +259,7 @@ impl CudaDevice {
         if let Err(e) = released.on(self.index) {
             // The range is unmapped whatever happened to the memory behind it: say so, and
             // leak the handle to the context rather than report a mapping that is gone.
-            tracing::warn!(device = self.index, "{e}");
+            tracing::warn!(device = self.index.get(), "{e}");
         }
         Ok(())
     }
@@ -274,7 +277,7 @@ impl CudaDevice {
         let ranges = std::mem::take(&mut *self.address_space.ranges.lock());
         if ranges.values().any(|range| !range.mappings.is_empty()) {
             if let Err(e) = self.synchronize() {
-                tracing::warn!(device = self.index, "{e}");
+                tracing::warn!(device = self.index.get(), "{e}");
             }
         }
         for (start, range) in ranges {
@@ -285,13 +288,13 @@ impl CudaDevice {
                 // SAFETY: the handle of that mapping, released once, here.
                 let released = unsafe { self.driver.mem_release(handle) }.on(self.index);
                 if let Err(e) = unmapped.and(released) {
-                    tracing::warn!(device = self.index, "{e}");
+                    tracing::warn!(device = self.index.get(), "{e}");
                 }
             }
             // SAFETY: a range reserved on this device, with its mappings gone.
             let freed = unsafe { self.driver.address_free(start, range.size_bytes) };
             if let Err(e) = freed.on(self.index) {
-                tracing::warn!(device = self.index, "{e}");
+                tracing::warn!(device = self.index.get(), "{e}");
             }
         }
     }

@@ -26,7 +26,10 @@ fn large(size: usize, blocks: &[AdoptBlock]) -> AdoptSegment<'_> {
 
 fn setup() -> (SimBackend, DeviceAllocator<crate::backend::SimEvent>) {
     let sim = SimBackend::new(1, 1 << 30);
-    (sim, DeviceAllocator::new(0, AllocatorConfig::default()))
+    (
+        sim,
+        DeviceAllocator::new(DeviceIndex::new(0), AllocatorConfig::default()),
+    )
 }
 
 fn check(dev: &DeviceAllocator<crate::backend::SimEvent>, after: &str) {
@@ -62,7 +65,7 @@ fn adopted_blocks_sit_at_their_offsets_and_gaps_are_cached() {
         "adoption is not a device allocation"
     );
     assert_eq!(
-        sim.allocated_bytes(0),
+        sim.allocated_bytes(DeviceIndex::new(0)),
         20 * MIB,
         "the backend holds the segment"
     );
@@ -108,7 +111,7 @@ fn allocating_and_freeing_around_adopted_blocks_keeps_every_invariant() {
     check(&dev, "empty_cache");
     assert_eq!(dev.reserved, 0);
     assert_eq!(
-        sim.allocated_bytes(0),
+        sim.allocated_bytes(DeviceIndex::new(0)),
         0,
         "the adopted segment went back to the device"
     );
@@ -119,7 +122,7 @@ fn allocating_and_freeing_around_adopted_blocks_keeps_every_invariant() {
 fn a_small_segment_whole_live_block_and_oversize_counts() {
     let sim = SimBackend::new(1, 1 << 30);
     let config = AllocatorConfig::parse("max_split_size_mb:20").unwrap();
-    let mut dev = DeviceAllocator::new(0, config);
+    let mut dev = DeviceAllocator::new(DeviceIndex::new(0), config);
     let whole = [live(0, 40 * MIB, 40 * MIB)];
     let adopted = dev.adopt_segment(&sim, &large(40 * MIB, &whole)).unwrap();
     check(&dev, "adopting an oversize block");
@@ -190,7 +193,7 @@ fn bad_layouts_are_refused_before_anything_changes() {
          bytes"
     );
     assert_eq!(
-        sim.calls(0).segment_allocs,
+        sim.calls(DeviceIndex::new(0)).segment_allocs,
         0,
         "no device call for a bad layout"
     );
@@ -201,7 +204,7 @@ fn bad_layouts_are_refused_before_anything_changes() {
 #[test]
 fn out_of_memory_is_reported_and_changes_nothing() {
     let sim = SimBackend::new(1, 30 * MIB);
-    let mut dev = DeviceAllocator::new(0, AllocatorConfig::default());
+    let mut dev = DeviceAllocator::new(DeviceIndex::new(0), AllocatorConfig::default());
     let blocks = [live(0, 2 * MIB, 2 * MIB)];
     dev.adopt_segment(&sim, &large(20 * MIB, &blocks)).unwrap();
     let err = dev
@@ -210,7 +213,7 @@ fn out_of_memory_is_reported_and_changes_nothing() {
     assert_eq!(
         err,
         AdoptError::OutOfMemory {
-            device: 0,
+            device: DeviceIndex::new(0),
             size_bytes: 20 * MIB
         }
     );

@@ -7,6 +7,7 @@ use blockpool::StreamId;
 use blockpool_torch::*;
 
 use crate::support::*;
+use blockpool::DeviceIndex;
 
 const SIZES: [isize; 4] = [512, 4096, 100_000, 1 << 20];
 /// Each size as the allocator rounds it (to 512 bytes).
@@ -298,7 +299,7 @@ fn record_stream_defers_the_free_until_the_stream_is_done() {
     let q = malloc(4096, 0, 0);
     assert_ne!(q, p, "the pending block is not reused");
     sim()
-        .complete_stream(0, StreamId::from_raw(side as u64))
+        .complete_stream(DeviceIndex::new(0), StreamId::from_raw(side as u64))
         .expect("a stream of device 0");
     let r = malloc(4096, 0, 0);
     assert_eq!(r, p, "once the stream is done the block comes back");

@@ -9,6 +9,7 @@ use super::harness::Harness;
 use super::ops::{BadPointer, RawCall, DEVICES, STREAMS};
 use super::placement::block_at;
 use super::state::{Live, Owner};
+use blockpool::DeviceIndex;
 
 /// Below every simulated device's address range: never a block.
 const BOGUS_PTR: u64 = 0x1234_5600;
@@ -85,7 +86,7 @@ impl Harness {
     fn expected_bad_pointer_error(&self, device: usize, ptr: u64) -> Error {
         if device >= DEVICES {
             return Error::InvalidDevice {
-                device,
+                device: DeviceIndex::new(device),
                 device_count: DEVICES,
             };
         }
@@ -101,8 +102,8 @@ impl Harness {
             );
             return Error::WrongDevice {
                 ptr,
-                given: device,
-                actual: l.device,
+                given: DeviceIndex::new(device),
+                actual: DeviceIndex::new(l.device),
             };
         }
         for d in 0..DEVICES {
@@ -111,17 +112,23 @@ impl Harness {
                 Some(_) if d != device => {
                     return Error::WrongDevice {
                         ptr,
-                        given: device,
-                        actual: d,
+                        given: DeviceIndex::new(device),
+                        actual: DeviceIndex::new(d),
                     }
                 }
                 // Freed and still a block of its own: a double free.
                 Some((_, b)) if b.state != BlockState::Allocated => {
-                    return Error::DoubleFree { device, ptr }
+                    return Error::DoubleFree {
+                        device: DeviceIndex::new(device),
+                        ptr,
+                    }
                 }
                 _ => {}
             }
         }
-        Error::UnknownPointer { device, ptr }
+        Error::UnknownPointer {
+            device: DeviceIndex::new(device),
+            ptr,
+        }
     }
 }

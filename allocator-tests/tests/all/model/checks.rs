@@ -11,6 +11,7 @@ use super::harness::Harness;
 use super::ops::{CAPACITY, DEVICES, MIB};
 use super::placement::{block_at, is_whole_free_segment, round_size, segment_size};
 use super::state::{stream_index, Effects, Live};
+use blockpool::DeviceIndex;
 
 impl Harness {
     /// Checks a block just handed out for `rounded` bytes on `stream`; returns its size.
@@ -110,7 +111,7 @@ impl Harness {
         };
         if let Error::Backend(BackendError::InjectedFault { device: d, .. }) = error {
             assert!(
-                d == device && effects.fired_error,
+                d == DeviceIndex::new(device) && effects.fired_error,
                 "{ctx}: an injected device error on device {d} that the model did not inject"
             );
             return;
@@ -124,7 +125,7 @@ impl Harness {
                 limited,
             } => {
                 let want = (
-                    device,
+                    DeviceIndex::new(device),
                     segment_bytes,
                     ceiling,
                     self.devices[device].fraction.is_some(),
@@ -146,7 +147,11 @@ impl Harness {
                     oom.requested_bytes,
                     oom.rounded_bytes,
                 );
-                assert_eq!(got, (device, stream, size, rounded), "{ctx}: OOM fields");
+                assert_eq!(
+                    got,
+                    (DeviceIndex::new(device), stream, size, rounded),
+                    "{ctx}: OOM fields"
+                );
                 assert_eq!(
                     oom.allocation_bytes, segment_bytes,
                     "{ctx}: OOM segment size"
@@ -156,7 +161,7 @@ impl Harness {
                     !segments.iter().any(is_whole_free_segment),
                     "{ctx}: out of memory while a wholly free segment is still cached"
                 );
-                let in_use = self.sim.allocated_bytes(device);
+                let in_use = self.sim.allocated_bytes(DeviceIndex::new(device));
                 let live = self.live.iter().filter(|l| l.device == device);
                 let numbers = (
                     oom.device_total_bytes,
@@ -193,7 +198,7 @@ impl Harness {
                 stream: s,
             }) => {
                 assert!(
-                    d == device && self.hung_with_pending_events(device, s),
+                    d == DeviceIndex::new(device) && self.hung_with_pending_events(device, s),
                     "{ctx}: EventNeverCompletes for {s} of device {d}, which does not hang"
                 );
             }
@@ -205,20 +210,20 @@ impl Harness {
     pub(super) fn check(&mut self) {
         let ctx = self.context.clone();
         for d in 0..DEVICES {
-            if let Err(e) = self.alloc.check_invariants(d) {
+            if let Err(e) = self.alloc.check_invariants(DeviceIndex::new(d)) {
                 panic!("{ctx}: invariant broken: {e}");
             }
             let stats = self.stats_of(d);
             let reserved = stats["reserved_bytes.all.current"];
             assert_eq!(
                 reserved as usize,
-                self.sim.allocated_bytes(d),
+                self.sim.allocated_bytes(DeviceIndex::new(d)),
                 "{ctx}: device {d}: reserved bytes differ from what the device handed out"
             );
             let segments = self.segments(d);
             assert_eq!(
                 segments.len(),
-                self.sim.segment_count(d),
+                self.sim.segment_count(DeviceIndex::new(d)),
                 "{ctx}: device {d}: segment count differs from the device's"
             );
             let sum: usize = segments.iter().map(|s| s.size).sum();
@@ -262,7 +267,7 @@ impl Harness {
                 "{ctx}: device {d}: allocated blocks nobody owns"
             );
 
-            let calls = self.sim.calls(d);
+            let calls = self.sim.calls(DeviceIndex::new(d));
             let device_calls = (stats["num_device_alloc"], stats["num_device_free"]);
             let (allocs_at_reset, frees_at_reset) = self.devices[d].calls_at_reset;
             assert_eq!(

@@ -12,6 +12,7 @@ use proptest::sample::Index;
 use super::ops::{Op, Reset, CAPACITY, DEVICES, STREAMS};
 use super::placement::{block_at, is_whole_free_segment, round_size, segment_size};
 use super::state::{stream_index, DeviceModel, Effects, Guard, Live, Owner};
+use blockpool::DeviceIndex;
 
 pub(super) struct Harness {
     pub(super) sim: SimBackend,
@@ -29,7 +30,7 @@ impl Harness {
         let sim = SimBackend::builder()
             .devices(DEVICES)
             .capacity(CAPACITY[0])
-            .device_capacity(1, CAPACITY[1])
+            .device_capacity(DeviceIndex::new(1), CAPACITY[1])
             .build();
         let alloc = CachingAllocator::new(sim.clone(), config.clone());
         let devices = std::array::from_fn(|_| DeviceModel {
@@ -49,7 +50,7 @@ impl Harness {
 
     pub(super) fn segments(&self, device: usize) -> Vec<SegmentView> {
         self.alloc
-            .segments(device)
+            .segments(DeviceIndex::new(device))
             .unwrap_or_else(|e| panic!("{}: segments({device}) failed: {e}", self.context))
     }
 
@@ -80,7 +81,7 @@ impl Harness {
     /// event of a stream that does not hang).
     pub(super) fn observe(&mut self) -> [Effects; DEVICES] {
         std::array::from_fn(|d| {
-            let calls = self.sim.calls(d);
+            let calls = self.sim.calls(DeviceIndex::new(d));
             let stats = self.alloc.device_stats(d);
             let stats = stats.unwrap_or_else(|e| panic!("{}: device_stats: {e}", self.context));
             let model = &mut self.devices[d];
@@ -158,7 +159,7 @@ impl Harness {
     fn stats(&mut self, device: usize, reset: Reset) {
         let ctx = self.context.clone();
         let missing = Error::InvalidDevice {
-            device,
+            device: DeviceIndex::new(device),
             device_count: DEVICES,
         };
         let stats = match self.alloc.memory_stats(device) {
@@ -239,7 +240,7 @@ impl Harness {
                 );
             }
         }
-        let calls = self.sim.calls(device);
+        let calls = self.sim.calls(DeviceIndex::new(device));
         let model = &mut self.devices[device];
         model.syncs = 0;
         model.ooms = 0;
@@ -267,7 +268,7 @@ impl Harness {
         if device >= DEVICES {
             let err = result.err();
             let want = Error::InvalidDevice {
-                device,
+                device: DeviceIndex::new(device),
                 device_count: DEVICES,
             };
             assert_eq!(err, Some(want), "{ctx}: allocation on a missing device");
@@ -328,7 +329,11 @@ impl Harness {
             let size = self.check_new_block(device, stream, ptr, rounded, segment_bytes, effects);
             if let Some(h) = &handle {
                 assert_eq!(h.size(), size, "{ctx}: handle size differs from its block");
-                assert_eq!((h.device(), h.stream()), (device, stream), "{ctx}: handle");
+                assert_eq!(
+                    (h.device(), h.stream()),
+                    (DeviceIndex::new(device), stream),
+                    "{ctx}: handle"
+                );
             }
         }
         let size = handle.as_ref().map_or_else(
@@ -411,7 +416,9 @@ impl Harness {
     }
 
     fn advance(&mut self, device: usize, stream: StreamId, events: u64) {
-        let done = self.sim.advance_stream(device, stream, events);
+        let done = self
+            .sim
+            .advance_stream(DeviceIndex::new(device), stream, events);
         let model = &mut self.devices[device].streams[stream_index(stream)];
         let want = if model.hung {
             0
@@ -435,7 +442,7 @@ impl Harness {
         match result {
             Ok(()) => assert!(!stuck, "{ctx}: empty_cache waited on a hung stream"),
             Err(Error::Backend(BackendError::EventNeverCompletes { device, stream })) => assert!(
-                self.hung_with_pending_events(device, stream),
+                self.hung_with_pending_events(device.get(), stream),
                 "{ctx}: empty_cache says {stream} of device {device} hangs; it does not"
             ),
             Err(e) => panic!("{ctx}: empty_cache failed: {e:?}"),
@@ -460,7 +467,7 @@ impl Harness {
             );
         } else if device >= DEVICES {
             let want = Error::InvalidDevice {
-                device,
+                device: DeviceIndex::new(device),
                 device_count: DEVICES,
             };
             assert_eq!(result, Err(want), "{ctx}: fraction of a missing device");
@@ -471,7 +478,7 @@ impl Harness {
     }
 
     fn inject(&mut self, device: usize, fault: SimFault) {
-        let result = self.sim.inject(device, fault);
+        let result = self.sim.inject(DeviceIndex::new(device), fault);
         assert_eq!(result, Ok(()), "{}: inject", self.context);
         let model = &mut self.devices[device];
         match fault {
@@ -484,7 +491,7 @@ impl Harness {
     }
 
     fn clear_faults(&mut self, device: usize) {
-        let result = self.sim.clear_faults(device);
+        let result = self.sim.clear_faults(DeviceIndex::new(device));
         assert_eq!(result, Ok(()), "{}: clear_faults", self.context);
         let model = &mut self.devices[device];
         model.faults.clear();
@@ -508,19 +515,19 @@ impl Harness {
             "teardown: empty_cache failed"
         );
         for d in 0..DEVICES {
-            if let Err(e) = self.alloc.check_invariants(d) {
+            if let Err(e) = self.alloc.check_invariants(DeviceIndex::new(d)) {
                 panic!("teardown: invariant broken: {e}");
             }
             let stats = self.stats_of(d);
             assert_eq!(stats["reserved_bytes.all.current"], 0, "teardown: reserved");
             assert_eq!(stats["active_bytes.all.current"], 0, "teardown: active");
             assert_eq!(
-                self.sim.allocated_bytes(d),
+                self.sim.allocated_bytes(DeviceIndex::new(d)),
                 0,
                 "teardown: the device still holds memory"
             );
             assert_eq!(
-                self.sim.segment_count(d),
+                self.sim.segment_count(DeviceIndex::new(d)),
                 0,
                 "teardown: the device still has segments"
             );

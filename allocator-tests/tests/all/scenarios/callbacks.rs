@@ -1,6 +1,7 @@
 //! Free-memory callbacks: when they run, what they may do, and the cache search after them.
 
 use super::*;
+use blockpool::DeviceIndex;
 
 #[test]
 fn free_memory_callbacks_run_on_a_cache_miss_and_may_free_allocations() {
@@ -70,7 +71,7 @@ fn after_callbacks_that_freed_nothing_the_cache_is_not_searched_again() {
         alloc.add_free_memory_callback(Box::new(move || {
             // The side stream finishes while the callbacks run; as in PyTorch, its deferred
             // free is only noticed at the next allocation.
-            sim.complete_stream(0, S1).unwrap();
+            sim.complete_stream(DeviceIndex::new(0), S1).unwrap();
             false
         }));
     }

@@ -2,6 +2,7 @@
 //! and `empty_cache` of one device leaving the others alone.
 
 use super::*;
+use blockpool::DeviceIndex;
 use blockpool::HistorySettings;
 
 fn two_devices() -> CachingAllocator<SimBackend> {
@@ -14,11 +15,11 @@ fn a_bad_index_is_refused_once_when_the_view_is_made() {
     assert_eq!(
         alloc.device(2).map(|dev| dev.index()),
         Err(Error::InvalidDevice {
-            device: 2,
+            device: DeviceIndex::new(2),
             device_count: 2
         })
     );
-    let indices: Vec<usize> = alloc.devices().map(|dev| dev.index()).collect();
+    let indices: Vec<usize> = alloc.devices().map(|dev| dev.index().get()).collect();
     assert_eq!(indices, [0, 1], "devices() yields every device in order");
 }
 
@@ -30,7 +31,11 @@ fn view_answers_as_the_index_taking_methods() {
         .unwrap();
     let dev = alloc.device(1).unwrap();
     let a = dev.allocate(3 * MIB, S0).unwrap();
-    assert_eq!(a.device(), 1, "the view allocates on its own device");
+    assert_eq!(
+        a.device(),
+        DeviceIndex::new(1),
+        "the view allocates on its own device"
+    );
     drop(dev.allocate(4096, S1).unwrap());
 
     let stats = dev.stats();
@@ -74,14 +79,20 @@ fn raw_pointers_through_a_view_are_checked_against_its_device() {
     let p = zero.malloc(4096, S0).unwrap();
     let wrong = Err(Error::WrongDevice {
         ptr: p,
-        given: 1,
-        actual: 0,
+        given: DeviceIndex::new(1),
+        actual: DeviceIndex::new(0),
     });
     assert_eq!(one.free(p), wrong);
     assert_eq!(one.record_stream(p, S1), wrong);
     zero.record_stream(p, S1).unwrap();
     zero.free(p).unwrap();
-    assert_eq!(zero.free(p), Err(Error::DoubleFree { device: 0, ptr: p }));
+    assert_eq!(
+        zero.free(p),
+        Err(Error::DoubleFree {
+            device: DeviceIndex::new(0),
+            ptr: p
+        })
+    );
     assert_eq!(zero.free(0), Ok(()), "freeing null does nothing");
 }
 

@@ -5,6 +5,10 @@
 use super::*;
 use blockpool::config::StreamReuse;
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 fn ordered() -> AllocatorConfig {
     AllocatorConfig::builder()
@@ -17,12 +21,12 @@ fn ordered() -> AllocatorConfig {
 fn a_block_cached_for_one_stream_serves_another_after_a_wait() {
     let (sim, alloc) = setup(1 << 30, ordered());
     let a = alloc.allocate(0, 4096, S0).unwrap();
-    let used_at = sim.stream_position(0, S0).unwrap();
+    let used_at = sim.stream_position(D0, S0).unwrap();
     drop(a);
-    assert!(!sim.is_ordered(0, S0, used_at, S1).unwrap());
+    assert!(!sim.is_ordered(D0, S0, used_at, S1).unwrap());
     let b = alloc.allocate(0, 4096, S1).unwrap();
     assert_eq!(b.ptr(), BASE, "stream 1 takes stream 0's cached block");
-    let calls = sim.calls(0);
+    let calls = sim.calls(D0);
     assert_eq!(
         (
             calls.segment_allocs,
@@ -33,7 +37,7 @@ fn a_block_cached_for_one_stream_serves_another_after_a_wait() {
         "no second segment: one event on stream 0, one wait on stream 1"
     );
     assert_eq!(calls.event_syncs, 0, "no host synchronization");
-    assert!(sim.is_ordered(0, S0, used_at, S1).unwrap());
+    assert!(sim.is_ordered(D0, S0, used_at, S1).unwrap());
     assert_eq!(stat(&alloc, "num_sync_all_streams"), 0);
     drop(b);
     valid(&alloc, &sim);
@@ -41,7 +45,7 @@ fn a_block_cached_for_one_stream_serves_another_after_a_wait() {
     // The whole segment moved to stream 1 (its rest merged back): stream 0 now waits on 1.
     let c = alloc.allocate(0, 8192, S0).unwrap();
     assert_eq!(c.ptr(), BASE);
-    assert_eq!(sim.calls(0).stream_waits, 2);
+    assert_eq!(sim.calls(D0).stream_waits, 2);
     drop(c);
     valid(&alloc, &sim);
 }
@@ -53,11 +57,11 @@ fn the_waiting_stream_cannot_run_ahead_of_the_stream_it_took_memory_from() {
     let _b = alloc.allocate(0, 4096, S1).unwrap();
     // Work recorded on stream 1 after taking the block completes only after stream 0's.
     use blockpool::Backend;
-    let after = sim.record_event(0, S1).unwrap();
-    assert_eq!(sim.advance_stream(0, S1, 1).unwrap(), 0);
+    let after = sim.record_event(D0, S1).unwrap();
+    assert_eq!(sim.advance_stream(D0, S1, 1).unwrap(), 0);
     assert!(!sim.query_event(&after).unwrap());
-    sim.complete_stream(0, S0).unwrap();
-    assert_eq!(sim.advance_stream(0, S1, 1).unwrap(), 1);
+    sim.complete_stream(D0, S0).unwrap();
+    assert_eq!(sim.advance_stream(D0, S1, 1).unwrap(), 1);
     assert!(sim.query_event(&after).unwrap());
 }
 
@@ -66,19 +70,19 @@ fn a_record_stream_free_is_cached_at_once_behind_a_wait() {
     let (sim, alloc) = setup(1 << 30, ordered());
     let a = alloc.allocate(0, 4096, S0).unwrap();
     a.record_stream(S1).unwrap();
-    let used_at = sim.stream_position(0, S1).unwrap();
+    let used_at = sim.stream_position(D0, S1).unwrap();
     drop(a);
-    let calls = sim.calls(0);
+    let calls = sim.calls(D0);
     assert_eq!((calls.events_recorded, calls.stream_waits), (1, 1));
     assert_eq!(
         stat(&alloc, "active.all.current"),
         0,
         "not pending: stream 0 waits for stream 1's work instead"
     );
-    assert!(sim.is_ordered(0, S1, used_at, S0).unwrap());
+    assert!(sim.is_ordered(D0, S1, used_at, S0).unwrap());
     let b = alloc.allocate(0, 4096, S0).unwrap();
     assert_eq!(b.ptr(), BASE, "reused at once, before stream 1 completes");
-    assert_eq!(sim.calls(0).event_queries, 0, "nothing to poll");
+    assert_eq!(sim.calls(D0).event_queries, 0, "nothing to poll");
     drop(b);
     valid(&alloc, &sim);
 }
@@ -95,7 +99,7 @@ fn blocks_of_two_streams_in_one_segment_never_merge_but_are_released_whole() {
     drop(c);
     drop(b);
     valid(&alloc, &sim);
-    let segments = alloc.segments(0).unwrap();
+    let segments = alloc.segments(D0).unwrap();
     let streams: Vec<(u64, StreamId)> = segments[0]
         .blocks
         .iter()
@@ -109,7 +113,7 @@ fn blocks_of_two_streams_in_one_segment_never_merge_but_are_released_whole() {
     assert_eq!(stat(&alloc, "inactive_split.all.current"), 2);
     alloc.empty_cache().unwrap();
     assert_eq!(
-        sim.segment_count(0),
+        sim.segment_count(D0),
         0,
         "the segment is released all the same"
     );
@@ -123,7 +127,7 @@ fn another_streams_cache_is_used_before_the_device_refuses() {
     drop(alloc.allocate(0, 40 * MIB, S0).unwrap());
     let b = alloc.allocate(0, 40 * MIB, S1).unwrap();
     assert_eq!(b.ptr(), BASE);
-    let calls = sim.calls(0);
+    let calls = sim.calls(D0);
     assert_eq!((calls.segment_allocs, calls.segment_frees), (1, 0));
     assert_eq!(stat(&alloc, "num_alloc_retries"), 0);
     drop(b);
@@ -141,7 +145,7 @@ fn an_oversize_block_of_another_stream_is_not_split_for_a_small_request() {
     drop(alloc.allocate(0, 30 * MIB, S0).unwrap());
     let b = alloc.allocate(0, 4 * MIB, S1).unwrap();
     assert_ne!(b.ptr(), BASE, "a new 20 MiB segment, as on stream 0 itself");
-    assert_eq!(sim.calls(0).stream_waits, 0);
+    assert_eq!(sim.calls(D0).stream_waits, 0);
     drop(b);
     valid(&alloc, &sim);
 }

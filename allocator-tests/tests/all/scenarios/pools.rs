@@ -3,6 +3,7 @@
 
 use super::*;
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
 
 #[test]
 fn small_requests_are_packed_into_one_2_mib_segment() {
@@ -34,7 +35,7 @@ fn small_requests_are_packed_into_one_2_mib_segment() {
         stat(&alloc, "inactive_split_bytes.all.current"),
         (2 << 20) - 5632
     );
-    assert_eq!(sim.calls(0).segment_allocs, 1);
+    assert_eq!(sim.calls(DeviceIndex::new(0)).segment_allocs, 1);
 
     drop(b);
     valid(&alloc, &sim);
@@ -67,7 +68,7 @@ fn small_requests_are_packed_into_one_2_mib_segment() {
     assert_eq!(stat(&alloc, "allocation.all.freed"), 4);
     assert_eq!(stat(&alloc, "allocated_bytes.all.peak"), 5632);
     assert_eq!(
-        alloc.segments(0).unwrap()[0].blocks.len(),
+        alloc.segments(DeviceIndex::new(0)).unwrap()[0].blocks.len(),
         1,
         "one free block spans the segment"
     );
@@ -110,7 +111,7 @@ fn medium_requests_split_a_20_mib_segment_and_large_ones_get_their_own() {
         2 * MIB - 512,
         "a 512 KiB rest is not split off in the large pool"
     );
-    assert_eq!(sim.calls(0).segment_allocs, 2);
+    assert_eq!(sim.calls(DeviceIndex::new(0)).segment_allocs, 2);
     drop((a, b, c, d));
     valid(&alloc, &sim);
 }
@@ -145,14 +146,18 @@ fn zero_byte_requests_are_valid_and_use_no_memory() {
     drop(a);
     assert_eq!(alloc.malloc(0, 0, S0).unwrap(), 0);
     alloc.free(0, 0).unwrap();
-    assert_eq!(sim.calls(0), Default::default(), "no device call at all");
+    assert_eq!(
+        sim.calls(DeviceIndex::new(0)),
+        Default::default(),
+        "no device call at all"
+    );
     assert_eq!(stat(&alloc, "allocation.all.allocated"), 0);
     assert!(matches!(
         alloc.allocate(3, 0, S0),
         Err(Error::InvalidDevice {
-            device: 3,
+            device,
             device_count: 1
-        })
+        }) if device == DeviceIndex::new(3)
     ));
 }
 
@@ -173,7 +178,11 @@ fn sizes_that_cannot_fit_are_refused_without_touching_state() {
         "{err:?}"
     );
     assert!(err.to_string().contains("1073741824.00 GiB"), "{err}");
-    assert_eq!(sim.calls(0).segment_allocs + sim.calls(0).failed_allocs, 0);
+    assert_eq!(
+        sim.calls(DeviceIndex::new(0)).segment_allocs
+            + sim.calls(DeviceIndex::new(0)).failed_allocs,
+        0
+    );
     // As PyTorch counts a request its device can never provide: one out-of-memory (the size
     // that overflows when rounded is refused before that, and is not counted).
     assert_eq!(stat(&alloc, "num_ooms"), 1);

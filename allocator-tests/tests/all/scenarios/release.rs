@@ -3,6 +3,10 @@
 
 use super::*;
 use blockpool::introspect::Introspect;
+use blockpool::DeviceIndex;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 #[test]
 fn empty_cache_releases_only_wholly_free_segments() {
@@ -21,10 +25,10 @@ fn empty_cache_releases_only_wholly_free_segments() {
     );
     assert_eq!(stat(&alloc, "num_device_free"), 2);
     assert_eq!(stat(&alloc, "num_sync_all_streams"), 1);
-    assert_eq!(sim.allocated_bytes(0), 2 << 20);
+    assert_eq!(sim.allocated_bytes(D0), 2 << 20);
     drop(keep);
     alloc.empty_cache().unwrap();
-    assert_eq!(sim.allocated_bytes(0), 0);
+    assert_eq!(sim.allocated_bytes(D0), 0);
     valid(&alloc, &sim);
 }
 
@@ -37,15 +41,15 @@ fn dropping_the_allocator_gives_every_cached_segment_back() {
     used_elsewhere.record_stream(S1).unwrap();
     drop((small, large, used_elsewhere));
     let raw = alloc.malloc(0, 1000, S2).unwrap();
-    assert_eq!(sim.segment_count(0), 4);
+    assert_eq!(sim.segment_count(D0), 4);
     drop(alloc);
     assert_eq!(
-        sim.segment_count(0),
+        sim.segment_count(D0),
         1,
         "only the raw allocation's segment, never freed, is left to the backend"
     );
-    assert_eq!(sim.allocated_bytes(0), 2 * MIB);
-    let calls = sim.calls(0);
+    assert_eq!(sim.allocated_bytes(D0), 2 * MIB);
+    let calls = sim.calls(D0);
     assert_eq!(calls.segment_frees, 3);
     assert_eq!(
         calls.event_syncs, 1,
@@ -164,7 +168,7 @@ fn out_of_memory_releases_cached_blocks_of_other_streams_and_retries() {
     assert_eq!(stat(&alloc, "num_device_free"), 1);
     assert_eq!(stat(&alloc, "num_device_alloc"), 2);
     assert_eq!(stat(&alloc, "num_ooms"), 0);
-    assert_eq!(sim.calls(0).failed_allocs, 1);
+    assert_eq!(sim.calls(D0).failed_allocs, 1);
     drop(a);
     valid(&alloc, &sim);
 }
@@ -213,7 +217,7 @@ fn oversize_cached_blocks_are_released_before_everything_else() {
 #[test]
 fn memory_fraction_caps_reserved_bytes_and_is_named_in_the_error() {
     let (sim, alloc) = setup(100 * MIB, AllocatorConfig::default());
-    alloc.set_per_process_memory_fraction(0.5, 0).unwrap();
+    alloc.set_per_process_memory_fraction(0.5, D0).unwrap();
     let a = alloc.allocate(0, 40 * MIB, S0).unwrap();
     let err = alloc.allocate(0, 12 * MIB, S0).unwrap_err();
     let oom = err
@@ -222,7 +226,7 @@ fn memory_fraction_caps_reserved_bytes_and_is_named_in_the_error() {
     assert_eq!(oom.limit_bytes, Some(50 * MIB));
     assert!(err.to_string().contains("50.00 MiB allowed; "), "{err}");
     assert_eq!(
-        sim.calls(0).failed_allocs,
+        sim.calls(D0).failed_allocs,
         0,
         "the limit is enforced without asking the device"
     );
@@ -240,7 +244,7 @@ fn memory_fraction_caps_reserved_bytes_and_is_named_in_the_error() {
 fn garbage_collection_releases_old_cached_blocks_under_a_fraction() {
     let config = AllocatorConfig::parse("garbage_collection_threshold:0.5").unwrap();
     let (sim, alloc) = setup(100 * MIB, config);
-    alloc.set_per_process_memory_fraction(1.0, 0).unwrap();
+    alloc.set_per_process_memory_fraction(1.0, D0).unwrap();
     drop(alloc.allocate(0, 30 * MIB, S0).unwrap());
     drop(alloc.allocate(0, 30 * MIB, S1).unwrap());
     assert_eq!(stat(&alloc, "reserved_bytes.all.current"), 60 << 20);
@@ -254,7 +258,7 @@ fn garbage_collection_releases_old_cached_blocks_under_a_fraction() {
         "the oldest 30 MiB block collected"
     );
     let streams: Vec<StreamId> = alloc
-        .segments(0)
+        .segments(D0)
         .unwrap()
         .iter()
         .map(|s| s.stream)
@@ -279,7 +283,7 @@ fn memory_fraction_outside_zero_to_one_is_refused() {
     let (_sim, alloc) = setup(1 << 30, AllocatorConfig::default());
     for fraction in [-0.1, 1.5, f64::NAN, f64::INFINITY] {
         let err = alloc
-            .set_per_process_memory_fraction(fraction, 0)
+            .set_per_process_memory_fraction(fraction, D0)
             .unwrap_err();
         assert!(
             matches!(err, Error::InvalidMemoryFraction { .. }),
@@ -288,7 +292,7 @@ fn memory_fraction_outside_zero_to_one_is_refused() {
     }
     assert!(matches!(
         alloc.set_per_process_memory_fraction(0.5, 9),
-        Err(Error::InvalidDevice { device: 9, .. })
+        Err(Error::InvalidDevice { device, .. }) if device == DeviceIndex::new(9)
     ));
     // Still unlimited.
     drop(alloc.allocate(0, 900 * MIB, S0).unwrap());

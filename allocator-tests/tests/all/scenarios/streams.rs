@@ -1,6 +1,10 @@
 //! Streams: no reuse across streams while cached, frees deferred behind events, and their order.
 
 use super::*;
+use blockpool::DeviceIndex;
+
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
 
 #[test]
 fn freed_block_is_not_reused_on_other_stream() {
@@ -9,10 +13,10 @@ fn freed_block_is_not_reused_on_other_stream() {
     drop(a);
     let b = alloc.allocate(0, 4096, S1).unwrap();
     assert_eq!(b.ptr(), BASE + (2 << 20), "stream 1 gets its own segment");
-    assert_eq!(sim.calls(0).segment_allocs, 2);
+    assert_eq!(sim.calls(D0).segment_allocs, 2);
     let c = alloc.allocate(0, 4096, S0).unwrap();
     assert_eq!(c.ptr(), BASE, "stream 0 reuses its cached block");
-    assert_eq!(sim.calls(0).segment_allocs, 2);
+    assert_eq!(sim.calls(D0).segment_allocs, 2);
     drop((b, c));
     valid(&alloc, &sim);
 }
@@ -25,7 +29,7 @@ fn recorded_block_is_reused_only_after_the_other_stream_completes() {
     a.record_stream(S0).unwrap(); // own stream: nothing to wait for
     drop(a);
     assert_eq!(
-        sim.calls(0).events_recorded,
+        sim.calls(D0).events_recorded,
         1,
         "one event, on stream 1 only"
     );
@@ -44,7 +48,7 @@ fn recorded_block_is_reused_only_after_the_other_stream_completes() {
     assert_eq!(b.ptr(), BASE + 4096, "the pending block is skipped");
     valid(&alloc, &sim);
 
-    sim.complete_stream(0, S1).unwrap();
+    sim.complete_stream(D0, S1).unwrap();
     let c = alloc.allocate(0, 4096, S0).unwrap();
     assert_eq!(c.ptr(), BASE, "reused once stream 1 finished");
     assert_eq!(stat(&alloc, "active.all.current"), 2);
@@ -55,15 +59,15 @@ fn recorded_block_is_reused_only_after_the_other_stream_completes() {
 #[test]
 fn a_hung_stream_does_not_hold_back_frees_on_other_streams() {
     let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
-    sim.inject(0, SimFault::HangStream { stream: S2 }).unwrap();
+    sim.inject(D0, SimFault::HangStream { stream: S2 }).unwrap();
     let stuck = alloc.allocate(0, 4096, S0).unwrap();
     let ready = alloc.allocate(0, 8192, S0).unwrap();
     stuck.record_stream(S2).unwrap();
     ready.record_stream(S1).unwrap();
     drop(stuck);
     drop(ready);
-    sim.complete_stream(0, S1).unwrap();
-    sim.complete_stream(0, S2).unwrap();
+    sim.complete_stream(D0, S1).unwrap();
+    sim.complete_stream(D0, S2).unwrap();
     let a = alloc.allocate(0, 8192, S0).unwrap();
     assert_eq!(
         a.ptr(),
@@ -79,7 +83,7 @@ fn a_hung_stream_does_not_hold_back_frees_on_other_streams() {
         "the block waiting on the hung stream must not be reused: b goes after a"
     );
     assert_eq!(
-        sim.calls(0).segment_allocs,
+        sim.calls(D0).segment_allocs,
         1,
         "the rest of the first segment serves b"
     );
@@ -96,9 +100,9 @@ fn a_hung_stream_does_not_hold_back_frees_on_other_streams() {
     );
     valid(&alloc, &sim);
     drop((a, b));
-    sim.clear_faults(0).unwrap();
+    sim.clear_faults(D0).unwrap();
     alloc.empty_cache().unwrap();
-    assert_eq!(sim.allocated_bytes(0), 0);
+    assert_eq!(sim.allocated_bytes(D0), 0);
     valid(&alloc, &sim);
 }
 
@@ -113,8 +117,8 @@ fn deferred_frees_complete_in_stream_order_so_stats_are_reproducible() {
     c.record_stream(S1).unwrap();
     b.record_stream(S2).unwrap();
     drop((a, c, b));
-    sim.complete_stream(0, S1).unwrap();
-    sim.complete_stream(0, S2).unwrap();
+    sim.complete_stream(D0, S1).unwrap();
+    sim.complete_stream(D0, S2).unwrap();
     let e = alloc.allocate(0, 512, S0).unwrap();
     // Stream 1 first: a and c become two more inactive blocks (3 with the tail), then b
     // merges them into one (2). Stream 2 first would never have reached 3.
@@ -132,7 +136,7 @@ fn a_failed_event_record_keeps_the_block_out_of_reach_for_good() {
     let (sim, alloc) = setup(1 << 30, AllocatorConfig::default());
     let a = alloc.allocate(0, 4096, S0).unwrap();
     a.record_stream(S1).unwrap();
-    sim.inject(0, SimFault::RecordEventError { nth: 1 })
+    sim.inject(D0, SimFault::RecordEventError { nth: 1 })
         .unwrap();
     let err = a.free().unwrap_err();
     assert!(

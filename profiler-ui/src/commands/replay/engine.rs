@@ -14,6 +14,7 @@ use blockpool::introspect::Introspect;
 use blockpool::introspect::{AdoptError, AdoptSegment};
 use blockpool::leak::TeardownReport;
 use blockpool::trace::{Action, EventNumbers, TraceEvent};
+use blockpool::DeviceIndex;
 use blockpool::{AllocatorConfig, CachingAllocator, Error, LeakTracking, SimBackend};
 use indicatif::ProgressBar;
 use serde::Serialize;
@@ -21,7 +22,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 /// The simulated device every replay runs on.
-const DEVICE: usize = 0;
+const DEVICE: DeviceIndex = DeviceIndex::new(0);
 
 /// Events between two progress-bar updates.
 const TICK: usize = 4096;

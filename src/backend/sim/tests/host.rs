@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// Device 0, which these tests use.
+const D0: DeviceIndex = DeviceIndex::new(0);
+
 #[test]
 fn host_backed_segments_are_zeroed_aligned_and_round_trip() -> Result<(), BackendError> {
     let sim = SimBackend::builder()
@@ -10,8 +13,8 @@ fn host_backed_segments_are_zeroed_aligned_and_round_trip() -> Result<(), Backen
         .host_backed(true)
         .build();
     assert!(sim.is_host_backed());
-    let a = sim.alloc_segment(0, 1000)?;
-    let b = sim.alloc_segment(1, 3000)?;
+    let a = sim.alloc_segment(D0, 1000)?;
+    let b = sim.alloc_segment(DeviceIndex::new(1), 3000)?;
     assert_eq!((a % 512, b % 512), (0, 0), "addresses are 512-byte aligned");
     assert!(
         a + 1000 <= b || b + 3000 <= a,
@@ -19,68 +22,74 @@ fn host_backed_segments_are_zeroed_aligned_and_round_trip() -> Result<(), Backen
     );
 
     let mut bytes = [0xff; 1000];
-    sim.read(0, a, &mut bytes)?;
+    sim.read(D0, a, &mut bytes)?;
     assert!(
         bytes.iter().all(|&byte| byte == 0),
         "new segments are zeroed"
     );
-    sim.write(0, a + 996, &[1, 2, 3, 4])?;
-    sim.write(1, b, &[5; 3000])?;
+    sim.write(D0, a + 996, &[1, 2, 3, 4])?;
+    sim.write(DeviceIndex::new(1), b, &[5; 3000])?;
     let mut tail = [0; 6];
-    sim.read(0, a + 994, &mut tail)?;
+    sim.read(D0, a + 994, &mut tail)?;
     assert_eq!(tail, [0, 0, 1, 2, 3, 4]);
     let mut last = [0; 2];
-    sim.read(1, b + 2998, &mut last)?;
+    sim.read(DeviceIndex::new(1), b + 2998, &mut last)?;
     assert_eq!(last, [5, 5]);
-    sim.write(0, a + 1000, &[])?;
-    assert_eq!((sim.allocated_bytes(0), sim.segment_count(1)), (1000, 1));
+    sim.write(D0, a + 1000, &[])?;
+    assert_eq!(
+        (
+            sim.allocated_bytes(D0),
+            sim.segment_count(DeviceIndex::new(1))
+        ),
+        (1000, 1)
+    );
     Ok(())
 }
 
 #[test]
 fn host_backed_out_of_bounds_is_an_unknown_segment() -> Result<(), BackendError> {
     let sim = SimBackend::builder().host_backed(true).build();
-    let a = sim.alloc_segment(0, 1000)?;
+    let a = sim.alloc_segment(D0, 1000)?;
     let past_end = BackendError::UnknownSegment {
-        device: 0,
+        device: D0,
         ptr: a + 998,
         size_bytes: 3,
     };
-    assert_eq!(sim.write(0, a + 998, &[1, 2, 3]), Err(past_end));
+    assert_eq!(sim.write(D0, a + 998, &[1, 2, 3]), Err(past_end));
     let before = BackendError::UnknownSegment {
-        device: 0,
+        device: D0,
         ptr: a - 1,
         size_bytes: 2,
     };
-    assert_eq!(sim.read(0, a - 1, &mut [0; 2]), Err(before));
+    assert_eq!(sim.read(D0, a - 1, &mut [0; 2]), Err(before));
     let unknown = |ptr| {
         Err(BackendError::UnknownSegment {
-            device: 0,
+            device: D0,
             ptr,
             size_bytes: 1,
         })
     };
     assert_eq!(
-        sim.read(0, a + 1000, &mut [0; 1]),
+        sim.read(D0, a + 1000, &mut [0; 1]),
         unknown(a + 1000),
         "the first byte past the end is outside the segment"
     );
     assert_eq!(
-        sim.read(0, u64::MAX, &mut [0; 1]),
+        sim.read(D0, u64::MAX, &mut [0; 1]),
         unknown(u64::MAX),
         "the last address of the address space is in no segment"
     );
     assert_eq!(
-        sim.write(1, a, &[1]),
+        sim.write(DeviceIndex::new(1), a, &[1]),
         Err(BackendError::InvalidDevice {
-            device: 1,
+            device: DeviceIndex::new(1),
             device_count: 1
         }),
         "device 1 does not exist"
     );
-    sim.free_segment(0, a, 1000)?;
+    sim.free_segment(D0, a, 1000)?;
     assert_eq!(
-        sim.read(0, a, &mut [0; 1]),
+        sim.read(D0, a, &mut [0; 1]),
         unknown(a),
         "a freed segment has no bytes"
     );
@@ -90,17 +99,16 @@ fn host_backed_out_of_bounds_is_an_unknown_segment() -> Result<(), BackendError>
 #[test]
 fn fake_segments_have_no_bytes_to_read_or_write() -> Result<(), BackendError> {
     let sim = sim();
-    let a = sim.alloc_segment(0, 1000)?;
-    assert!(matches!(
-        sim.write(0, a, &[1]),
-        Err(BackendError::InjectedFault { device: 0, .. })
+    let a = sim.alloc_segment(D0, 1000)?;
+    assert!(matches!(sim.write(D0, a, &[1]),
+        Err(BackendError::InjectedFault { device, .. }) if device == D0
     ));
     assert!(matches!(
-        sim.read(0, a, &mut [0]),
+        sim.read(D0, a, &mut [0]),
         Err(BackendError::InjectedFault { .. })
     ));
     assert!(matches!(
-        sim.read(0, a + 4096, &mut [0]),
+        sim.read(D0, a + 4096, &mut [0]),
         Err(BackendError::UnknownSegment { .. })
     ));
     Ok(())
