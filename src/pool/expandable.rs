@@ -26,32 +26,10 @@ use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, Result};
 use crate::event::{Action, ContextId};
-use std::collections::BTreeMap;
 
-/// A device's expandable-segment state.
-#[derive(Debug)]
-pub(crate) struct Expandable {
-    /// Whether expandable segments are on: asked for by the configuration and, once the
-    /// backend was asked, supported by it.
-    pub on: bool,
-    /// Whether the backend was asked yet.
-    checked: bool,
-    /// Unmapped blocks of the large (`[0]`) and small (`[1]`) pool, by (stream, address).
-    pub unmapped: [BTreeMap<(StreamId, u64), BlockId>; 2],
-    /// Bytes mapped into expandable segments.
-    pub mapped_bytes: usize,
-}
+mod space;
 
-impl Expandable {
-    pub fn new(on: bool) -> Expandable {
-        Expandable {
-            on,
-            checked: false,
-            unmapped: [BTreeMap::new(), BTreeMap::new()],
-            mapped_bytes: 0,
-        }
-    }
-}
+pub(crate) use space::Expandable;
 
 /// The mapping unit of a pool, in bytes.
 pub(crate) fn unit(small: bool) -> usize {
@@ -70,10 +48,10 @@ impl<E> DeviceAllocator<E> {
     /// Whether new memory comes from expandable segments. The first call asks the backend;
     /// when it cannot map memory the allocator falls back to fixed segments and says so once.
     pub(crate) fn expandable_enabled<B: Backend<Event = E>>(&mut self, backend: &B) -> bool {
-        if self.expandable.on && !self.expandable.checked {
-            self.expandable.checked = true;
-            if !backend.supports_expandable_segments(self.device) {
-                self.expandable.on = false;
+        if self.expandable.unsettled() {
+            let supported = backend.supports_expandable_segments(self.device);
+            self.expandable.settle(supported);
+            if !supported {
                 tracing::warn!(
                     device = self.device.get(),
                     "expandable_segments:True, but the {} backend cannot map memory on device \
@@ -83,14 +61,14 @@ impl<E> DeviceAllocator<E> {
                 );
             }
         }
-        self.expandable.on
+        self.expandable.is_on()
     }
 
     /// Among cached blocks at or after the best fit `key`, PyTorch's preference while
     /// expandable segments are on: a block followed by unmapped space counts as large as it
     /// could grow, so the walk moves on to the next block while that one could grow less.
     pub(crate) fn prefer_less_expandable(&self, key: FreeKey) -> FreeKey {
-        if !self.expandable.on {
+        if !self.expandable.is_on() {
             return key;
         }
         let pool = if self.block(key.id).is_ok_and(|b| b.small) {
@@ -174,12 +152,11 @@ impl<E> DeviceAllocator<E> {
     /// the free blocks after it, spans `size` bytes: that free block when there is one, else
     /// the unmapped block.
     fn find_expandable_block(&self, stream: StreamId, small: bool, size: usize) -> Option<BlockId> {
-        let unmapped = &self.expandable.unmapped[usize::from(small)];
         let allocatable = |id: Option<BlockId>| {
             id.and_then(|id| self.blocks.get(id))
                 .is_some_and(|b| b.state == BlockState::Free)
         };
-        for (_, &id) in unmapped.range((stream, 0)..=(stream, u64::MAX)) {
+        for id in self.expandable.unmapped_on(small, stream) {
             let mut start = id;
             let prev = self.blocks.get(id)?.prev;
             if allocatable(prev) {
@@ -238,7 +215,7 @@ impl<E> DeviceAllocator<E> {
                 context,
             },
         );
-        self.expandable.unmapped[usize::from(small)].insert((stream, addr), id);
+        self.expandable.insert_unmapped(small, stream, addr, id);
         Ok(Some(id))
     }
 
@@ -311,8 +288,9 @@ impl<E> DeviceAllocator<E> {
             };
         }
 
-        if self.expandable.unmapped[usize::from(small)]
-            .remove(&(stream, addr))
+        if self
+            .expandable
+            .remove_unmapped(small, stream, addr)
             .is_none()
         {
             return Err(NOT_UNMAPPED);
@@ -334,8 +312,8 @@ impl<E> DeviceAllocator<E> {
                 self.block_mut(next)?.prev = Some(rest);
             }
             self.block_mut(id)?.next = Some(rest);
-            self.expandable.unmapped[usize::from(small)]
-                .insert((stream, addr + bytes as u64), rest);
+            self.expandable
+                .insert_unmapped(small, stream, addr + bytes as u64, rest);
         }
         let lookups = self.pool_ref(small).lookups;
         let block = self.block_mut(id)?;
@@ -359,7 +337,7 @@ impl<E> DeviceAllocator<E> {
         self.pool(small).insert(key);
 
         self.reserved += bytes;
-        self.expandable.mapped_bytes += bytes;
+        self.expandable.mapped(bytes);
         increase(&mut self.stats.reserved_bytes, small, bytes as u64);
         self.stats.num_device_alloc += 1;
         self.record(
@@ -467,7 +445,6 @@ impl<E> DeviceAllocator<E> {
         }
 
         // Merge with unmapped neighbours; the lower block keeps its id.
-        let set = usize::from(small);
         let mut merged = middle;
         let is_unmapped = |d: &Self, b: Option<BlockId>| {
             b.and_then(|b| d.blocks.get(b)).is_some_and(|b| !b.mapped)
@@ -479,21 +456,22 @@ impl<E> DeviceAllocator<E> {
                 merged = before;
             }
         } else {
-            self.expandable.unmapped[set].insert((stream, begin), middle);
+            self.expandable
+                .insert_unmapped(small, stream, begin, middle);
         }
         let following = self.block(merged)?.next;
         if is_unmapped(self, following) {
             if let Some(following) = following {
-                let key = (stream, self.block(following)?.addr);
-                self.expandable.unmapped[set]
-                    .remove(&key)
+                let at = self.block(following)?.addr;
+                self.expandable
+                    .remove_unmapped(small, stream, at)
                     .ok_or(NOT_UNMAPPED)?;
                 self.absorb_next(merged, following)?;
             }
         }
         let bytes = (end - begin) as usize;
         self.reserved -= bytes;
-        self.expandable.mapped_bytes -= bytes;
+        self.expandable.unmapped_bytes(bytes);
         decrease(&mut self.stats.reserved_bytes, small, bytes as u64);
         self.stats.num_device_free += 1;
         let context = self
@@ -527,7 +505,7 @@ impl<E> DeviceAllocator<E> {
         }
         let (addr, size, small, stream) = (block.addr, block.size, block.small, block.stream);
         backend.release_address_range(self.device, addr, size)?;
-        self.expandable.unmapped[usize::from(small)].remove(&(stream, addr));
+        self.expandable.remove_unmapped(small, stream, addr);
         self.blocks.remove(id);
         self.segments.remove(&addr);
         Ok(())
@@ -549,7 +527,9 @@ impl<E> DeviceAllocator<E> {
         for id in to_unmap {
             self.unmap_block(backend, id)?;
         }
-        let empty: Vec<BlockId> = self.expandable.unmapped[usize::from(small)]
+        let empty: Vec<BlockId> = self
+            .expandable
+            .unmapped(small)
             .values()
             .copied()
             .filter(|&id| self.blocks.get(id).is_some_and(|b| !b.is_split()))

@@ -162,7 +162,7 @@ impl<E> DeviceAllocator<E> {
                             block.addr, block.size
                         ));
                     }
-                    let set = &self.expandable.unmapped[usize::from(small)];
+                    let set = self.expandable.unmapped(small);
                     if set.get(&(stream, block.addr)) != Some(&id) {
                         return fail(format!(
                             "unmapped block at {:#x} is missing from its unmapped set",
@@ -262,7 +262,7 @@ impl<E> DeviceAllocator<E> {
             }
         }
         for (small, set) in [(false, 0usize), (true, 1)] {
-            let held = self.expandable.unmapped[set].len();
+            let held = self.expandable.unmapped(small).len();
             if held != unmapped_blocks[set] {
                 return fail(format!(
                     "{} pool unmapped set holds {held} entries for {} unmapped blocks",
@@ -271,10 +271,10 @@ impl<E> DeviceAllocator<E> {
                 ));
             }
         }
-        if mapped != self.expandable.mapped_bytes {
+        if mapped != self.expandable.mapped_bytes() {
             return fail(format!(
                 "{} bytes are counted as mapped but expandable segments map {mapped}",
-                self.expandable.mapped_bytes
+                self.expandable.mapped_bytes()
             ));
         }
         reserved += mapped;

@@ -176,7 +176,7 @@ impl<E> DeviceAllocator<E> {
         // With no slot left for a remainder, the whole block is handed out instead.
         let split = self
             .policy
-            .should_split(old_size, rounded, pool, self.expandable.on)
+            .should_split(old_size, rounded, pool, self.expandable.is_on())
             && self.blocks.has_room();
         let size = if split {
             let rest_size = old_size - rounded;

@@ -399,7 +399,7 @@ impl<E> DeviceAllocator<E> {
             for id in whole {
                 self.release_block(backend, id)?;
             }
-            if self.expandable.on {
+            if self.expandable.is_on() {
                 self.release_expandable_blocks(backend, small)?;
             }
         }
