@@ -10,8 +10,9 @@
 //! free neighbours, and a wholly free adopted segment is released like any other.
 
 use super::block::{Block, BlockId, BlockState};
-use super::device::{DeviceAllocator, Segment, TOO_MANY_BLOCKS};
+use super::device::{DeviceAllocator, TOO_MANY_BLOCKS};
 use super::free_list::{FreeKey, PoolKind};
+use super::segments::Segment;
 use super::sizing::MIN_BLOCK_SIZE;
 use super::stat_updates::{count_allocation, increase};
 use crate::backend::{Backend, BackendError, DeviceIndex, StreamId};
@@ -166,11 +167,7 @@ impl<E> DeviceAllocator<E> {
             Err(BackendError::OutOfMemory { .. }) => return Err(self.out_of_memory(size)),
             Err(e) => return Err(Error::from(e).into()),
         };
-        let overlaps = addr.checked_add(size as u64).map_or(true, |end| {
-            let before = self.segments.range(..end).next_back();
-            before.is_some_and(|(&start, s)| start + s.size as u64 > addr)
-        });
-        if overlaps {
+        if self.segments.overlaps(addr, size) {
             // A backend bug; give the segment back rather than corrupt the bookkeeping.
             debug_assert!(false, "backend placed a segment over a live one");
             backend
@@ -289,7 +286,7 @@ impl<E> DeviceAllocator<E> {
 
     /// Counts a new segment of `size` bytes in the reserved bytes and segment statistics.
     fn count_segment(&mut self, size: usize, small: bool) {
-        self.reserved += size;
+        self.segments.reserve(size);
         increase(&mut self.stats.segment, small, 1);
         increase(&mut self.stats.reserved_bytes, small, size as u64);
         if self.policy.is_oversize(size) {

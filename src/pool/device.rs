@@ -11,13 +11,13 @@ use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
 use super::history::History;
 use super::policy::PoolPolicy;
+use super::segments::SegmentMap;
 use super::stat_updates::{apply_net, decrease};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::event::{Action, ContextId};
+use crate::event::Action;
 use crate::stats::DeviceStats;
-use std::collections::BTreeMap;
 
 /// A block id that names no block: a bookkeeping bug.
 pub(crate) const NO_BLOCK: Error = Error::InvariantViolated {
@@ -51,18 +51,6 @@ pub struct AllocatedBlock {
     pub alloc_id: u64,
 }
 
-/// Segment bookkeeping: enough to walk its blocks and to find it by address.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Segment {
-    /// Size in bytes; for an expandable segment, of its whole reserved address range.
-    pub size: usize,
-    /// Whether the segment is an expandable one (`expandable.rs`).
-    pub expandable: bool,
-    pub head: BlockId,
-    /// Context of the call that allocated the segment, when history keeps contexts.
-    pub context: ContextId,
-}
-
 /// The caching allocator of one device. Not thread-safe by itself; the
 /// [`CachingAllocator`](crate::CachingAllocator) keeps each behind a mutex.
 pub struct DeviceAllocator<E> {
@@ -72,13 +60,11 @@ pub struct DeviceAllocator<E> {
     pub(crate) blocks: BlockArena,
     pub(crate) small: FreeList,
     pub(crate) large: FreeList,
-    /// Segments by address.
-    pub(crate) segments: BTreeMap<u64, Segment>,
+    /// Segments by address, and the bytes they reserve.
+    pub(crate) segments: SegmentMap,
     /// The events deferred frees wait on (`events.rs`).
     pub(crate) events: EventQueues<E>,
     pub(crate) stats: DeviceStats,
-    /// Sum of segment sizes, in bytes.
-    pub(crate) reserved: usize,
     /// Memory fraction set by `set_memory_fraction`, if any.
     pub(crate) fraction: Option<f64>,
     /// Device capacity, once the backend told it.
@@ -106,10 +92,9 @@ impl<E> DeviceAllocator<E> {
             blocks: BlockArena::default(),
             small: FreeList::default(),
             large: FreeList::default(),
-            segments: BTreeMap::new(),
+            segments: SegmentMap::default(),
             events: EventQueues::default(),
             stats,
-            reserved: 0,
             total_bytes: None,
             next_alloc_id: 0,
             history: None,

@@ -19,8 +19,9 @@
 //! the trace says `segment_map` and `segment_unmap`.
 
 use super::block::{Block, BlockId, BlockState};
-use super::device::{DeviceAllocator, Segment, NO_BLOCK, TOO_MANY_BLOCKS};
+use super::device::{DeviceAllocator, NO_BLOCK, TOO_MANY_BLOCKS};
 use super::free_list::FreeKey;
+use super::segments::Segment;
 use super::sizing::{LARGE_BUFFER, SMALL_BUFFER};
 use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
@@ -222,9 +223,8 @@ impl<E> DeviceAllocator<E> {
     /// The address of the segment holding `addr`.
     fn segment_base(&self, addr: u64) -> Result<u64> {
         self.segments
-            .range(..=addr)
-            .next_back()
-            .map(|(&base, _)| base)
+            .at_or_before(addr)
+            .map(|(base, _)| base)
             .ok_or(NO_BLOCK)
     }
 
@@ -336,7 +336,7 @@ impl<E> DeviceAllocator<E> {
         let key = Self::free_key(merged, self.block(merged)?);
         self.pool(small).insert(key);
 
-        self.reserved += bytes;
+        self.segments.reserve(bytes);
         self.expandable.mapped(bytes);
         increase(&mut self.stats.reserved_bytes, small, bytes as u64);
         self.stats.num_device_alloc += 1;
@@ -470,13 +470,13 @@ impl<E> DeviceAllocator<E> {
             }
         }
         let bytes = (end - begin) as usize;
-        self.reserved -= bytes;
+        self.segments.unreserve(bytes);
         self.expandable.unmapped_bytes(bytes);
         decrease(&mut self.stats.reserved_bytes, small, bytes as u64);
         self.stats.num_device_free += 1;
         let context = self
             .segments
-            .get(&base)
+            .get(base)
             .map_or(ContextId::NONE, |s| s.context);
         self.record(
             Action::SegmentUnmap,
@@ -507,7 +507,7 @@ impl<E> DeviceAllocator<E> {
         backend.release_address_range(self.device, addr, size)?;
         self.expandable.remove_unmapped(small, stream, addr);
         self.blocks.remove(id);
-        self.segments.remove(&addr);
+        self.segments.remove(addr);
         Ok(())
     }
 

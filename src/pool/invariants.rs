@@ -73,7 +73,7 @@ impl<E> DeviceAllocator<E> {
         let mut unmapped_blocks = [0usize; 2];
         let mut previous_end = 0u64;
 
-        for (&addr, segment) in &self.segments {
+        for (addr, segment) in self.segments.iter() {
             if addr < previous_end {
                 return fail(format!("segment {addr:#x} overlaps the segment before it"));
             }
@@ -284,10 +284,10 @@ impl<E> DeviceAllocator<E> {
                 "{queued} events queued or stranded but pending blocks wait on {pending_event_count}"
             ));
         }
-        if reserved != self.reserved {
+        if reserved != self.segments.reserved() {
             return fail(format!(
                 "reserved is {} but fixed segments and mapped memory sum to {reserved}",
-                self.reserved
+                self.segments.reserved()
             ));
         }
         compare_stats(&self.stats, &expected).or_else(fail)

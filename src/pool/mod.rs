@@ -15,6 +15,7 @@ mod malloc;
 mod ordered;
 mod policy;
 mod release;
+mod segments;
 pub mod sizing;
 mod stat_updates;
 mod views;

@@ -144,7 +144,8 @@ impl<E> DeviceAllocator<E> {
         }
         let heads: Vec<BlockId> = self
             .segments
-            .values()
+            .iter()
+            .map(|(_, s)| s)
             .filter(|s| !s.expandable)
             .map(|s| s.head)
             .collect();

@@ -8,7 +8,8 @@
 //! Only then does the request fail, with an error that explains the numbers.
 
 use super::block::{Block, BlockId, BlockState};
-use super::device::{AllocatedBlock, DeviceAllocator, Segment};
+use super::device::{AllocatedBlock, DeviceAllocator};
+use super::segments::Segment;
 use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, OutOfMemoryError, Result};
@@ -173,7 +174,7 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<bool> {
         Ok(self
             .limit_bytes(backend)?
-            .is_some_and(|limit| self.reserved.saturating_add(bytes) > limit))
+            .is_some_and(|limit| self.segments.reserved().saturating_add(bytes) > limit))
     }
 
     /// Takes the device's answer to a [`MallocStep::Device`] request: a new segment serves
@@ -257,7 +258,7 @@ impl<E> DeviceAllocator<E> {
             device_free_bytes: info.free_bytes,
             limit_bytes: self.limit_bytes(backend)?,
             allocated_bytes: self.stats.allocated_bytes.all.current as usize,
-            reserved_bytes: self.reserved,
+            reserved_bytes: self.segments.reserved(),
         })))
     }
 
@@ -296,7 +297,7 @@ impl<E> DeviceAllocator<E> {
                 context,
             },
         );
-        self.reserved += size;
+        self.segments.reserve(size);
         increase(&mut self.stats.segment, small, 1);
         increase(&mut self.stats.reserved_bytes, small, size as u64);
         if self.policy.is_oversize(size) {
@@ -324,10 +325,10 @@ impl<E> DeviceAllocator<E> {
         backend.free_segment(self.device, addr, size)?;
         self.uncache(id)?;
         self.blocks.remove(id);
-        let segment = self.segments.remove(&addr);
+        let segment = self.segments.remove(addr);
         let context = segment.map_or(ContextId::NONE, |s| s.context);
         self.record(Action::SegmentFree, stream, (addr, size as u64, 0), context);
-        self.reserved -= size;
+        self.segments.unreserve(size);
         self.stats.num_device_free += 1;
         decrease(&mut self.stats.segment, small, 1);
         decrease(&mut self.stats.reserved_bytes, small, size as u64);
@@ -414,10 +415,11 @@ impl<E> DeviceAllocator<E> {
             return Ok(());
         };
         let threshold = self.policy.gc_threshold(limit);
-        if self.reserved <= threshold {
+        let reserved = self.segments.reserved();
+        if reserved <= threshold {
             return Ok(());
         }
-        let target = self.reserved - threshold;
+        let target = reserved - threshold;
         let now = self.large.lookups;
         let age = |b: &Block| now - b.gc_count_base;
         let mut total_age: u64 = 0;

@@ -56,7 +56,7 @@ pub struct BlockView {
 impl<E> DeviceAllocator<E> {
     /// The block starting at `addr`, if any segment of this device has one.
     pub fn block_at(&self, addr: u64) -> Option<(BlockId, BlockState)> {
-        let (_, segment) = self.segments.range(..=addr).next_back()?;
+        let (_, segment) = self.segments.at_or_before(addr)?;
         let mut cursor = Some(segment.head);
         while let Some(id) = cursor {
             let block = self.blocks.get(id)?;
@@ -75,7 +75,7 @@ impl<E> DeviceAllocator<E> {
     /// per run of mapped memory.
     pub fn segments(&self) -> Vec<SegmentView> {
         let mut views = Vec::with_capacity(self.segments.len());
-        for segment in self.segments.values() {
+        for (_, segment) in self.segments.iter() {
             let mut run: Option<SegmentView> = None;
             let mut cursor = Some(segment.head);
             while let Some((id, block)) = cursor.and_then(|id| self.blocks.get(id).map(|b| (id, b)))

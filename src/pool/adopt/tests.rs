@@ -109,7 +109,7 @@ fn allocating_and_freeing_around_adopted_blocks_keeps_every_invariant() {
     assert_eq!(dev.segments()[0].blocks.len(), 1, "everything merged");
     dev.empty_cache(&sim).unwrap();
     check(&dev, "empty_cache");
-    assert_eq!(dev.reserved, 0);
+    assert_eq!(dev.segments.reserved(), 0);
     assert_eq!(
         sim.allocated_bytes(DeviceIndex::new(0)),
         0,
@@ -197,7 +197,7 @@ fn bad_layouts_are_refused_before_anything_changes() {
         0,
         "no device call for a bad layout"
     );
-    assert_eq!(dev.reserved, 0);
+    assert_eq!(dev.segments.reserved(), 0);
     check(&dev, "refusals");
 }
 
@@ -217,7 +217,7 @@ fn out_of_memory_is_reported_and_changes_nothing() {
             size_bytes: 20 * MIB
         }
     );
-    assert_eq!(dev.reserved, 20 * MIB);
+    assert_eq!(dev.segments.reserved(), 20 * MIB);
     check(&dev, "a refused adoption");
     dev.set_memory_fraction(&sim, 0.5).unwrap();
     let small = [live(0, 512, 512)];
