@@ -206,7 +206,7 @@ impl<E> DeviceAllocator<E> {
     ) -> Result<Vec<AdoptedBlock>, Error> {
         let small = segment.pool == PoolKind::Small;
         let stream = segment.stream;
-        let lookups = self.pool_ref(small).lookups;
+        let lookups = self.pool_ref(small).lookups();
         let mut ids: Vec<BlockId> = Vec::with_capacity(pieces.len());
         for piece in pieces {
             let mut block = Block::free(

@@ -246,7 +246,7 @@ impl<E> DeviceAllocator<E> {
             size += key.size;
             absorbed_next = Some(key);
         }
-        let lookups = self.pool_ref(small).lookups;
+        let lookups = self.pool_ref(small).lookups();
         let block = self.blocks.get_mut(merged).ok_or(NO_BLOCK)?;
         block.gc_count_base = lookups;
         let counts_split = !block.expandable;

@@ -315,7 +315,7 @@ impl<E> DeviceAllocator<E> {
             self.expandable
                 .insert_unmapped(small, stream, addr + bytes as u64, rest);
         }
-        let lookups = self.pool_ref(small).lookups;
+        let lookups = self.pool_ref(small).lookups();
         let block = self.block_mut(id)?;
         block.mapped = true;
         block.size = bytes;
@@ -401,7 +401,7 @@ impl<E> DeviceAllocator<E> {
 
         // Cut the block into [addr, begin) cached, [begin, end) unmapped, [end, ...) cached.
         self.uncache(id)?;
-        let lookups = self.pool_ref(small).lookups;
+        let lookups = self.pool_ref(small).lookups();
         let piece = |start: u64, end: u64, links, mapped: bool| {
             let mut block =
                 Block::free(start, (end - start) as usize, stream, small, links, lookups);

@@ -346,10 +346,22 @@ pub(crate) struct FreeList {
     spare: Vec<Box<StreamList>>,
     len: usize,
     /// Number of best-fit lookups so far; the clock of garbage collection ages.
-    pub lookups: u64,
+    lookups: u64,
 }
 
 impl FreeList {
+    /// Best-fit lookups counted so far: the clock that garbage collection ages blocks by.
+    #[inline]
+    pub(crate) fn lookups(&self) -> u64 {
+        self.lookups
+    }
+
+    /// Counts one best-fit lookup (while garbage collection is on).
+    #[inline]
+    pub(crate) fn count_lookup(&mut self) {
+        self.lookups += 1;
+    }
+
     /// Where `stream`'s list is, or would go.
     #[inline]
     fn find(&self, stream: StreamId) -> Result<usize, usize> {

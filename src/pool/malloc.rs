@@ -129,7 +129,7 @@ impl<E> DeviceAllocator<E> {
     fn find_cached(&mut self, stream: StreamId, rounded: usize, small: bool) -> Option<FreeKey> {
         let gc_on = self.gc_enabled();
         if gc_on {
-            self.pool(small).lookups += 1;
+            self.pool(small).count_lookup();
         }
         let pool = self.pool_ref(small);
         let key = pool.best_fit(stream, rounded)?;
@@ -192,7 +192,7 @@ impl<E> DeviceAllocator<E> {
                 stream,
                 small,
                 (Some(id), old_next),
-                self.pool_ref(small).lookups,
+                self.pool_ref(small).lookups(),
             );
             rest.expandable = expandable;
             let rest = self.blocks.insert(rest);

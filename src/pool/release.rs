@@ -420,7 +420,7 @@ impl<E> DeviceAllocator<E> {
             return Ok(());
         }
         let target = reserved - threshold;
-        let now = self.large.lookups;
+        let now = self.large.lookups();
         let age = |b: &Block| now - b.gc_count_base;
         let mut total_age: u64 = 0;
         let mut freeable: u64 = 0;
