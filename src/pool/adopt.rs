@@ -283,16 +283,6 @@ impl<E> DeviceAllocator<E> {
         }
         Ok(adopted)
     }
-
-    /// Counts a new segment of `size` bytes in the reserved bytes and segment statistics.
-    fn count_segment(&mut self, size: usize, small: bool) {
-        self.segments.reserve(size);
-        increase(&mut self.stats.segment, small, 1);
-        increase(&mut self.stats.reserved_bytes, small, size as u64);
-        if self.policy.is_oversize(size) {
-            self.stats.oversize_segments.increase(1);
-        }
-    }
 }
 
 /// One block of an adopted segment: live with its requested bytes, or a free gap.

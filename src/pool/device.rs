@@ -164,17 +164,15 @@ impl<E> DeviceAllocator<E> {
     /// A failure to record an event keeps the block pending forever: memory a stream may still
     /// use is kept rather than risked (see `insert_events`).
     pub fn free<B: Backend<Event = E>>(&mut self, backend: &B, id: BlockId) -> Result<()> {
-        let block = self.blocks.get_mut(id).ok_or(Error::InvariantViolated {
-            what: "block id names no block",
-        })?;
+        let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
         if block.state != BlockState::Allocated {
             return Err(Error::InvariantViolated {
                 what: "free of a block that is not allocated",
             });
         }
-        let (small, size) = (block.small, block.size as u64);
+        let (small, size) = (block.small, block.size);
         if self.history.is_some() {
-            let sizes = (block.addr, size, block.requested as u64);
+            let sizes = (block.addr, size as u64, block.requested as u64);
             let stream = block.stream;
             let context = self.block_context(id);
             self.record(Action::FreeRequested, stream, sizes, context);
@@ -182,8 +180,8 @@ impl<E> DeviceAllocator<E> {
         let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
         let stats = &mut self.stats;
         decrease(&mut stats.allocation, small, 1);
-        decrease(&mut stats.allocated_bytes, small, size);
-        if self.policy.is_oversize(size as usize) {
+        decrease(&mut stats.allocated_bytes, small, size as u64);
+        if self.policy.is_oversize(size) {
             stats.oversize_allocations.decrease(1);
         }
         if block.stream_uses.is_none()

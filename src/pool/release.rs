@@ -297,12 +297,7 @@ impl<E> DeviceAllocator<E> {
                 context,
             },
         );
-        self.segments.reserve(size);
-        increase(&mut self.stats.segment, small, 1);
-        increase(&mut self.stats.reserved_bytes, small, size as u64);
-        if self.policy.is_oversize(size) {
-            self.stats.oversize_segments.increase(1);
-        }
+        self.count_segment(size, small);
         self.stats.num_device_alloc += 1;
         self.record(
             Action::SegmentAlloc,
@@ -311,6 +306,16 @@ impl<E> DeviceAllocator<E> {
             ContextId::NONE,
         );
         Ok(id)
+    }
+
+    /// Counts a new fixed segment of `size` bytes in the reserved bytes and segment statistics.
+    pub(super) fn count_segment(&mut self, size: usize, small: bool) {
+        self.segments.reserve(size);
+        increase(&mut self.stats.segment, small, 1);
+        increase(&mut self.stats.reserved_bytes, small, size as u64);
+        if self.policy.is_oversize(size) {
+            self.stats.oversize_segments.increase(1);
+        }
     }
 
     /// Returns the cached, unsplit block `id` (a whole segment) to the device.
