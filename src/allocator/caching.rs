@@ -409,7 +409,7 @@ impl<B: Backend> Shared<B> {
     ) -> Result<AllocatedBlock> {
         let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
-        dev.pool.set_event_stamp(stamp);
+        dev.pool.observers.set_event_stamp(stamp);
         if let Some(block) = dev.pool.malloc_cached(&self.backend, size, stream)? {
             if self.tracks() {
                 dev.track(&block, origin);
@@ -439,7 +439,7 @@ impl<B: Backend> Shared<B> {
             drop(dev);
             search_again = self.run_free_memory_callbacks(device);
             dev = self.lock(device)?;
-            dev.pool.set_event_stamp(stamp);
+            dev.pool.observers.set_event_stamp(stamp);
         }
         let step = dev
             .pool
@@ -494,7 +494,7 @@ impl<B: Backend> Shared<B> {
             let answer =
                 MutexGuard::unlocked(&mut dev, || self.backend.alloc_segment(device, size));
             // Another thread's events may have been stamped while the lock was down.
-            dev.pool.set_event_stamp(stamp);
+            dev.pool.observers.set_event_stamp(stamp);
             step = dev.pool.finish_segment(&self.backend, request, answer)?;
         }
     }
@@ -505,7 +505,7 @@ impl<B: Backend> Shared<B> {
     pub(super) fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
-        dev.pool.set_event_stamp(stamp);
+        dev.pool.observers.set_event_stamp(stamp);
         dev.free(&self.backend, id)
     }
 }
@@ -522,7 +522,7 @@ impl<B: Backend> Drop for Shared<B> {
         let stamp = self.stamp(ContextLevel::All);
         for (device, allocator) in self.devices.iter_mut().enumerate() {
             let allocator = &mut allocator.get_mut().pool;
-            allocator.set_event_stamp(stamp);
+            allocator.observers.set_event_stamp(stamp);
             if let Err(e) = allocator.empty_cache(&self.backend) {
                 tracing::warn!(
                     device,

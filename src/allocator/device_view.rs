@@ -197,7 +197,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         let shared = &self.alloc.shared;
         let stamp = shared.stamp(ContextLevel::All);
         let mut dev = self.lock();
-        dev.pool.set_event_stamp(stamp);
+        dev.pool.observers.set_event_stamp(stamp);
         dev.pool.empty_cache(&shared.backend)
     }
 

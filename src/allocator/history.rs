@@ -4,14 +4,12 @@
 //! one atomic load and one branch, so this stays off the hot path's cost.
 
 use super::caching::{CachingAllocator, Shared};
-use crate::backend::StreamId;
 use crate::backend::{Backend, DeviceIndex};
 use crate::error::{Error, Result};
 use crate::event::{
-    Action, AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings,
-    TraceEvent,
+    AnnotationSink, Context, ContextId, ContextLevel, EventStamp, HistorySettings, TraceEvent,
 };
-use crate::pool::SegmentView;
+use crate::pool::{PoolEvent, SegmentView};
 use crate::trace::snapshot::{Block, Contexts, Segment, Snapshot};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -200,16 +198,14 @@ impl<B: Backend> CachingAllocator<B> {
             let views = allocator.pool.segments();
             if recording {
                 let active = allocator.pool.stats().active_bytes.all.current.max(0) as u64;
-                allocator.pool.set_event_stamp(EventStamp {
+                allocator.pool.observers.set_event_stamp(EventStamp {
                     time_us: shared.recording_time_us(),
                     context: ContextId::NONE,
                 });
-                allocator.pool.record(
-                    Action::Snapshot,
-                    StreamId::DEFAULT,
-                    (0, active, 0),
-                    ContextId::NONE,
-                );
+                allocator
+                    .pool
+                    .observers
+                    .emit(PoolEvent::Snapshot { active });
             }
             let history = allocator.pool.history();
             drop(allocator);
@@ -331,7 +327,9 @@ impl<B: Backend> AnnotationSink for Shared<B> {
             context,
         };
         for device in self.devices.iter() {
-            device.lock().pool.record_annotation(stamp);
+            let mut device = device.lock();
+            device.pool.observers.set_event_stamp(stamp);
+            device.pool.observers.emit(PoolEvent::Annotate);
         }
     }
 }

@@ -34,7 +34,7 @@ impl<B: Backend> Introspect for CachingAllocator<B> {
     ) -> Result<Vec<u64>, AdoptError> {
         let stamp = self.shared.stamp(ContextLevel::State);
         let mut dev = self.lock_device(device)?;
-        dev.pool.set_event_stamp(stamp);
+        dev.pool.observers.set_event_stamp(stamp);
         let adopted = dev.pool.adopt_segment(&self.shared.backend, segment)?;
         for block in &adopted {
             // Adopted blocks are not tracked: a record an earlier allocation left in the slot

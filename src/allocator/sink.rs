@@ -90,7 +90,9 @@ impl<B: Backend> CachingAllocator<B> {
         let state = Arc::new(StreamState::default());
         *shared.stream.lock() = Some(Arc::clone(&state));
         for device in shared.devices.iter() {
-            device.lock().pool.start_streaming();
+            if let Some(history) = device.lock().pool.observers.history_mut() {
+                history.start_streaming();
+            }
         }
         let weak: Weak<Shared<B>> = Arc::downgrade(shared);
         let source: Weak<dyn StreamSource> = weak;
@@ -121,7 +123,10 @@ impl<B: Backend> Shared<B> {
         let mut events = Vec::new();
         let mut dropped = 0;
         for device in self.devices.iter() {
-            dropped += device.lock().pool.stop_streaming(&mut events);
+            let mut device = device.lock();
+            if let Some(history) = device.pool.observers.history_mut() {
+                dropped += history.stop_streaming(&mut events);
+            }
         }
         state.hand_over(&mut events, dropped);
     }
@@ -137,7 +142,9 @@ impl<B: Backend> StreamSource for Shared<B> {
         buffers.resize_with(self.devices.len(), Vec::new);
         let mut dropped = 0;
         for (device, buffer) in self.devices.iter().zip(buffers.iter_mut()) {
-            dropped += device.lock().pool.take_streamed(buffer);
+            if let Some(history) = device.lock().pool.observers.history_mut() {
+                dropped += history.take_streamed(buffer);
+            }
         }
         dropped
     }
@@ -151,7 +158,9 @@ impl<B: Backend> StreamSource for Shared<B> {
         buffers.resize_with(self.devices.len(), Vec::new);
         let mut dropped = 0;
         for (device, buffer) in self.devices.iter().zip(buffers.iter_mut()) {
-            dropped += device.lock().pool.stop_streaming(buffer);
+            if let Some(history) = device.lock().pool.observers.history_mut() {
+                dropped += history.stop_streaming(buffer);
+            }
         }
         dropped
     }

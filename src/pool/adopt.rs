@@ -12,9 +12,9 @@
 use super::block::{Block, BlockId, BlockState};
 use super::device::{DeviceAllocator, TOO_MANY_BLOCKS};
 use super::free_list::{FreeKey, PoolKind};
+use super::observe::{Place, PoolEvent};
 use super::segments::Segment;
 use super::sizing::MIN_BLOCK_SIZE;
-use super::stat_updates::{count_allocation, increase};
 use crate::backend::{Backend, BackendError, DeviceIndex, StreamId};
 use crate::error::Error;
 use crate::event::ContextId;
@@ -248,17 +248,35 @@ impl<E> DeviceAllocator<E> {
                 context: ContextId::NONE,
             },
         );
-        self.count_segment(segment.size, small);
+        self.segments.reserve(segment.size);
+        let at = Place {
+            stream,
+            addr,
+            size: segment.size,
+            small,
+        };
+        let oversize = self.policy.is_oversize(segment.size);
+        self.observers
+            .emit(PoolEvent::AdoptSegment { at, oversize });
 
         let split = pieces.len() > 1;
         let mut adopted = Vec::new();
         for (piece, &id) in pieces.iter().zip(&ids) {
             let (block_addr, size) = (addr + piece.offset as u64, piece.size);
-            let stats = &mut self.stats;
+            let at = Place {
+                stream,
+                addr: block_addr,
+                size,
+                small,
+            };
             match piece.live {
                 Some(requested) => {
-                    let oversize = self.policy.is_oversize(size);
-                    count_allocation(stats, small, (size, requested), oversize);
+                    self.observers.emit(PoolEvent::AdoptBlock {
+                        block: id,
+                        at,
+                        requested,
+                        oversize: self.policy.is_oversize(size),
+                    });
                     adopted.push(AdoptedBlock {
                         id,
                         addr: block_addr,
@@ -268,8 +286,11 @@ impl<E> DeviceAllocator<E> {
                 }
                 None => {
                     if split {
-                        increase(&mut stats.inactive_split, small, 1);
-                        increase(&mut stats.inactive_split_bytes, small, size as u64);
+                        self.observers.emit(PoolEvent::InactiveSplit {
+                            small,
+                            blocks: 1,
+                            bytes: size as i64,
+                        });
                     }
                     let key = FreeKey {
                         stream,

@@ -5,6 +5,7 @@
 //! gives the remainder a new id, and merging keeps the lower block's id, so the id of a
 //! segment's first block never changes while the segment lives.
 
+use super::observe::Place;
 use crate::backend::StreamId;
 use std::num::NonZeroU32;
 
@@ -68,6 +69,17 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// Where the block is, as its events say: its stream, memory and pool.
+    #[inline]
+    pub(crate) fn place(&self) -> Place {
+        Place {
+            stream: self.stream,
+            addr: self.addr,
+            size: self.size,
+            small: self.small,
+        }
+    }
+
     /// A cached block with its neighbours `(prev, next)`, stamped with the free list's lookup
     /// count `gc_count_base`.
     pub fn free(

@@ -9,14 +9,13 @@ use super::block::{Block, BlockArena, BlockId, BlockState};
 use super::events::EventQueues;
 use super::expandable::Expandable;
 use super::free_list::{FreeKey, FreeList};
-use super::history::History;
+use super::observe::{Observers, PoolEvent};
 use super::policy::PoolPolicy;
 use super::segments::SegmentMap;
-use super::stat_updates::{apply_net, decrease};
 use crate::backend::{Backend, DeviceIndex, StreamId};
 use crate::config::AllocatorConfig;
 use crate::error::{Error, Result};
-use crate::event::Action;
+use crate::event::{HistorySettings, TraceEvent};
 use crate::stats::DeviceStats;
 
 /// A block id that names no block: a bookkeeping bug.
@@ -64,14 +63,13 @@ pub struct DeviceAllocator<E> {
     pub(crate) segments: SegmentMap,
     /// The events deferred frees wait on (`events.rs`).
     pub(crate) events: EventQueues<E>,
-    pub(crate) stats: DeviceStats,
     /// Memory fraction set by `set_memory_fraction`, if any.
     pub(crate) fraction: Option<f64>,
     /// Device capacity, once the backend told it.
     pub(crate) total_bytes: Option<usize>,
     pub(crate) next_alloc_id: u64,
-    /// Recorded events and contexts; `None` while history is off (boxed: it is rarely on).
-    pub(crate) history: Option<Box<History>>,
+    /// What keeps the pool's events: the statistics and, while recording, the history.
+    pub(crate) observers: Observers,
     /// Expandable segments: whether they are on, and the unmapped blocks (`expandable.rs`).
     pub(crate) expandable: Expandable,
 }
@@ -94,23 +92,33 @@ impl<E> DeviceAllocator<E> {
             large: FreeList::default(),
             segments: SegmentMap::default(),
             events: EventQueues::default(),
-            stats,
+            observers: Observers::new(stats),
             total_bytes: None,
             next_alloc_id: 0,
-            history: None,
             expandable: Expandable::new(config_expandable),
         }
     }
 
     /// Statistics of this device.
     pub fn stats(&self) -> &DeviceStats {
-        &self.stats
+        self.observers.stats()
     }
 
     /// Mutable statistics, for the allocator's peak and accumulated resets. Not public: every
     /// other change to them is the bookkeeping's, and `check_invariants` holds them to it.
     pub(crate) fn stats_mut(&mut self) -> &mut DeviceStats {
-        &mut self.stats
+        self.observers.stats_mut()
+    }
+
+    /// Starts, reconfigures or stops recording this device's history
+    /// ([`Observers::record_history`]).
+    pub fn record_history(&mut self, settings: &HistorySettings) {
+        self.observers.record_history(self.device, settings);
+    }
+
+    /// The recorded events, oldest first (empty when not recording).
+    pub fn history(&self) -> Vec<TraceEvent> {
+        self.observers.history()
     }
 
     /// The settings this allocator runs with.
@@ -170,23 +178,15 @@ impl<E> DeviceAllocator<E> {
                 what: "free of a block that is not allocated",
             });
         }
-        let (small, size) = (block.small, block.size);
-        if self.history.is_some() {
-            let sizes = (block.addr, size as u64, block.requested as u64);
-            let stream = block.stream;
-            let context = self.block_context(id);
-            self.record(Action::FreeRequested, stream, sizes, context);
-        }
-        let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
-        let stats = &mut self.stats;
-        decrease(&mut stats.allocation, small, 1);
-        decrease(&mut stats.allocated_bytes, small, size as u64);
-        if self.policy.is_oversize(size) {
-            stats.oversize_allocations.decrease(1);
-        }
-        if block.stream_uses.is_none()
-            || (self.policy.serves_other_streams() && self.order_uses(backend, id)?)
-        {
+        let at = block.place();
+        let (requested, other_streams) = (block.requested, block.stream_uses.is_some());
+        self.observers.emit(PoolEvent::FreeRequested {
+            block: id,
+            at,
+            requested,
+            oversize: self.policy.is_oversize(at.size),
+        });
+        if !other_streams || (self.policy.serves_other_streams() && self.order_uses(backend, id)?) {
             self.free_block(id)
         } else {
             self.block_mut(id)?.state = BlockState::PendingFree;
@@ -199,17 +199,14 @@ impl<E> DeviceAllocator<E> {
         let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
         debug_assert!(block.event_count == 0 && block.stream_uses.is_none());
         block.state = BlockState::Free;
-        let (small, stream, original_size, requested) =
-            (block.small, block.stream, block.size, block.requested);
-        block.requested = 0;
-        let sizes = (block.addr, block.size as u64, requested as u64);
-        self.record_free_completed(id, stream, sizes);
-        self.cache_merging(id, false)?;
-        let stats = &mut self.stats;
-        decrease(&mut stats.active, small, 1);
-        decrease(&mut stats.active_bytes, small, original_size as u64);
-        decrease(&mut stats.requested_bytes, small, requested as u64);
-        Ok(())
+        let at = block.place();
+        let requested = std::mem::take(&mut block.requested);
+        self.observers.emit(PoolEvent::FreeCompleted {
+            block: id,
+            at,
+            requested,
+        });
+        self.cache_merging(id, false)
     }
 
     /// Caches the free block `id` on its stream, merged with the free neighbours cached for
@@ -270,8 +267,11 @@ impl<E> DeviceAllocator<E> {
             }
         }
         if counts_split {
-            apply_net(&mut self.stats.inactive_split, small, net_blocks);
-            apply_net(&mut self.stats.inactive_split_bytes, small, net_bytes);
+            self.observers.emit(PoolEvent::InactiveSplit {
+                small,
+                blocks: net_blocks,
+                bytes: net_bytes,
+            });
         }
         Ok(())
     }

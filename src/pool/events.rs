@@ -9,6 +9,7 @@
 
 use super::block::{BlockId, BlockState};
 use super::device::DeviceAllocator;
+use super::observe::PoolEvent;
 use crate::backend::{Backend, StreamId};
 use crate::error::{Error, Result};
 use std::collections::{BTreeMap, VecDeque};
@@ -170,7 +171,7 @@ impl<E> DeviceAllocator<E> {
         &mut self,
         backend: &B,
     ) -> Result<()> {
-        self.stats.num_sync_all_streams += 1;
+        self.observers.emit(PoolEvent::SyncAllStreams);
         let mut result = Ok(());
         for (stream, queue) in self.events.drain() {
             let mut queue = queue.into_iter();

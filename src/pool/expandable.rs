@@ -21,12 +21,12 @@
 use super::block::{Block, BlockId, BlockState};
 use super::device::{DeviceAllocator, NO_BLOCK, TOO_MANY_BLOCKS};
 use super::free_list::FreeKey;
+use super::observe::{Place, PoolEvent};
 use super::segments::Segment;
 use super::sizing::{LARGE_BUFFER, SMALL_BUFFER};
-use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, Result};
-use crate::event::{Action, ContextId};
+use crate::event::ContextId;
 
 mod space;
 
@@ -206,7 +206,7 @@ impl<E> DeviceAllocator<E> {
         block.expandable = true;
         block.mapped = false;
         let id = self.blocks.insert(block).ok_or(TOO_MANY_BLOCKS)?;
-        let context = self.segment_context();
+        let context = self.observers.segment_context();
         self.segments.insert(
             addr,
             Segment {
@@ -338,14 +338,13 @@ impl<E> DeviceAllocator<E> {
 
         self.segments.reserve(bytes);
         self.expandable.mapped(bytes);
-        increase(&mut self.stats.reserved_bytes, small, bytes as u64);
-        self.stats.num_device_alloc += 1;
-        self.record(
-            Action::SegmentMap,
+        let at = Place {
             stream,
-            (addr, bytes as u64, 0),
-            ContextId::NONE,
-        );
+            addr,
+            size: bytes,
+            small,
+        };
+        self.observers.emit(PoolEvent::SegmentMap { at });
         match refused {
             None => Ok(Some(merged)),
             Some(e) if e.is_out_of_memory() => Ok(None),
@@ -472,18 +471,17 @@ impl<E> DeviceAllocator<E> {
         let bytes = (end - begin) as usize;
         self.segments.unreserve(bytes);
         self.expandable.unmapped_bytes(bytes);
-        decrease(&mut self.stats.reserved_bytes, small, bytes as u64);
-        self.stats.num_device_free += 1;
         let context = self
             .segments
             .get(base)
             .map_or(ContextId::NONE, |s| s.context);
-        self.record(
-            Action::SegmentUnmap,
+        let at = Place {
             stream,
-            (begin, bytes as u64, 0),
-            context,
-        );
+            addr: begin,
+            size: bytes,
+            small,
+        };
+        self.observers.emit(PoolEvent::SegmentUnmap { at, context });
         match failure {
             Some(e) => Err(e.into()),
             None => Ok(Some(merged)),

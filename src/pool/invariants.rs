@@ -290,7 +290,7 @@ impl<E> DeviceAllocator<E> {
                 self.segments.reserved()
             ));
         }
-        compare_stats(&self.stats, &expected).or_else(fail)
+        compare_stats(self.stats(), &expected).or_else(fail)
     }
 }
 

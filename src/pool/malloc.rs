@@ -9,9 +9,9 @@
 use super::block::{Block, BlockId, BlockState};
 use super::device::{AllocatedBlock, DeviceAllocator, NO_BLOCK, TOO_MANY_BLOCKS};
 use super::free_list::{FreeKey, PoolKind};
+use super::observe::{Place, PoolEvent};
 use super::release::{Attempt, MallocStep, SegmentRequest};
 use super::sizing;
-use super::stat_updates::{count_allocation, decrease, increase};
 use crate::backend::{Backend, StreamId};
 use crate::error::Result;
 
@@ -213,14 +213,17 @@ impl<E> DeviceAllocator<E> {
                 // Expandable segments stay out of the inactive-split statistics.
             } else if already_split {
                 // An inactive split block shrinks by the part handed out.
-                decrease(&mut self.stats.inactive_split_bytes, small, rounded as u64);
-            } else {
-                increase(
-                    &mut self.stats.inactive_split_bytes,
+                self.observers.emit(PoolEvent::InactiveSplit {
                     small,
-                    rest_size as u64,
-                );
-                increase(&mut self.stats.inactive_split, small, 1);
+                    blocks: 0,
+                    bytes: -(rounded as i64),
+                });
+            } else {
+                self.observers.emit(PoolEvent::InactiveSplit {
+                    small,
+                    blocks: 1,
+                    bytes: rest_size as i64,
+                });
             }
             let block = self.blocks.get_mut(id).ok_or(NO_BLOCK)?;
             block.next = Some(rest);
@@ -231,8 +234,11 @@ impl<E> DeviceAllocator<E> {
                 self.remove_cached(small, &key)?;
             }
             if already_split && !expandable {
-                decrease(&mut self.stats.inactive_split_bytes, small, old_size as u64);
-                decrease(&mut self.stats.inactive_split, small, 1);
+                self.observers.emit(PoolEvent::InactiveSplit {
+                    small,
+                    blocks: -1,
+                    bytes: -(old_size as i64),
+                });
             }
             old_size
         };
@@ -241,10 +247,18 @@ impl<E> DeviceAllocator<E> {
         block.requested = requested;
 
         self.next_alloc_id += 1;
-        let oversize = self.policy.is_oversize(size);
-        count_allocation(&mut self.stats, small, (size, requested), oversize);
-        let sizes = (addr, size as u64, requested as u64);
-        self.record_alloc(id, stream, sizes);
+        let at = Place {
+            stream,
+            addr,
+            size,
+            small,
+        };
+        self.observers.emit(PoolEvent::Alloc {
+            block: id,
+            at,
+            requested,
+            oversize: self.policy.is_oversize(size),
+        });
         Ok(AllocatedBlock {
             id,
             addr,

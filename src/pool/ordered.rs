@@ -21,8 +21,8 @@
 use super::block::{BlockId, BlockState};
 use super::device::{AllocatedBlock, DeviceAllocator, NO_BLOCK};
 use super::free_list::FreeKey;
+use super::observe::PoolEvent;
 use super::sizing;
-use super::stat_updates::apply_net;
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::Result;
 
@@ -190,8 +190,11 @@ impl<E> DeviceAllocator<E> {
         // Every block was a free split block, counted in the inactive-split statistics; the
         // whole segment is not.
         let (small, size) = (self.block(head)?.small, self.block(head)?.size as i64);
-        apply_net(&mut self.stats.inactive_split, small, -blocks);
-        apply_net(&mut self.stats.inactive_split_bytes, small, -size);
+        self.observers.emit(PoolEvent::InactiveSplit {
+            small,
+            blocks: -blocks,
+            bytes: -size,
+        });
         let block = self.blocks.get(head).ok_or(NO_BLOCK)?;
         let key = Self::free_key(head, block);
         self.pool(small).insert(key);

@@ -9,11 +9,11 @@
 
 use super::block::{Block, BlockId, BlockState};
 use super::device::{AllocatedBlock, DeviceAllocator};
+use super::observe::{Place, PoolEvent};
 use super::segments::Segment;
-use super::stat_updates::{decrease, increase};
 use crate::backend::{Backend, BackendError, StreamId};
 use crate::error::{Error, OutOfMemoryError, Result};
-use crate::event::{Action, ContextId};
+use crate::event::ContextId;
 
 /// Where a `malloc` stands: served, or waiting for the device to allocate a segment.
 #[derive(Debug)]
@@ -149,7 +149,7 @@ impl<E> DeviceAllocator<E> {
         request: SegmentRequest,
     ) -> Result<MallocStep> {
         if request.attempt == Attempt::AfterReleasingAll {
-            self.stats.num_alloc_retries += 1;
+            self.observers.emit(PoolEvent::AllocRetry);
         }
         if self.expandable_enabled(backend) {
             // The memory limit is checked against the bytes actually mapped.
@@ -257,17 +257,18 @@ impl<E> DeviceAllocator<E> {
             device_total_bytes: info.total_bytes,
             device_free_bytes: info.free_bytes,
             limit_bytes: self.limit_bytes(backend)?,
-            allocated_bytes: self.stats.allocated_bytes.all.current as usize,
+            allocated_bytes: self.stats().allocated_bytes.all.current as usize,
             reserved_bytes: self.segments.reserved(),
         })))
     }
 
-    /// Counts a failed request in `num_ooms` and records its `oom` event: as PyTorch, `addr`
-    /// holds the device's free bytes and `size` the rounded request.
+    /// Tells the observers of a failed request of `rounded` bytes (`oom`).
     fn count_oom(&mut self, stream: StreamId, free_bytes: usize, rounded: usize) {
-        self.stats.num_ooms += 1;
-        let sizes = (free_bytes as u64, rounded as u64, 0);
-        self.record(Action::Oom, stream, sizes, ContextId::NONE);
+        self.observers.emit(PoolEvent::Oom {
+            stream,
+            free_bytes,
+            rounded,
+        });
     }
 
     /// Adds the fixed segment the device returned at `addr` for `request`, as one uncached
@@ -287,7 +288,7 @@ impl<E> DeviceAllocator<E> {
             backend.free_segment(self.device, addr, size)?;
             return Err(super::device::TOO_MANY_BLOCKS);
         };
-        let context = self.segment_context();
+        let context = self.observers.segment_context();
         self.segments.insert(
             addr,
             Segment {
@@ -297,25 +298,17 @@ impl<E> DeviceAllocator<E> {
                 context,
             },
         );
-        self.count_segment(size, small);
-        self.stats.num_device_alloc += 1;
-        self.record(
-            Action::SegmentAlloc,
-            stream,
-            (addr, size as u64, 0),
-            ContextId::NONE,
-        );
-        Ok(id)
-    }
-
-    /// Counts a new fixed segment of `size` bytes in the reserved bytes and segment statistics.
-    pub(super) fn count_segment(&mut self, size: usize, small: bool) {
         self.segments.reserve(size);
-        increase(&mut self.stats.segment, small, 1);
-        increase(&mut self.stats.reserved_bytes, small, size as u64);
-        if self.policy.is_oversize(size) {
-            self.stats.oversize_segments.increase(1);
-        }
+        let at = Place {
+            stream,
+            addr,
+            size,
+            small,
+        };
+        let oversize = self.policy.is_oversize(size);
+        self.observers
+            .emit(PoolEvent::SegmentAlloc { at, oversize });
+        Ok(id)
     }
 
     /// Returns the cached, unsplit block `id` (a whole segment) to the device.
@@ -326,20 +319,20 @@ impl<E> DeviceAllocator<E> {
                 what: "release of a block that is not a whole free segment",
             });
         }
-        let (addr, size, small, stream) = (block.addr, block.size, block.small, block.stream);
+        let at = block.place();
+        let (addr, size) = (at.addr, at.size);
         backend.free_segment(self.device, addr, size)?;
         self.uncache(id)?;
         self.blocks.remove(id);
         let segment = self.segments.remove(addr);
         let context = segment.map_or(ContextId::NONE, |s| s.context);
-        self.record(Action::SegmentFree, stream, (addr, size as u64, 0), context);
         self.segments.unreserve(size);
-        self.stats.num_device_free += 1;
-        decrease(&mut self.stats.segment, small, 1);
-        decrease(&mut self.stats.reserved_bytes, small, size as u64);
-        if self.policy.is_oversize(size) {
-            self.stats.oversize_segments.decrease(1);
-        }
+        let oversize = self.policy.is_oversize(size);
+        self.observers.emit(PoolEvent::SegmentFree {
+            at,
+            oversize,
+            context,
+        });
         Ok(())
     }
 

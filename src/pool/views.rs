@@ -107,7 +107,7 @@ impl<E> DeviceAllocator<E> {
                     stream: block.stream,
                     context: match block.state {
                         BlockState::Free => ContextId::NONE,
-                        _ => self.block_context(id),
+                        _ => self.observers.block_context(id),
                     },
                 });
             }
