@@ -4,7 +4,6 @@
 //! in `history.rs`, the owning [`Allocation`] handle in `handle.rs`, the raw-pointer API
 //! (`malloc`, `free`, `record_stream` by address) in `raw.rs`.
 
-use super::device_state::DeviceState;
 #[cfg(doc)]
 use super::device_view::DeviceView;
 use super::handle::Allocation;
@@ -103,7 +102,7 @@ impl<B: Backend> Clone for CachingAllocator<B> {
 pub(super) struct Shared<B: Backend> {
     pub(super) backend: B,
     pub(super) config: AllocatorConfig,
-    pub(super) devices: Box<[Mutex<DeviceState<B::Event>>]>,
+    pub(super) devices: Box<[Mutex<DeviceAllocator<B::Event>>]>,
     /// Live raw allocations: address -> (device, block).
     pub(super) raw: DashMap<u64, (DeviceIndex, BlockId)>,
     pub(super) callbacks: RwLock<Vec<Arc<FreeMemoryCallback>>>,
@@ -162,7 +161,7 @@ impl<B: Backend> CachingAllocator<B> {
                 } else {
                     config.clone()
                 };
-                Mutex::new(DeviceState::new(DeviceAllocator::new(d, device_config)))
+                Mutex::new(DeviceAllocator::new(d, device_config))
             })
             .collect();
         let config = if device_count > 0 && unsupported.len() == device_count {
@@ -211,7 +210,7 @@ impl<B: Backend> CachingAllocator<B> {
     pub(super) fn lock_device(
         &self,
         device: DeviceIndex,
-    ) -> Result<MutexGuard<'_, DeviceState<B::Event>>> {
+    ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
         self.shared.lock(device)
     }
 
@@ -246,10 +245,13 @@ impl<B: Backend> CachingAllocator<B> {
     ) -> Result<Allocation<B>> {
         let created = self.shared.recording_stamp(ContextLevel::State);
         let details = self.shared.details(name.as_ref(), created);
+        let (created_ns, leak_context) = details
+            .as_ref()
+            .map_or((0, ContextId::NONE), |d| (d.created_ns, d.context));
         let origin = Origin {
             site,
             raw: false,
-            details: details.as_ref(),
+            details,
         };
         let block = if size_bytes == 0 {
             self.shared.check_device(device)?;
@@ -260,9 +262,6 @@ impl<B: Backend> CachingAllocator<B> {
                     .malloc(device, size_bytes, stream, created, origin)?,
             )
         };
-        let (created_ns, leak_context) = details
-            .as_ref()
-            .map_or((0, ContextId::NONE), |d| (d.created_ns, d.context));
         Ok(Allocation {
             shared: Arc::clone(&self.shared),
             device,
@@ -347,7 +346,6 @@ impl<B: Backend> CachingAllocator<B> {
             return Err(Error::InvalidMemoryFraction { fraction });
         }
         self.lock_device(device)?
-            .pool
             .set_memory_fraction(&self.shared.backend, fraction)
     }
 
@@ -366,7 +364,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// ```
     pub fn memory_fraction(&self, device: impl Into<DeviceIndex>) -> Result<Option<f64>> {
         let device = device.into();
-        Ok(self.lock_device(device)?.pool.fraction)
+        Ok(self.lock_device(device)?.fraction)
     }
 }
 
@@ -386,7 +384,7 @@ impl<B: Backend> Shared<B> {
     pub(super) fn lock(
         &self,
         device: DeviceIndex,
-    ) -> Result<MutexGuard<'_, DeviceState<B::Event>>> {
+    ) -> Result<MutexGuard<'_, DeviceAllocator<B::Event>>> {
         match self.devices.get(device.get()) {
             Some(d) => Ok(d.lock()),
             None => Err(Error::InvalidDevice {
@@ -405,18 +403,24 @@ impl<B: Backend> Shared<B> {
         size: usize,
         stream: StreamId,
         stamp: Option<EventStamp>,
-        origin: Origin<'_>,
+        origin: Origin,
     ) -> Result<AllocatedBlock> {
         let stamp = stamp.unwrap_or_default();
         let mut dev = self.lock(device)?;
-        dev.pool.observers.set_event_stamp(stamp);
-        if let Some(block) = dev.pool.malloc_cached(&self.backend, size, stream)? {
-            if self.tracks() {
-                dev.track(&block, origin);
-            }
+        self.set_call(&mut dev, stamp, &origin);
+        if let Some(block) = dev.malloc_cached(&self.backend, size, stream)? {
             return Ok(block);
         }
-        self.malloc_missed(device, dev, size, stream, stamp, origin)
+        self.malloc_missed(device, dev, size, stream, stamp, &origin)
+    }
+
+    /// Hands a call's stamp and origin to the device's observers each time the call takes
+    /// the device lock: the origin only while leak tracking is on, read here under the lock
+    /// (`Shared::tracks`).
+    #[inline(always)]
+    fn set_call(&self, dev: &mut DeviceAllocator<B::Event>, stamp: EventStamp, origin: &Origin) {
+        let origin = self.tracks().then(|| origin.clone());
+        dev.observers.set_call(stamp, origin);
     }
 
     /// The rest of [`Shared::malloc`] after the cache had no block: callbacks, then the
@@ -425,11 +429,11 @@ impl<B: Backend> Shared<B> {
     fn malloc_missed<'a>(
         &'a self,
         device: DeviceIndex,
-        mut dev: MutexGuard<'a, DeviceState<B::Event>>,
+        mut dev: MutexGuard<'a, DeviceAllocator<B::Event>>,
         size: usize,
         stream: StreamId,
         stamp: EventStamp,
-        origin: Origin<'_>,
+        origin: &Origin,
     ) -> Result<AllocatedBlock> {
         // A miss. Free-memory callbacks run first (unless there are none, or this allocation
         // is made inside one); as in PyTorch, the cache is searched again only if one of them
@@ -439,21 +443,14 @@ impl<B: Backend> Shared<B> {
             drop(dev);
             search_again = self.run_free_memory_callbacks(device);
             dev = self.lock(device)?;
-            dev.pool.observers.set_event_stamp(stamp);
+            self.set_call(&mut dev, stamp, origin);
         }
-        let step = dev
-            .pool
-            .start_malloc(&self.backend, size, stream, search_again)?;
-        let (mut dev, block) = if dev.pool.config().release_lock_on_cudamalloc() {
-            self.finish_unlocked(device, dev, step, stamp)?
+        let step = dev.start_malloc(&self.backend, size, stream, search_again)?;
+        if dev.config().release_lock_on_cudamalloc() {
+            self.finish_unlocked(device, dev, step, stamp, origin)
         } else {
-            let block = dev.pool.finish_malloc(&self.backend, step)?;
-            (dev, block)
-        };
-        if self.tracks() {
-            dev.track(&block, origin);
+            dev.finish_malloc(&self.backend, step)
         }
-        Ok(block)
     }
 
     /// Runs every free-memory callback with no lock held (neither a device's nor the list's,
@@ -478,24 +475,25 @@ impl<B: Backend> Shared<B> {
     /// [`DeviceAllocator::finish_malloc`] does, but with the device lock released around each
     /// segment allocation, as PyTorch releases its mutex around `cudaMalloc`, so other threads
     /// allocate and free from the cache meanwhile.
-    fn finish_unlocked<'a>(
+    fn finish_unlocked(
         &self,
         device: DeviceIndex,
-        mut dev: MutexGuard<'a, DeviceState<B::Event>>,
+        mut dev: MutexGuard<'_, DeviceAllocator<B::Event>>,
         mut step: MallocStep,
         stamp: EventStamp,
-    ) -> Result<(MutexGuard<'a, DeviceState<B::Event>>, AllocatedBlock)> {
+        origin: &Origin,
+    ) -> Result<AllocatedBlock> {
         loop {
             let request = match step {
-                MallocStep::Done(block) => return Ok((dev, block)),
+                MallocStep::Done(block) => return Ok(block),
                 MallocStep::Device(request) => request,
             };
             let size = request.segment_size;
             let answer =
                 MutexGuard::unlocked(&mut dev, || self.backend.alloc_segment(device, size));
-            // Another thread's events may have been stamped while the lock was down.
-            dev.pool.observers.set_event_stamp(stamp);
-            step = dev.pool.finish_segment(&self.backend, request, answer)?;
+            // Another thread's call may have set its stamp and origin while the lock was down.
+            self.set_call(&mut dev, stamp, origin);
+            step = dev.finish_segment(&self.backend, request, answer)?;
         }
     }
 
@@ -505,7 +503,7 @@ impl<B: Backend> Shared<B> {
     pub(super) fn free(&self, device: DeviceIndex, id: BlockId) -> Result<()> {
         let stamp = self.stamp(ContextLevel::All);
         let mut dev = self.lock(device)?;
-        dev.pool.observers.set_event_stamp(stamp);
+        dev.observers.set_event_stamp(stamp);
         dev.free(&self.backend, id)
     }
 }
@@ -521,7 +519,7 @@ impl<B: Backend> Drop for Shared<B> {
     fn drop(&mut self) {
         let stamp = self.stamp(ContextLevel::All);
         for (device, allocator) in self.devices.iter_mut().enumerate() {
-            let allocator = &mut allocator.get_mut().pool;
+            let allocator = &mut allocator.get_mut();
             allocator.observers.set_event_stamp(stamp);
             if let Err(e) = allocator.empty_cache(&self.backend) {
                 tracing::warn!(

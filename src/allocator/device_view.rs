@@ -9,11 +9,11 @@
 //! give the same answers.
 
 use super::caching::CachingAllocator;
-use super::device_state::DeviceState;
 use super::handle::Allocation;
 use crate::backend::{Backend, DeviceIndex, MemInfo, StreamId};
 use crate::error::{Error, Result};
 use crate::event::{ContextLevel, TraceEvent};
+use crate::pool::DeviceAllocator;
 use crate::stats::{memory_summary, DeviceStats, MemoryStats};
 use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
@@ -47,7 +47,7 @@ use std::fmt;
 pub struct DeviceView<'a, B: Backend> {
     alloc: &'a CachingAllocator<B>,
     index: DeviceIndex,
-    pool: &'a Mutex<DeviceState<B::Event>>,
+    pool: &'a Mutex<DeviceAllocator<B::Event>>,
 }
 
 impl<B: Backend> CachingAllocator<B> {
@@ -103,7 +103,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         self.alloc
     }
 
-    fn lock(&self) -> MutexGuard<'a, DeviceState<B::Event>> {
+    fn lock(&self) -> MutexGuard<'a, DeviceAllocator<B::Event>> {
         self.pool.lock()
     }
 
@@ -149,23 +149,23 @@ impl<'a, B: Backend> DeviceView<'a, B> {
 
     /// A copy of the device's statistics, typed: `stats().allocated_bytes.all.current`.
     pub fn stats(&self) -> DeviceStats {
-        self.lock().pool.stats().clone()
+        self.lock().stats().clone()
     }
 
     /// The device's statistics as flat keys, exactly as `torch.cuda.memory_stats()` names
     /// them: `memory_stats()["allocated_bytes.all.current"]`.
     pub fn memory_stats(&self) -> MemoryStats {
-        self.lock().pool.stats().to_flat()
+        self.lock().stats().to_flat()
     }
 
     /// Sets every peak statistic of the device to its current value.
     pub fn reset_peak_memory_stats(&self) {
-        self.lock().pool.stats_mut().reset_peak();
+        self.lock().stats_mut().reset_peak();
     }
 
     /// Zeroes the accumulated totals and counters of the device.
     pub fn reset_accumulated_memory_stats(&self) {
-        self.lock().pool.stats_mut().reset_accumulated();
+        self.lock().stats_mut().reset_accumulated();
     }
 
     /// PyTorch's `memory_summary()` table for the device.
@@ -188,7 +188,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
     /// The fraction of the device's capacity the allocator may reserve, as
     /// [`CachingAllocator::memory_fraction`].
     pub fn memory_fraction(&self) -> Option<f64> {
-        self.lock().pool.fraction
+        self.lock().fraction
     }
 
     /// Waits for the device's pending deferred frees, then returns each of its wholly free
@@ -197,8 +197,8 @@ impl<'a, B: Backend> DeviceView<'a, B> {
         let shared = &self.alloc.shared;
         let stamp = shared.stamp(ContextLevel::All);
         let mut dev = self.lock();
-        dev.pool.observers.set_event_stamp(stamp);
-        dev.pool.empty_cache(&shared.backend)
+        dev.observers.set_event_stamp(stamp);
+        dev.empty_cache(&shared.backend)
     }
 
     /// The device's live allocations grouped by site, as [`CachingAllocator::live_snapshot`].
@@ -213,7 +213,7 @@ impl<'a, B: Backend> DeviceView<'a, B> {
     /// The device's recorded events, oldest first (empty when history is off; see
     /// [`CachingAllocator::record_memory_history`]).
     pub fn history(&self) -> Vec<TraceEvent> {
-        self.lock().pool.history()
+        self.lock().history()
     }
 }
 

@@ -125,8 +125,11 @@ impl<B: Backend> Allocation<B> {
         let name: Arc<str> = Arc::from(name);
         if let Some(block) = self.block {
             if let Ok(mut dev) = self.shared.lock(self.device) {
-                dev.live
-                    .set_name(block.id.index(), block.alloc_id, Arc::clone(&name));
+                dev.observers.live_mut().set_name(
+                    block.id.index(),
+                    block.alloc_id,
+                    Arc::clone(&name),
+                );
             }
         }
         self.name = Some(name);
@@ -175,7 +178,6 @@ impl<B: Backend> Allocation<B> {
             Some(block) => self
                 .shared
                 .lock(self.device)?
-                .pool
                 .record_stream(block.id, stream),
             None => Ok(()),
         }

@@ -129,7 +129,7 @@ impl<B: Backend> CachingAllocator<B> {
                 .recording
                 .store(settings.context as u8 + 1, Ordering::Release);
             for device in shared.devices.iter() {
-                device.lock().pool.record_history(&settings);
+                device.lock().record_history(&settings);
             }
             crate::event::register_sink(sink);
         } else {
@@ -138,7 +138,7 @@ impl<B: Backend> CachingAllocator<B> {
             shared.end_stream();
             shared.recording.store(0, Ordering::Release);
             for device in shared.devices.iter() {
-                device.lock().pool.record_history(&settings);
+                device.lock().record_history(&settings);
             }
         }
         Ok(())
@@ -195,19 +195,16 @@ impl<B: Backend> CachingAllocator<B> {
         let mut events = Vec::new();
         for (device, allocator) in shared.devices.iter().enumerate() {
             let mut allocator = allocator.lock();
-            let views = allocator.pool.segments();
+            let views = allocator.segments();
             if recording {
-                let active = allocator.pool.stats().active_bytes.all.current.max(0) as u64;
-                allocator.pool.observers.set_event_stamp(EventStamp {
+                let active = allocator.stats().active_bytes.all.current.max(0) as u64;
+                allocator.observers.set_event_stamp(EventStamp {
                     time_us: shared.recording_time_us(),
                     context: ContextId::NONE,
                 });
-                allocator
-                    .pool
-                    .observers
-                    .emit(PoolEvent::Snapshot { active });
+                allocator.observers.emit(PoolEvent::Snapshot { active });
             }
-            let history = allocator.pool.history();
+            let history = allocator.history();
             drop(allocator);
             push_segments(device as u32, views, &mut remap, &mut segments);
             events.extend(history.into_iter().map(|mut e| {
@@ -328,8 +325,8 @@ impl<B: Backend> AnnotationSink for Shared<B> {
         };
         for device in self.devices.iter() {
             let mut device = device.lock();
-            device.pool.observers.set_event_stamp(stamp);
-            device.pool.observers.emit(PoolEvent::Annotate);
+            device.observers.set_event_stamp(stamp);
+            device.observers.emit(PoolEvent::Annotate);
         }
     }
 }

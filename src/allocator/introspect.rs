@@ -14,12 +14,12 @@ impl<B: Backend> Sealed for CachingAllocator<B> {}
 
 impl<B: Backend> Introspect for CachingAllocator<B> {
     fn segments(&self, device: DeviceIndex) -> Result<Vec<SegmentView>> {
-        Ok(self.lock_device(device)?.pool.segments())
+        Ok(self.lock_device(device)?.segments())
     }
 
     fn check_invariants(&self, device: DeviceIndex) -> Result<(), InvariantViolation> {
         match self.lock_device(device) {
-            Ok(dev) => dev.pool.check_invariants(),
+            Ok(dev) => dev.check_invariants(),
             Err(e) => Err(InvariantViolation {
                 device,
                 message: e.to_string(),
@@ -34,13 +34,10 @@ impl<B: Backend> Introspect for CachingAllocator<B> {
     ) -> Result<Vec<u64>, AdoptError> {
         let stamp = self.shared.stamp(ContextLevel::State);
         let mut dev = self.lock_device(device)?;
-        dev.pool.observers.set_event_stamp(stamp);
-        let adopted = dev.pool.adopt_segment(&self.shared.backend, segment)?;
-        for block in &adopted {
-            // Adopted blocks are not tracked: a record an earlier allocation left in the slot
-            // would read as theirs. It was stale, so no live bytes counted it.
-            dev.live.remove(block.id.index(), || 0);
-        }
+        dev.observers.set_event_stamp(stamp);
+        // The live table forgets the stale records of the adopted blocks' slots itself (an
+        // `AdoptBlock` event).
+        let adopted = dev.adopt_segment(&self.shared.backend, segment)?;
         drop(dev);
         Ok(adopted
             .into_iter()
@@ -53,7 +50,7 @@ impl<B: Backend> Introspect for CachingAllocator<B> {
 
     fn device_totals(&self, device: DeviceIndex) -> Result<MemoryTotals> {
         let dev = self.lock_device(device)?;
-        let stats = dev.pool.stats();
+        let stats = dev.stats();
         let current = |array: &StatArray| array.all.current.max(0) as u64;
         Ok(MemoryTotals {
             allocated_bytes: current(&stats.allocated_bytes),

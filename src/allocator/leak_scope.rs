@@ -68,7 +68,7 @@ impl<B: Backend> CachingAllocator<B> {
                 let mut dev = device.lock();
                 let live_bytes = dev.open_leak_scope(id);
                 Mark {
-                    last_id: dev.pool.next_alloc_id,
+                    last_id: dev.next_alloc_id,
                     live_bytes,
                 }
             })
@@ -102,7 +102,11 @@ impl<B: Backend> LeakScope<'_, B> {
             .enumerate()
         {
             let mut dev = state.lock();
-            let peak = dev.live.close_scope(self.id).unwrap_or(mark.live_bytes);
+            let peak = dev
+                .observers
+                .live_mut()
+                .close_scope(self.id)
+                .unwrap_or(mark.live_bytes);
             let entries = dev.live_records(|e| e.alloc_id > mark.last_id);
             drop(dev);
             peak_bytes.push(peak.saturating_sub(mark.live_bytes));
@@ -124,7 +128,7 @@ impl<B: Backend> Drop for LeakScope<'_, B> {
     fn drop(&mut self) {
         if self.open {
             for device in self.alloc.shared.devices.iter() {
-                device.lock().live.close_scope(self.id);
+                device.lock().observers.live_mut().close_scope(self.id);
             }
         }
     }

@@ -12,7 +12,6 @@
 //! never.
 
 use super::caching::{CachingAllocator, Shared};
-use super::device_state::LiveRecord;
 use super::handle::Allocation;
 use super::history::{coarse_now_ns, now_ns};
 use crate::backend::{Backend, DeviceIndex, StreamId};
@@ -21,6 +20,7 @@ use crate::event::{ContextId, ContextTable, EventStamp};
 use crate::leak::{
     site_label, Details, LeakReport, LeakTracking, LiveAllocation, LiveSnapshot, TeardownReport,
 };
+use crate::pool::LiveRecord;
 use std::collections::HashMap;
 use std::panic::Location;
 use std::sync::atomic::Ordering;
@@ -37,14 +37,15 @@ impl<B: Backend> Shared<B> {
         &self,
         name: Option<&Arc<str>>,
         stamp: Option<EventStamp>,
-    ) -> Option<Details> {
+    ) -> Option<Box<Details>> {
         const OFF: u8 = LeakTracking::Off.index();
         const SITES: u8 = LeakTracking::Sites.index();
         let level = self.leak_tracking.load(Ordering::Relaxed);
         if (level == SITES && name.is_none()) || level == OFF {
             return None;
         }
-        Some(self.gather_details(name, stamp, LeakTracking::from_index(level)))
+        let level = LeakTracking::from_index(level);
+        Some(Box::new(self.gather_details(name, stamp, level)))
     }
 
     /// Whether allocations are recorded in the live tables now. Read under the device lock,
@@ -197,7 +198,7 @@ impl<B: Backend> CachingAllocator<B> {
             // After the store: an allocation that takes a device's lock after it was emptied
             // reads `Off` there (`Shared::tracks`) and is not recorded.
             for device in self.shared.devices.iter() {
-                device.lock().live.clear();
+                device.lock().observers.live_mut().clear();
             }
         }
     }

@@ -10,8 +10,8 @@
 //! handle, `typed.rs` the handle seen as `len` elements of a type ([`TypedAllocation`], on any
 //! backend; `buffer_error.rs` what it refuses), `history.rs` history recording and the event
 //! stamps taken on the hot path, and `sink.rs` trace files: dumping a snapshot and streaming
-//! the history as it is recorded. `device_state.rs` is what a device's mutex guards (the pool
-//! and its live table), `leaks.rs` leak tracking (the live tables read back, the teardown
+//! the history as it is recorded. Each device's mutex guards its pool, whose observers keep the
+//! statistics, the history and the live table; `leaks.rs` leak tracking (the live tables read back, the teardown
 //! report, `shutdown`), `leak_scope.rs` [`LeakScope`], `raw.rs` the raw-pointer API (`malloc`, `free` and
 //! `record_stream` by address); `introspect.rs` implements
 //! [`Introspect`](crate::introspect::Introspect), the bookkeeping access replay tools and tests
@@ -19,7 +19,6 @@
 
 mod buffer_error;
 mod caching;
-mod device_state;
 mod device_view;
 mod handle;
 mod history;

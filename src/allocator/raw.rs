@@ -36,7 +36,7 @@ impl<B: Backend> CachingAllocator<B> {
         let origin = Origin {
             site: Location::caller(),
             raw: true,
-            details: details.as_ref(),
+            details,
         };
         let block = self
             .shared
@@ -84,7 +84,7 @@ impl<B: Backend> CachingAllocator<B> {
         let mut state = self.lock_device(device)?;
         let entry = self.shared.raw.get(&ptr).map(|e| *e.value());
         if let Some((_, id)) = entry.filter(|&(owner, _)| owner == device) {
-            return state.pool.record_stream(id, stream);
+            return state.record_stream(id, stream);
         }
         drop(state);
         Err(match self.shared.explain_bad_pointer(device, ptr) {
@@ -112,7 +112,7 @@ impl<B: Backend> Shared<B> {
         }
         for (d, dev) in self.devices.iter().enumerate() {
             let d = DeviceIndex::new(d);
-            let Some((_, state)) = dev.lock().pool.block_at(ptr) else {
+            let Some((_, state)) = dev.lock().block_at(ptr) else {
                 continue;
             };
             if d != device {

@@ -90,7 +90,7 @@ impl<B: Backend> CachingAllocator<B> {
         let state = Arc::new(StreamState::default());
         *shared.stream.lock() = Some(Arc::clone(&state));
         for device in shared.devices.iter() {
-            if let Some(history) = device.lock().pool.observers.history_mut() {
+            if let Some(history) = device.lock().observers.history_mut() {
                 history.start_streaming();
             }
         }
@@ -124,7 +124,7 @@ impl<B: Backend> Shared<B> {
         let mut dropped = 0;
         for device in self.devices.iter() {
             let mut device = device.lock();
-            if let Some(history) = device.pool.observers.history_mut() {
+            if let Some(history) = device.observers.history_mut() {
                 dropped += history.stop_streaming(&mut events);
             }
         }
@@ -142,7 +142,7 @@ impl<B: Backend> StreamSource for Shared<B> {
         buffers.resize_with(self.devices.len(), Vec::new);
         let mut dropped = 0;
         for (device, buffer) in self.devices.iter().zip(buffers.iter_mut()) {
-            if let Some(history) = device.lock().pool.observers.history_mut() {
+            if let Some(history) = device.lock().observers.history_mut() {
                 dropped += history.take_streamed(buffer);
             }
         }
@@ -158,7 +158,7 @@ impl<B: Backend> StreamSource for Shared<B> {
         buffers.resize_with(self.devices.len(), Vec::new);
         let mut dropped = 0;
         for (device, buffer) in self.devices.iter().zip(buffers.iter_mut()) {
-            if let Some(history) = device.lock().pool.observers.history_mut() {
+            if let Some(history) = device.lock().observers.history_mut() {
                 dropped += history.stop_streaming(buffer);
             }
         }
@@ -168,7 +168,7 @@ impl<B: Backend> StreamSource for Shared<B> {
     fn end_segments(&self) -> Vec<Segment> {
         let mut segments = Vec::new();
         for (device, allocator) in self.devices.iter().enumerate() {
-            let views = allocator.lock().pool.segments();
+            let views = allocator.lock().segments();
             push_segments(device as u32, views, &mut |id| id, &mut segments);
         }
         segments

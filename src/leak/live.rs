@@ -4,11 +4,12 @@
 //! The table is a slab indexed by the block's slot in its device's block arena: a block id is
 //! dense and stable while the block is allocated, so recording an allocation is three stores
 //! into its slot (allocation id, site, raw flag), with no hashing and nothing built or
-//! dropped. It lives beside the device's bookkeeping, under the same lock, so it costs no
-//! second lock.
+//! dropped. It is one of the pool's observers (`pool/observe/live.rs`): it records the pool's
+//! `alloc` events with the origin the call set ([`LiveTable::set_call`]), under the device lock
+//! the pool is already behind, so it costs no second lock.
 //!
 //! A free leaves the slot as it is. A record counts only while its block is allocated, which
-//! the pool's block says (the allocator's `DeviceState` reads the two together), and the next
+//! the pool's block says (the pool reads the two together, `live_records`), and the next
 //! allocation of the block overwrites it. That holds because every allocated block either got
 //! its own record when it was allocated or has none in its slot: a block is allocated without
 //! a record only while tracking is off, and turning it off empties the table, after which no
@@ -34,15 +35,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What an allocation call tells the table beyond what its block says: where it came from,
-/// and the details only some allocations have.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Origin<'a> {
+/// and the details only some allocations have. The call hands it over with
+/// [`LiveTable::set_call`] before the pool allocates; the pool's `alloc` event records it.
+#[derive(Clone, Debug)]
+pub(crate) struct Origin {
     pub site: &'static Location<'static>,
     /// Whether it came from the raw-pointer API (`malloc`), not an owning handle.
     pub raw: bool,
     /// Its name, time and context; `None` when it has none of them (an unnamed allocation
     /// at [`LeakTracking::Sites`](super::LeakTracking::Sites)).
-    pub details: Option<&'a Details>,
+    /// (Boxed: most allocations have none, and an origin is copied at each call.)
+    pub details: Option<Box<Details>>,
 }
 
 /// What only some allocations carry (module docs).
@@ -136,13 +139,15 @@ pub(crate) struct LiveTable {
     /// Sum of the live allocations' sizes in bytes, kept only while a scope is open.
     bytes: u64,
     scopes: Vec<OpenScope>,
+    /// The origin of the allocation the call in progress makes; `None` while tracking is off.
+    call: Option<Origin>,
 }
 
 impl LiveTable {
     /// Records allocation `alloc_id` of `size` bytes, made at `origin`, in slot `index`: its
     /// block's slot, which may hold the record of an allocation freed since.
     #[inline(always)]
-    pub fn insert(&mut self, index: usize, alloc_id: u64, size: u64, origin: Origin<'_>) {
+    pub fn insert(&mut self, index: usize, alloc_id: u64, size: u64, origin: Origin) {
         if index >= self.slots.len() {
             self.grow(index);
         }
@@ -155,7 +160,7 @@ impl LiveTable {
             raw: origin.raw,
         };
         if let Some(details) = origin.details {
-            self.set_details(index, alloc_id, details.clone());
+            self.set_details(index, alloc_id, *details);
         }
         if self.has_scopes() {
             self.raise_peaks(size);
@@ -280,6 +285,20 @@ impl LiveTable {
             };
             Some((index, record))
         })
+    }
+
+    /// Sets the origin of the allocation the call about to run makes (`None`: it is not
+    /// recorded). Set again each time the call takes the device lock: another call may have
+    /// set its own while the lock was down.
+    #[inline(always)]
+    pub fn set_call(&mut self, origin: Option<Origin>) {
+        self.call = origin;
+    }
+
+    /// Takes the origin [`set_call`](Self::set_call) left, for the allocation being made.
+    #[inline(always)]
+    pub fn take_call(&mut self) -> Option<Origin> {
+        self.call.take()
     }
 
     /// Forgets every record (tracking was turned off); open scopes stay open.
@@ -409,10 +428,9 @@ mod tests {
         let origin = Origin {
             site: Location::caller(),
             raw: true,
-            details: Some(&details),
+            details: Some(Box::new(details)),
         };
         table.insert(5, 1, 4096, origin);
-        drop(details);
         let (index, record) = table.records().next().expect("one record");
         let entry = record.entry(4096);
         assert_eq!(

@@ -255,6 +255,7 @@ impl<E> DeviceAllocator<E> {
         };
         self.observers.emit(PoolEvent::Alloc {
             block: id,
+            alloc_id: self.next_alloc_id,
             at,
             requested,
             oversize: self.policy.is_oversize(size),

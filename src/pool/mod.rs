@@ -24,6 +24,6 @@ pub use block::{BlockId, BlockState};
 pub use device::{AllocatedBlock, DeviceAllocator};
 pub use free_list::PoolKind;
 pub use invariants::InvariantViolation;
-pub(crate) use observe::PoolEvent;
+pub(crate) use observe::{LiveRecord, PoolEvent};
 pub use release::MallocStep;
 pub use views::{BlockView, SegmentView};

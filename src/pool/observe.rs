@@ -5,20 +5,25 @@
 //! the few changes of its bookkeeping that only statistics count (inactive split blocks, retries,
 //! adoption). It holds no counting or recording code of its own: the statistics
 //! (`stats.rs`) and the history (`history.rs`) are [`PoolObserver`]s of these events, as RMM's
-//! statistics and logging adaptors observe its resource.
+//! statistics, tracking and logging adaptors observe its resource; so is the table of live
+//! allocations of leak tracking (`live.rs`), which takes each allocation's origin from its
+//! call ([`Observers::set_call`]).
 //!
 //! Events are plain values built at the emit site and matched inline: each observer's match
 //! on a variant known there folds to the few stores it makes, so the cache-hit path costs what
 //! the counting woven into it did (benches/README.md, "The pool's events and observers").
 
 mod history;
+mod live;
 mod stats;
 
 pub(crate) use history::History;
+pub(crate) use live::LiveRecord;
 
 use super::block::BlockId;
 use crate::backend::{DeviceIndex, StreamId};
 use crate::event::{ContextId, EventStamp, HistorySettings, TraceEvent};
+use crate::leak::{LiveTable, Origin};
 use crate::stats::DeviceStats;
 
 /// Where an event happened: the stream, the memory and its pool.
@@ -36,9 +41,11 @@ pub(crate) struct Place {
 /// What happened in one device's pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PoolEvent {
-    /// Block `block` was handed out for `requested` bytes (`alloc`).
+    /// Block `block` was handed out for `requested` bytes (`alloc`), as allocation number
+    /// `alloc_id` of the device.
     Alloc {
         block: BlockId,
+        alloc_id: u64,
         at: Place,
         requested: usize,
         /// Whether the block is oversize (the policy's `is_oversize`).
@@ -114,11 +121,12 @@ pub(crate) trait PoolObserver {
     fn observe(&mut self, event: &PoolEvent);
 }
 
-/// The observers one device's pool tells: its statistics, always, and its history while
-/// recording.
+/// The observers one device's pool tells: its statistics, its live table (which records
+/// nothing while leak tracking is off), and its history while recording.
 #[derive(Debug, Default)]
 pub(crate) struct Observers {
     stats: DeviceStats,
+    live: LiveTable,
     /// `None` while history is off (boxed: it is rarely on).
     history: Option<Box<History>>,
 }
@@ -128,6 +136,7 @@ impl Observers {
     pub(crate) fn new(stats: DeviceStats) -> Self {
         Observers {
             stats,
+            live: LiveTable::default(),
             history: None,
         }
     }
@@ -136,6 +145,7 @@ impl Observers {
     #[inline(always)]
     pub(crate) fn emit(&mut self, event: PoolEvent) {
         self.stats.observe(&event);
+        self.live.observe(&event);
         if let Some(history) = self.history.as_deref_mut() {
             history.observe(&event);
         }
@@ -185,6 +195,25 @@ impl Observers {
         }
     }
 
+    /// Sets the stamp of an allocating call about to run, and the origin its allocation is
+    /// recorded with in the live table (`None`: not recorded, leak tracking is off). A call
+    /// sets both again each time it takes the device lock.
+    #[inline(always)]
+    pub(crate) fn set_call(&mut self, stamp: EventStamp, origin: Option<Origin>) {
+        self.set_event_stamp(stamp);
+        self.live.set_call(origin);
+    }
+
+    /// The table of live allocations.
+    pub(crate) fn live(&self) -> &LiveTable {
+        &self.live
+    }
+
+    /// The table of live allocations, for naming, scopes and clearing.
+    pub(crate) fn live_mut(&mut self) -> &mut LiveTable {
+        &mut self.live
+    }
+
     /// The allocation context of the allocated or pending block `id` (none when not recorded).
     pub(crate) fn block_context(&self, id: BlockId) -> ContextId {
         self.history
@@ -200,3 +229,6 @@ impl Observers {
             .map_or(ContextId::NONE, History::keep_context)
     }
 }
+
+#[cfg(test)]
+mod tests;
