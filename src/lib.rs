@@ -79,20 +79,21 @@
 //!  trace       snapshots, the state     \    introspect   replay/test access (Introspect)
 //!    |         at any event; file        //!    |         formats (trace-files)      \  cuda         CudaBackend, DeviceBuffer, probe:
 //!    |                                     \   |          the one path into the driver
-//!  pool        pure bookkeeping: sizing, blocks, free lists, DeviceAllocator;
+//!  pool        pure bookkeeping: sizing, blocks, free lists, DeviceAllocator, and the
+//!    |         events its observers (statistics, history, live table) keep;
 //!    |         #![forbid(unsafe_code)], no I/O, no locks, no threads
 //!  event       the event model: TraceEvent, contexts, annotate, the history ring (no I/O)
 //!    |
 //!  backend     the Backend trait, StreamId, BackendError; SimBackend
 //!
 //!  beside them: config (AllocatorConfig), stats (DeviceStats, memory_summary) and error,
-//!  which pool and allocator use; leak (live tables, reports, snapshots: plain data the
-//!  allocator fills, over event and backend); host (pinned host cache) over backend; global over cuda;
+//!  which pool and allocator use; leak (live tables, reports, snapshots: plain data over
+//!  event and backend, the live table filled by the pool's events); host (pinned host cache) over backend; global over cuda;
 //!  checkpoint (recompute-for-memory planners) over pool's sizing rules and config
 //! ```
 //!
 //! In words: [`backend`] imports nothing of the crate; [`event`] only [`StreamId`]; `pool`
-//! takes [`backend`], [`event`], [`config`], [`stats`] and [`error`]; [`trace`] reads
+//! takes [`backend`], [`event`], [`config`], [`stats`], [`leak`]'s live table and [`error`]; [`trace`] reads
 //! `pool`'s kinds and rules and [`event`]'s model, and `pool` never imports [`trace`];
 //! [`CachingAllocator`] sits on all of them; [`cuda`] implements [`Backend`] and wraps
 //! [`TypedAllocation`]. `unsafe` lives only in [`cuda`] (driver calls, each with a
