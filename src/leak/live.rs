@@ -303,6 +303,7 @@ impl LiveTable {
 
     /// Forgets every record (tracking was turned off); open scopes stay open.
     pub fn clear(&mut self) {
+        self.call = None;
         self.slots.clear();
         self.details.clear();
         self.detailed = 0;
