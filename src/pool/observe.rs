@@ -182,7 +182,8 @@ impl Observers {
             .map_or_else(Vec::new, History::events)
     }
 
-    /// The history while recording.
+    /// The history while recording, for streaming it to a file.
+    #[cfg_attr(not(feature = "trace-files"), allow(dead_code))]
     pub(crate) fn history_mut(&mut self) -> Option<&mut History> {
         self.history.as_deref_mut()
     }

@@ -352,3 +352,50 @@ fn segments_allocated_at_once_by_two_threads_never_pass_the_memory_fraction() {
     valid(&alloc, &sim);
     drop(b);
 }
+
+/// Leak tracking with the lock released: a call that allocates while another waits for its
+/// segment sets its own origin, and the waiting call, taking the lock back, sets its own again,
+/// so each allocation is recorded under its own name (a call's origin is used once).
+#[test]
+fn with_the_lock_released_each_allocation_is_tracked_with_its_own_origin() {
+    let sim = SimBackend::new(1, 1 << 30);
+    let config = AllocatorConfig::builder()
+        .release_lock_on_cudamalloc(true)
+        .build()
+        .expect("a valid config");
+    let alloc = CachingAllocator::new(sim.clone(), config);
+    drop(alloc.allocate(0, 4096, S0).unwrap());
+    let visitor_hit = Arc::new(Mutex::new(None));
+    {
+        let (visitor, slot) = (alloc.clone(), Arc::clone(&visitor_hit));
+        sim.set_alloc_hook(Some(Arc::new(move |_, size| {
+            if size == 20 * MIB {
+                let visitor = visitor.clone();
+                let hit = thread::spawn(move || visitor.allocate_named(0, 4096, S0, "visitor"))
+                    .join()
+                    .expect("the visitor thread panicked")
+                    .expect("a cache hit");
+                *slot.lock().unwrap() = Some(hit);
+            }
+        })));
+    }
+    let big = alloc.allocate_named(0, 5 * MIB, S0, "big").unwrap();
+    sim.set_alloc_hook(None);
+    let hit = visitor_hit.lock().unwrap().take().expect("the hook ran");
+    let live: Vec<_> = alloc
+        .live_allocations(0)
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.id, a.name, a.size, a.raw))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            (2, Some("visitor".to_string()), 4096, false),
+            (3, Some("big".to_string()), (5 * MIB) as u64, false),
+        ]
+    );
+    drop((hit, big));
+    assert!(alloc.live_allocations(0).unwrap().is_empty());
+    valid(&alloc, &sim);
+}
