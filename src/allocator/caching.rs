@@ -519,7 +519,7 @@ impl<B: Backend> Drop for Shared<B> {
     fn drop(&mut self) {
         let stamp = self.stamp(ContextLevel::All);
         for (device, allocator) in self.devices.iter_mut().enumerate() {
-            let allocator = &mut allocator.get_mut();
+            let allocator = allocator.get_mut();
             allocator.observers.set_event_stamp(stamp);
             if let Err(e) = allocator.empty_cache(&self.backend) {
                 tracing::warn!(

@@ -68,7 +68,8 @@ pub struct DeviceAllocator<E> {
     /// Device capacity, once the backend told it.
     pub(crate) total_bytes: Option<usize>,
     pub(crate) next_alloc_id: u64,
-    /// What keeps the pool's events: the statistics and, while recording, the history.
+    /// What keeps the pool's events: the statistics, the live table of leak tracking and,
+    /// while recording, the history (`observe.rs`).
     pub(crate) observers: Observers,
     /// Expandable segments: whether they are on, and the unmapped blocks (`expandable.rs`).
     pub(crate) expandable: Expandable,
