@@ -10,7 +10,7 @@ use blockpool::{Error, StreamId};
 use super::harness::Harness;
 use super::ops::{CAPACITY, DEVICES, MIB};
 use super::placement::{block_at, is_whole_free_segment, round_size, segment_size};
-use super::state::{stream_index, Effects, Live};
+use super::state::{stream_index, Effects, Live, Owner};
 use blockpool::DeviceIndex;
 
 impl Harness {
@@ -256,6 +256,31 @@ impl Harness {
                     l.ptr
                 );
             }
+            // Leak tracking, an observer of the pool's events, lists exactly the live
+            // allocations: each at its block, with its stream, raw or owned by a handle.
+            let mut tracked: Vec<(u64, u64, StreamId, bool)> = self
+                .alloc
+                .live_allocations(d)
+                .unwrap_or_else(|e| panic!("{ctx}: live_allocations({d}) failed: {e}"))
+                .iter()
+                .map(|a| (a.ptr, a.size, a.stream, a.raw))
+                .collect();
+            tracked.sort_unstable();
+            let owned: Vec<(u64, u64, StreamId, bool)> = live
+                .iter()
+                .map(|l| {
+                    (
+                        l.ptr,
+                        l.size as u64,
+                        l.stream,
+                        matches!(l.owner, Owner::Raw),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                tracked, owned,
+                "{ctx}: device {d}: the live table differs from the live allocations"
+            );
             let allocated = segments
                 .iter()
                 .flat_map(|s| &s.blocks)
