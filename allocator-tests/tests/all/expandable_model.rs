@@ -11,7 +11,7 @@
 //! every allocation dropped, `empty_cache` must give everything back: no memory mapped and no
 //! address range reserved.
 
-use crate::support::{disjoint_ranges, proptest_config};
+use crate::support::{assert_tracked_exactly, disjoint_ranges, proptest_config};
 use blockpool::backend::SimFault;
 use blockpool::introspect::Introspect;
 use blockpool::DeviceIndex;
@@ -193,6 +193,7 @@ impl Model {
         );
         let runs = self.alloc.segments(D0).expect("device 0");
         disjoint_ranges(self.live.iter().map(|l| &l.handle), step);
+        assert_tracked_exactly(&self.alloc, self.live.iter().map(|l| &l.handle), step);
         for live in &self.live {
             let (ptr, size) = (live.handle.ptr(), live.handle.size() as u64);
             let inside = runs.iter().any(|r| {

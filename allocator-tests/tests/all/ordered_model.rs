@@ -9,7 +9,7 @@
 //! ([`SimBackend::is_ordered`]). A second property runs one-stream workloads under both
 //! policies and requires the same addresses, statistics and segments.
 
-use crate::support::{disjoint_ranges, proptest_config};
+use crate::support::{assert_tracked_exactly, disjoint_ranges, proptest_config};
 use blockpool::backend::SimFault;
 use blockpool::config::StreamReuse;
 use blockpool::introspect::Introspect;
@@ -224,27 +224,7 @@ impl Model {
             live_bytes,
             "step {step} ({op:?}): allocated bytes are the live allocations"
         );
-        // Leak tracking, an observer of the pool's events, lists exactly the live handles,
-        // ordered frees and cross-stream reuse included.
-        let mut tracked: Vec<(u64, u64, StreamId)> = self
-            .alloc
-            .live_allocations(D0)
-            .expect("live allocations of device 0")
-            .iter()
-            .map(|a| (a.ptr, a.size, a.stream))
-            .collect();
-        tracked.sort_unstable();
-        let mut owned: Vec<(u64, u64, StreamId)> = self
-            .live
-            .iter()
-            .filter(|l| l.handle.size() > 0)
-            .map(|l| (l.handle.ptr(), l.handle.size() as u64, l.handle.stream()))
-            .collect();
-        owned.sort_unstable();
-        assert_eq!(
-            tracked, owned,
-            "step {step} ({op:?}): the live table differs from the live handles"
-        );
+        assert_tracked_exactly(&self.alloc, self.live.iter().map(|l| &l.handle), step);
     }
 
     /// Drops everything and empties the cache: the device must get every byte back, mixed

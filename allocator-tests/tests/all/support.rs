@@ -3,7 +3,7 @@
 
 use blockpool::introspect::Introspect;
 use blockpool::DeviceIndex;
-use blockpool::{Allocation, CachingAllocator, SimBackend};
+use blockpool::{Allocation, CachingAllocator, SimBackend, StreamId};
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
 use std::ffi::OsStr;
 
@@ -44,6 +44,32 @@ pub fn disjoint_ranges<'a>(
         );
     }
     ranges
+}
+
+/// Checks that leak tracking (an observer of the pool's events) lists exactly the live
+/// `handles` of device 0: the same pointers, block sizes and streams.
+#[track_caller]
+pub fn assert_tracked_exactly<'a>(
+    alloc: &CachingAllocator<SimBackend>,
+    handles: impl Iterator<Item = &'a Allocation<SimBackend>>,
+    step: usize,
+) {
+    let mut tracked: Vec<(u64, u64, StreamId)> = alloc
+        .live_allocations(0)
+        .expect("live allocations of device 0")
+        .iter()
+        .map(|a| (a.ptr, a.size, a.stream))
+        .collect();
+    tracked.sort_unstable();
+    let mut owned: Vec<(u64, u64, StreamId)> = handles
+        .filter(|h| h.size() > 0)
+        .map(|h| (h.ptr(), h.size() as u64, h.stream()))
+        .collect();
+    owned.sort_unstable();
+    assert_eq!(
+        tracked, owned,
+        "step {step}: the live table differs from the live handles"
+    );
 }
 
 /// A property test's configuration: failures persisted in the file `regressions`, and
