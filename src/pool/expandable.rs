@@ -337,7 +337,6 @@ impl<E> DeviceAllocator<E> {
         self.pool(small).insert(key);
 
         self.segments.reserve(bytes);
-        self.expandable.mapped(bytes);
         let at = Place {
             stream,
             addr,
@@ -470,7 +469,6 @@ impl<E> DeviceAllocator<E> {
         }
         let bytes = (end - begin) as usize;
         self.segments.unreserve(bytes);
-        self.expandable.unmapped_bytes(bytes);
         let context = self
             .segments
             .get(base)

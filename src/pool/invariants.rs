@@ -271,12 +271,6 @@ impl<E> DeviceAllocator<E> {
                 ));
             }
         }
-        if mapped != self.expandable.mapped_bytes() {
-            return fail(format!(
-                "{} bytes are counted as mapped but expandable segments map {mapped}",
-                self.expandable.mapped_bytes()
-            ));
-        }
         reserved += mapped;
         let queued = self.pending_events() + self.events.stranded();
         if queued != pending_event_count {

@@ -1,5 +1,6 @@
 //! The expandable address space of one device, as a component: whether expandable segments
-//! are in force, the unmapped blocks of each pool and the bytes mapped. The bookkeeping in
+//! are in force and the unmapped blocks of each pool. (The bytes mapped are counted with the
+//! reserved bytes, `SegmentMap::reserve`.) The bookkeeping in
 //! `expandable.rs` changes it only through this interface, and `check_invariants` reads it
 //! the same way.
 
@@ -17,8 +18,6 @@ pub(crate) struct Expandable {
     settled: bool,
     /// Unmapped blocks of the large (`[0]`) and small (`[1]`) pool, by (stream, address).
     unmapped: [BTreeMap<(StreamId, u64), BlockId>; 2],
-    /// Bytes mapped into expandable segments.
-    mapped_bytes: usize,
 }
 
 impl Expandable {
@@ -28,7 +27,6 @@ impl Expandable {
             on,
             settled: false,
             unmapped: [BTreeMap::new(), BTreeMap::new()],
-            mapped_bytes: 0,
         }
     }
 
@@ -87,21 +85,6 @@ impl Expandable {
     ) -> Option<BlockId> {
         self.unmapped[usize::from(small)].remove(&(stream, addr))
     }
-
-    /// Bytes mapped into expandable segments.
-    pub(crate) fn mapped_bytes(&self) -> usize {
-        self.mapped_bytes
-    }
-
-    /// Counts `bytes` newly mapped.
-    pub(crate) fn mapped(&mut self, bytes: usize) {
-        self.mapped_bytes += bytes;
-    }
-
-    /// Counts `bytes` unmapped.
-    pub(crate) fn unmapped_bytes(&mut self, bytes: usize) {
-        self.mapped_bytes -= bytes;
-    }
 }
 
 #[cfg(test)]
@@ -142,8 +125,5 @@ mod tests {
             Some(BlockId::from_index(2))
         );
         assert_eq!(space.remove_unmapped(false, s2, 0x2000), None);
-        space.mapped(6 << 20);
-        space.unmapped_bytes(2 << 20);
-        assert_eq!(space.mapped_bytes(), 4 << 20);
     }
 }
