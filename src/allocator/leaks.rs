@@ -255,14 +255,10 @@ impl<B: Backend> CachingAllocator<B> {
     /// the allocator gives, now.
     pub fn leak_report(&self) -> LeakReport {
         let mut all = Vec::new();
-        for device in 0..self.device_count() {
+        for device in (0..self.device_count()).map(DeviceIndex::new) {
             // Every index below the count is a device: `live_entries` cannot fail here.
-            if let Ok(entries) = self.shared.live_entries(DeviceIndex::new(device)) {
-                all.extend(describe(
-                    &self.shared.contexts,
-                    DeviceIndex::new(device),
-                    entries,
-                ));
+            if let Ok(entries) = self.shared.live_entries(device) {
+                all.extend(describe(&self.shared.contexts, device, entries));
             }
         }
         LeakReport::from_allocations(all)

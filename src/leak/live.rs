@@ -140,6 +140,8 @@ pub(crate) struct LiveTable {
     bytes: u64,
     scopes: Vec<OpenScope>,
     /// The origin of the allocation the call in progress makes; `None` while tracking is off.
+    /// Only an `alloc` event of the call that set it reads it: every allocating call sets one
+    /// after taking the device lock, so what a failed call leaves is overwritten unread.
     call: Option<Origin>,
 }
 
@@ -303,7 +305,6 @@ impl LiveTable {
 
     /// Forgets every record (tracking was turned off); open scopes stay open.
     pub fn clear(&mut self) {
-        self.call = None;
         self.slots.clear();
         self.details.clear();
         self.detailed = 0;

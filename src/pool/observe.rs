@@ -123,7 +123,7 @@ pub(crate) trait PoolObserver {
 
 /// The observers one device's pool tells: its statistics, its live table (which records
 /// nothing while leak tracking is off), and its history while recording.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Observers {
     stats: DeviceStats,
     live: LiveTable,
